@@ -1,0 +1,88 @@
+//! Command-line flags. Names and defaults follow the Go operator so manifests carry over.
+
+use clap::{Parser, ValueEnum};
+use std::{net::SocketAddr, time::Duration};
+
+/// Which sources may be projected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SourceMode {
+    /// Only sources annotated `projection.sh/projectable: "true"`.
+    Allowlist,
+    /// Every source except those annotated `projection.sh/projectable: "false"`.
+    Permissive,
+}
+
+/// projection-controller: mirrors namespaced objects for Projection and ClusterProjection.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+pub struct Args {
+    /// Which sources may be projected.
+    #[arg(long, value_enum, default_value = "allowlist")]
+    pub source_mode: SourceMode,
+
+    /// Cap of the exponential backoff after a failed reconcile (e.g. 30s, 2m).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub requeue_interval: Duration,
+
+    /// Maximum parallel writes of one ClusterProjection's fan-out (1 to 256).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub selector_write_concurrency: u16,
+
+    /// Address of the Prometheus metrics endpoint; "0" disables it.
+    #[arg(long, default_value = "0")]
+    pub metrics_bind_address: String,
+
+    /// Address of the /healthz and /readyz endpoints.
+    #[arg(long, default_value = ":8081")]
+    pub health_probe_bind_address: String,
+
+    /// Elect a leader through a Lease so several replicas can run; only the leader writes.
+    #[arg(long, default_value_t = false)]
+    pub leader_elect: bool,
+
+    /// Duration of the leader Lease.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    pub leader_election_lease_duration: Duration,
+}
+
+/// Parses a Go-style bind address (`:8080`, `127.0.0.1:8080`, `0` for disabled).
+pub fn bind_address(value: &str) -> Result<Option<SocketAddr>, std::net::AddrParseError> {
+    match value {
+        "" | "0" => Ok(None),
+        v if v.starts_with(':') => format!("0.0.0.0{v}").parse().map(Some),
+        v => v.parse().map(Some),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_go_operator() {
+        let args = Args::parse_from(["projection-controller"]);
+        assert_eq!(args.source_mode, SourceMode::Allowlist);
+        assert_eq!(args.requeue_interval, Duration::from_secs(30));
+        assert_eq!(args.selector_write_concurrency, 16);
+        assert_eq!(args.leader_election_lease_duration, Duration::from_secs(15));
+        assert!(!args.leader_elect);
+        assert_eq!(bind_address(&args.metrics_bind_address), Ok(None));
+        assert_eq!(
+            bind_address(&args.health_probe_bind_address),
+            Ok(Some("0.0.0.0:8081".parse().unwrap()))
+        );
+    }
+
+    #[test]
+    fn rejects_bad_values_naming_the_flag() {
+        for bad in [
+            vec!["--source-mode", "open"],
+            vec!["--selector-write-concurrency", "0"],
+            vec!["--requeue-interval", "soon"],
+        ] {
+            let err = Args::try_parse_from(std::iter::once("projection-controller").chain(bad.clone()))
+                .expect_err("bad value must be refused");
+            assert!(err.to_string().contains(bad[0]), "{err}");
+        }
+    }
+}

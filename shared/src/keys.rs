@@ -1,0 +1,23 @@
+//! Well-known annotation, label and finalizer keys, identical to the Go operator's so that a cluster
+//! can switch implementations without touching a manifest and existing copies are adopted.
+
+/// Prefix reserved for the operator: never copied from a source, refused in overlays.
+pub const RESERVED_PREFIX: &str = "projection.sh/";
+
+/// Source annotation: `"true"` opts the source in, `"false"` vetoes every projection of it.
+pub const PROJECTABLE: &str = "projection.sh/projectable";
+
+/// Destination annotation naming the owning Projection as `<namespace>/<name>`. Authoritative.
+pub const OWNED_BY_PROJECTION: &str = "projection.sh/owned-by-projection";
+/// Destination label holding the owning Projection's UID. A watch and list hint, never trusted alone.
+pub const OWNED_BY_PROJECTION_UID: &str = "projection.sh/owned-by-projection-uid";
+
+/// Destination annotation naming the owning ClusterProjection. Authoritative.
+pub const OWNED_BY_CLUSTER_PROJECTION: &str = "projection.sh/owned-by-cluster-projection";
+/// Destination label holding the owning ClusterProjection's UID. A hint, never trusted alone.
+pub const OWNED_BY_CLUSTER_PROJECTION_UID: &str = "projection.sh/owned-by-cluster-projection-uid";
+
+/// Finalizer on Projections, so their copy is removed before they go.
+pub const PROJECTION_FINALIZER: &str = "projection.sh/finalizer";
+/// Finalizer on ClusterProjections, so every copy is swept before they go.
+pub const CLUSTER_PROJECTION_FINALIZER: &str = "projection.sh/cluster-finalizer";

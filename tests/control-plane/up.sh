@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Starts a real local control plane on 127.0.0.1: etcd, kube-apiserver (TLS, client-certificate
+# admin, RBAC, service-account signing) and kube-controller-manager. Builds the binaries first if
+# they are not cached. Safe to call twice: a healthy running control plane is reused.
+# On success prints `export KUBECONFIG=...` and writes the same into $TESTENV_DIR/env.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+bin=$("$CP_HERE/build.sh" | tail -n 1)
+
+api_ready() {
+  curl -fsS --max-time 3 --cacert "$PKI/ca.crt" "https://127.0.0.1:$API_PORT/readyz" >/dev/null 2>&1
+}
+
+if pid_alive kube-apiserver && pid_alive etcd && pid_alive kube-controller-manager && api_ready; then
+  cp_log "already running (logs in $LOGS)"
+  echo "export KUBECONFIG=$KUBECONFIG_FILE"
+  exit 0
+fi
+
+# Anything half-started from an earlier run goes first.
+"$CP_HERE/down.sh" >/dev/null 2>&1 || true
+for port in "$API_PORT" "$ETCD_PORT" "$ETCD_PEER_PORT"; do
+  if port_busy "$port"; then
+    cp_log "port $port on 127.0.0.1 is taken by another process; free it or set API_PORT/ETCD_PORT/ETCD_PEER_PORT"
+    exit 1
+  fi
+done
+
+rm -rf "$TESTENV_DIR/etcd" "$PKI"
+mkdir -p "$LOGS" "$PKI" "$TESTENV_DIR/etcd"
+
+# --- PKI: one CA signs the apiserver serving cert and the admin client cert. -----------------
+ossl() { openssl "$@" 2>>"$LOGS/pki.log"; }
+ossl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=projection-testenv-ca" \
+  -keyout "$PKI/ca.key" -out "$PKI/ca.crt" \
+  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature"
+issue() { # issue NAME SUBJECT EXTENSIONS...
+  local name=$1 subject=$2; shift 2
+  ossl req -newkey rsa:2048 -nodes -subj "$subject" -keyout "$PKI/$name.key" -out "$PKI/$name.csr"
+  printf '%s\n' "$@" > "$PKI/$name.ext"
+  ossl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+    -days 3650 -out "$PKI/$name.crt" -extfile "$PKI/$name.ext"
+}
+issue apiserver "/CN=kube-apiserver" \
+  "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc" \
+  "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth"
+issue admin "/O=system:masters/CN=projection-testenv-admin" \
+  "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=clientAuth"
+ossl genrsa -out "$PKI/sa.key" 2048
+ossl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub"
+
+b64() { base64 -w0 "$1"; }
+cat > "$KUBECONFIG_FILE" <<KCFG
+apiVersion: v1
+kind: Config
+clusters:
+- name: projection-testenv
+  cluster:
+    server: https://127.0.0.1:${API_PORT}
+    certificate-authority-data: $(b64 "$PKI/ca.crt")
+users:
+- name: admin
+  user:
+    client-certificate-data: $(b64 "$PKI/admin.crt")
+    client-key-data: $(b64 "$PKI/admin.key")
+contexts:
+- name: projection-testenv
+  context: {cluster: projection-testenv, user: admin}
+current-context: projection-testenv
+KCFG
+chmod 600 "$KUBECONFIG_FILE"
+
+wait_for() { # wait_for SECONDS DESCRIPTION LOGFILE COMMAND...
+  local secs=$1 what=$2 logf=$3; shift 3
+  for _ in $(seq "$secs"); do
+    if "$@"; then return 0; fi
+    sleep 1
+  done
+  cp_log "$what not ready after ${secs}s; last lines of $logf:"
+  tail -n 30 "$logf" >&2
+  "$CP_HERE/down.sh" >/dev/null 2>&1 || true
+  exit 1
+}
+
+start() { # start NAME COMMAND...: runs in the background, records the PID, logs to $LOGS/NAME.log
+  local name=$1; shift
+  nohup "$@" > "$LOGS/$name.log" 2>&1 &
+  echo $! > "$TESTENV_DIR/$name.pid"
+}
+
+# --- etcd ---------------------------------------------------------------------------------------
+cp_log "starting etcd on 127.0.0.1:$ETCD_PORT"
+start etcd "$bin/etcd" --name=default --data-dir="$TESTENV_DIR/etcd" --unsafe-no-fsync=true \
+  --listen-client-urls="http://127.0.0.1:$ETCD_PORT" --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
+  --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-cluster="default=http://127.0.0.1:$ETCD_PEER_PORT" --log-level=warn
+wait_for 60 etcd "$LOGS/etcd.log" curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" -o /dev/null
+
+# --- kube-apiserver ----------------------------------------------------------------------------
+# --advertise-address=127.0.0.1 stops the apiserver from advertising a non-loopback interface, and
+# --endpoint-reconciler-type=none stops it from writing a loopback Endpoints (refused by validation).
+cp_log "starting kube-apiserver on https://127.0.0.1:$API_PORT"
+start kube-apiserver "$bin/kube-apiserver" \
+  --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+  --bind-address=127.0.0.1 --secure-port="$API_PORT" \
+  --advertise-address=127.0.0.1 --endpoint-reconciler-type=none \
+  --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+  --cert-dir="$TESTENV_DIR/apiserver-certs" \
+  --client-ca-file="$PKI/ca.crt" \
+  --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+  --service-cluster-ip-range=10.0.0.0/24 \
+  --authorization-mode=RBAC \
+  --allow-privileged=true \
+  --profiling=false --v=1
+wait_for 180 kube-apiserver "$LOGS/kube-apiserver.log" api_ready
+
+# --- kube-controller-manager -------------------------------------------------------------------
+cp_log "starting kube-controller-manager"
+start kube-controller-manager "$bin/kube-controller-manager" \
+  --kubeconfig="$KUBECONFIG_FILE" \
+  --authentication-kubeconfig="$KUBECONFIG_FILE" --authorization-kubeconfig="$KUBECONFIG_FILE" \
+  --leader-elect=false \
+  --bind-address=127.0.0.1 --secure-port=0 \
+  --service-account-private-key-file="$PKI/sa.key" \
+  --root-ca-file="$PKI/ca.crt" \
+  --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+  --controllers='*' --v=1
+# The default ServiceAccount proves the controllers run (namespace deletion, GC, aggregation).
+wait_for 120 "kube-controller-manager (default ServiceAccount)" "$LOGS/kube-controller-manager.log" \
+  "$bin/kubectl" --kubeconfig="$KUBECONFIG_FILE" get serviceaccount default -n default -o name --request-timeout=3s >/dev/null 2>&1
+
+cat > "$TESTENV_DIR/env" <<ENV
+export KUBECONFIG=$KUBECONFIG_FILE
+export PATH=$bin:\$PATH
+ENV
+cp_log "ready: $("$bin/kubectl" --kubeconfig="$KUBECONFIG_FILE" version 2>/dev/null | tail -n 1); logs in $LOGS"
+echo "export KUBECONFIG=$KUBECONFIG_FILE"

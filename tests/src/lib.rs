@@ -1,0 +1,306 @@
+//! Support for tests that run against the real local control plane started by
+//! `tests/control-plane/up.sh`: a client, one namespace per test, the CRDs, kubectl, and waits that
+//! fail with a message saying what was awaited.
+//!
+//! Tests never read the user's `KUBECONFIG`: they only ever talk to the local control plane (or to
+//! the kubeconfig named by `PROJECTION_TEST_KUBECONFIG`), because they create and delete objects.
+
+use anyhow::Context as _;
+use k8s_openapi::{
+    api::core::v1::Namespace, apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    Api, Client, Config,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use std::{
+    future::Future,
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    sync::atomic::{AtomicU32, Ordering},
+    time::{Duration, Instant},
+};
+
+/// Field manager of the test harness's own writes.
+pub const TEST_FIELD_MANAGER: &str = "projection-tests";
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .expect("repository root exists")
+}
+
+/// The folder of the local control plane (kubeconfig, logs, env).
+pub fn testenv_dir() -> PathBuf {
+    std::env::var_os("TESTENV_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".testenv"))
+}
+
+/// The kubeconfig the tests use: `PROJECTION_TEST_KUBECONFIG`, else the local control plane's.
+pub fn kubeconfig_path() -> PathBuf {
+    std::env::var_os("PROJECTION_TEST_KUBECONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| testenv_dir().join("admin.kubeconfig"))
+}
+
+const HOW_TO_START: &str = "start the local control plane first: `tests/control-plane/up.sh` \
+     (or run the whole suite with `scripts/test.sh`, which starts and stops it)";
+
+/// A client for the local control plane. Panics, saying how to start it, when it is not running:
+/// tests that need a cluster never pass or skip silently without one.
+pub async fn client() -> Client {
+    try_client()
+        .await
+        .unwrap_or_else(|e| panic!("no local control plane: {e:#}\n{HOW_TO_START}"))
+}
+
+async fn try_client() -> anyhow::Result<Client> {
+    let path = kubeconfig_path();
+    let kubeconfig =
+        Kubeconfig::read_from(&path).with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    let client = Client::try_from(config)?;
+    tokio::time::timeout(Duration::from_secs(10), client.apiserver_version())
+        .await
+        .context("the apiserver did not answer within 10s")?
+        .context("the apiserver is not reachable")?;
+    Ok(client)
+}
+
+/// The directory of the control plane binaries (kubectl, helm) recorded by `up.sh`.
+pub fn control_plane_bin() -> PathBuf {
+    let env_file = testenv_dir().join("env");
+    let env = std::fs::read_to_string(&env_file)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}\n{HOW_TO_START}", env_file.display()));
+    env.lines()
+        .find_map(|l| {
+            l.strip_prefix("export PATH=")
+                .and_then(|p| p.strip_suffix(":$PATH"))
+        })
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("{} names no binary directory\n{HOW_TO_START}", env_file.display()))
+}
+
+/// Runs the control plane's own kubectl (same minor as the server) against the test kubeconfig.
+pub fn kubectl(args: &[&str]) -> Output {
+    Command::new(control_plane_bin().join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig_path())
+        .args(args)
+        .output()
+        .expect("kubectl runs")
+}
+
+/// Like [`kubectl`], but panics with its stderr unless it succeeds; returns stdout.
+pub fn kubectl_ok(args: &[&str]) -> String {
+    let out = kubectl(args);
+    assert!(
+        out.status.success(),
+        "kubectl {} failed ({}):\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Polls `probe` until it yields a value, or panics after `timeout` naming what was awaited and the
+/// last observation.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let start = Instant::now();
+    let mut delay = Duration::from_millis(20);
+    loop {
+        match probe().await {
+            Ok(value) => return value,
+            Err(last) if start.elapsed() >= timeout => {
+                panic!("timed out after {timeout:?} waiting for {what}; last observation: {last}")
+            }
+            Err(_) => {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_millis(500));
+            }
+        }
+    }
+}
+
+/// A namespace of its own for one test, deleted when dropped (also when the test panics).
+pub struct TestNamespace {
+    name: String,
+}
+
+static NAMESPACE_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+impl TestNamespace {
+    /// Creates `t-<prefix>-<pid>-<n>`; `prefix` should name the test.
+    pub async fn create(client: &Client, prefix: &str) -> Self {
+        let n = NAMESPACE_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let prefix: String = prefix
+            .chars()
+            .take(30)
+            .collect::<String>()
+            .trim_end_matches('-')
+            .to_owned();
+        let name = format!("t-{prefix}-{}-{n}", std::process::id());
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"projection.test/suite": "true"}}
+        }))
+        .expect("namespace object");
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("cannot create namespace {name}: {e}"));
+        Self { name }
+    }
+
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        // Drop cannot await and the test's runtime may be gone: delete through kubectl, without
+        // waiting for the namespace controller to finish.
+        let _ = kubectl(&[
+            "delete",
+            "namespace",
+            &self.name,
+            "--wait=false",
+            "--ignore-not-found",
+        ]);
+    }
+}
+
+/// Installs (server-side apply) the committed CRDs from `charts/projection/crds/` and waits until
+/// they are Established. Idempotent; every test that needs the CRDs calls it.
+pub async fn install_crds(client: &Client) {
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let dir = repo_root().join(shared::crdgen::CRD_DIR);
+    let params = PatchParams::apply(TEST_FIELD_MANAGER).force();
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("CRD folder exists") {
+        let path = entry.expect("directory entry").path();
+        let text = std::fs::read_to_string(&path).expect("CRD file readable");
+        let crd: CustomResourceDefinition =
+            serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{} is not a CRD: {e}", path.display()));
+        let name = crd.metadata.name.clone().expect("CRD has a name");
+        api.patch(&name, &params, &Patch::Apply(&crd))
+            .await
+            .unwrap_or_else(|e| panic!("the apiserver refused {}: {e}", path.display()));
+        names.push(name);
+    }
+    for name in names {
+        let api = api.clone();
+        wait_for(
+            &format!("CRD {name} to be Established"),
+            Duration::from_secs(30),
+            || {
+                let api = api.clone();
+                let name = name.clone();
+                async move {
+                    let crd = api.get(&name).await.map_err(|e| e.to_string())?;
+                    let established = crd
+                        .status
+                        .and_then(|s| s.conditions)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True");
+                    established
+                        .then_some(())
+                        .ok_or_else(|| "not Established yet".to_owned())
+                }
+            },
+        )
+        .await;
+    }
+}
+
+/// Deletes a cluster-scoped object by name when dropped (e.g. a ClusterProjection a test created).
+pub struct ClusterScopedGuard {
+    resource: String,
+    name: String,
+}
+
+impl ClusterScopedGuard {
+    /// Deletes `<resource>/<name>` on drop.
+    pub fn new(resource: &str, name: &str) -> Self {
+        Self {
+            resource: resource.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+}
+
+impl Drop for ClusterScopedGuard {
+    fn drop(&mut self) {
+        let _ = kubectl(&[
+            "delete",
+            &self.resource,
+            &self.name,
+            "--wait=false",
+            "--ignore-not-found",
+        ]);
+    }
+}
+
+/// Deletes an object and ignores "not found".
+pub async fn delete_ignoring_absent<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.is_not_found() => {}
+        Err(e) => panic!("cannot delete {name}: {e}"),
+    }
+}
+
+/// Starts `binary` with `args`, waits until it has logged `ready_line`, sends SIGTERM and returns
+/// how it exited. Proves that a service shuts down cleanly when Kubernetes stops its pod.
+pub fn run_until_sigterm(binary: &Path, args: &[&str], ready_line: &str) -> std::process::ExitStatus {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(binary)
+        .args(args)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let ready = ready_line.to_owned();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains(&ready) {
+                let _ = tx.send(());
+            }
+        }
+    });
+    if rx.recv_timeout(Duration::from_secs(20)).is_err() {
+        let _ = child.kill();
+        panic!("{} never logged {ready_line:?}", binary.display());
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -TERM failed");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait works") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{} did not exit within 10s of SIGTERM", binary.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
