@@ -1,6 +1,6 @@
 # Shared settings of the local control plane scripts (sourced, not run).
 # Everything lives in one folder, $TESTENV_DIR (default: <repo>/.testenv):
-#   admin.kubeconfig, pki/, logs/, etcd/, *.pid, env
+#   admin.kubeconfig, pki/, logs/, etcd/, *.pid, env, bin -> the cached binaries
 CP_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$CP_HERE/../.." && pwd)
 TESTENV_DIR=${TESTENV_DIR:-$REPO_ROOT/.testenv}

@@ -12,7 +12,8 @@ api_ready() {
   curl -fsS --max-time 3 --cacert "$PKI/ca.crt" "https://127.0.0.1:$API_PORT/readyz" >/dev/null 2>&1
 }
 
-if pid_alive kube-apiserver && pid_alive etcd && pid_alive kube-controller-manager && api_ready; then
+if pid_alive kube-apiserver && pid_alive etcd && pid_alive kube-controller-manager && api_ready \
+   && [ "$(readlink "$TESTENV_DIR/bin")" = "$bin" ]; then
   cp_log "already running (logs in $LOGS)"
   echo "export KUBECONFIG=$KUBECONFIG_FILE"
   exit 0
@@ -131,6 +132,7 @@ start kube-controller-manager "$bin/kube-controller-manager" \
 wait_for 120 "kube-controller-manager (default ServiceAccount)" "$LOGS/kube-controller-manager.log" \
   "$bin/kubectl" --kubeconfig="$KUBECONFIG_FILE" get serviceaccount default -n default -o name --request-timeout=3s >/dev/null 2>&1
 
+ln -sfn "$bin" "$TESTENV_DIR/bin"
 cat > "$TESTENV_DIR/env" <<ENV
 export KUBECONFIG=$KUBECONFIG_FILE
 export PATH=$bin:\$PATH

@@ -71,28 +71,28 @@ async fn try_client() -> anyhow::Result<Client> {
     Ok(client)
 }
 
-/// The directory of the control plane binaries (kubectl, helm) recorded by `up.sh`.
+/// The directory of the control plane binaries (kubectl, helm), linked by `up.sh`.
 pub fn control_plane_bin() -> PathBuf {
-    let env_file = testenv_dir().join("env");
-    let env = std::fs::read_to_string(&env_file)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}\n{HOW_TO_START}", env_file.display()));
-    env.lines()
-        .find_map(|l| {
-            l.strip_prefix("export PATH=")
-                .and_then(|p| p.strip_suffix(":$PATH"))
-        })
-        .map(PathBuf::from)
-        .unwrap_or_else(|| panic!("{} names no binary directory\n{HOW_TO_START}", env_file.display()))
+    testenv_dir().join("bin")
 }
 
-/// Runs the control plane's own kubectl (same minor as the server) against the test kubeconfig.
+/// A command for the control plane's own kubectl (same minor as the server), bound to the test
+/// kubeconfig.
+pub fn kubectl_command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(control_plane_bin().join("kubectl"));
+    cmd.arg("--kubeconfig").arg(kubeconfig_path()).args(args);
+    cmd
+}
+
+/// Runs kubectl and returns its output; panics, saying how to start the control plane, when
+/// kubectl is not there.
 pub fn kubectl(args: &[&str]) -> Output {
-    Command::new(control_plane_bin().join("kubectl"))
-        .arg("--kubeconfig")
-        .arg(kubeconfig_path())
-        .args(args)
-        .output()
-        .expect("kubectl runs")
+    kubectl_command(args).output().unwrap_or_else(|e| {
+        panic!(
+            "cannot run {}/kubectl: {e}\n{HOW_TO_START}",
+            control_plane_bin().display()
+        )
+    })
 }
 
 /// Like [`kubectl`], but panics with its stderr unless it succeeds; returns stdout.
