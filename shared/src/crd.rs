@@ -4,6 +4,9 @@
 //! group, kinds, field names, patterns, CEL messages and printer columns. The CRD rules are defence in
 //! depth; the admission webhook gives the friendlier messages.
 
+// Every `printcolumn(...)` repeats `type_ = "string"`, which clippy mistakes for a duplicated attribute.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};

@@ -42,7 +42,7 @@ fn example_documents() -> Vec<(String, Value)> {
         for doc in serde_yaml::Deserializer::from_str(&text) {
             let value: Value = serde::Deserialize::deserialize(doc).expect("valid YAML");
             if value["apiVersion"] == "projection.sh/v1" {
-                docs.push((file.file_name().unwrap().to_string_lossy().into_owned(), value));
+                docs.push((file.display().to_string(), value));
             }
         }
     }

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: unit tests and the integration tests against the real local control
+# plane. Starts the control plane if it is not running (and stops it again afterwards, unless
+# KEEP_CONTROL_PLANE=1); reuses one that is already up.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/prereqs.sh
+export PATH=$PATH:/usr/local/go/bin
+
+source tests/control-plane/common.sh
+if ! { pid_alive kube-apiserver && pid_alive kube-controller-manager; }; then
+  if [ "${KEEP_CONTROL_PLANE:-0}" != 1 ]; then
+    trap 'tests/control-plane/down.sh' EXIT
+  fi
+fi
+tests/control-plane/up.sh >/dev/null
+
+cargo test --workspace --locked "$@"
