@@ -21,3 +21,6 @@ pub const OWNED_BY_CLUSTER_PROJECTION_UID: &str = "projection.sh/owned-by-cluste
 pub const PROJECTION_FINALIZER: &str = "projection.sh/finalizer";
 /// Finalizer on ClusterProjections, so every copy is swept before they go.
 pub const CLUSTER_PROJECTION_FINALIZER: &str = "projection.sh/cluster-finalizer";
+
+/// Written by `kubectl apply`; describes the source, not the copy, so it is never copied.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";

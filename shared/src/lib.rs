@@ -2,5 +2,10 @@
 
 pub mod crd;
 pub mod crdgen;
+pub mod destination;
 pub mod keys;
+pub mod ownership;
+pub mod policy;
 pub mod process;
+pub mod source;
+pub mod write_plan;

@@ -1,0 +1,177 @@
+//! Building a copy from a source object: a pure function of the source, the overlay, the owner and
+//! the target coordinates.
+
+use crate::{
+    crd::Overlay,
+    keys::{LAST_APPLIED, RESERVED_PREFIX},
+    ownership::Owner,
+};
+use serde_json::{Map, Value};
+
+/// Where a copy goes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Target {
+    /// Namespace of the copy.
+    pub namespace: String,
+    /// Name of the copy.
+    pub name: String,
+}
+
+/// Annotations a controller writes on an object to record its own progress. Copying them would make
+/// the copy's controller and us overwrite each other forever.
+const CONTROLLER_STATE_ANNOTATIONS: &[(&str, &str, &str)] = &[
+    ("apps", "Deployment", "deployment.kubernetes.io/revision"),
+    ("", "PersistentVolumeClaim", "pv.kubernetes.io/bind-completed"),
+    (
+        "",
+        "PersistentVolumeClaim",
+        "pv.kubernetes.io/bound-by-controller",
+    ),
+    ("", "PersistentVolumeClaim", "volume.kubernetes.io/selected-node"),
+    (
+        "",
+        "PersistentVolumeClaim",
+        "volume.kubernetes.io/storage-provisioner",
+    ),
+    (
+        "",
+        "PersistentVolumeClaim",
+        "volume.beta.kubernetes.io/storage-provisioner",
+    ),
+];
+
+/// Labels the Job controller generates into a Job's pod template; they name the source Job.
+const JOB_GENERATED_TEMPLATE_LABELS: &[&str] = &[
+    "batch.kubernetes.io/controller-uid",
+    "batch.kubernetes.io/job-name",
+    "controller-uid",
+    "job-name",
+];
+
+/// Builds the copy of `source` (a full object as read from the apiserver) for `owner` at `target`.
+///
+/// Only `metadata.labels` and `metadata.annotations` survive from the source's metadata; `status`,
+/// `kubectl.kubernetes.io/last-applied-configuration`, every `projection.sh/` key and fields the
+/// apiserver allocated per object are dropped. The overlay is merged over the labels and annotations
+/// (overlay wins), then the owner's stamp is written last so nothing can override it.
+pub fn build_destination(source: &Value, overlay: Option<&Overlay>, owner: &Owner, target: &Target) -> Value {
+    let mut copy = source.as_object().cloned().unwrap_or_default();
+    copy.remove("status");
+    let group = api_group(copy.get("apiVersion"));
+    let kind = copy
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+
+    let source_meta = copy.remove("metadata").unwrap_or(Value::Null);
+    let mut labels = string_map(&source_meta["labels"]);
+    let mut annotations = string_map(&source_meta["annotations"]);
+    labels.retain(|k, _| !k.starts_with(RESERVED_PREFIX));
+    annotations.retain(|k, _| {
+        !k.starts_with(RESERVED_PREFIX)
+            && k != LAST_APPLIED
+            && !CONTROLLER_STATE_ANNOTATIONS
+                .iter()
+                .any(|(g, kd, a)| *g == group && *kd == kind && a == k)
+    });
+    if let Some(overlay) = overlay {
+        merge_overlay(&mut labels, overlay.labels.as_ref());
+        merge_overlay(&mut annotations, overlay.annotations.as_ref());
+    }
+    annotations.insert(
+        owner.annotation_key().to_owned(),
+        Value::String(owner.annotation_value()),
+    );
+    labels.insert(
+        owner.uid_label_key().to_owned(),
+        Value::String(owner.uid().to_owned()),
+    );
+
+    let mut metadata = Map::new();
+    metadata.insert("name".into(), Value::String(target.name.clone()));
+    metadata.insert("namespace".into(), Value::String(target.namespace.clone()));
+    metadata.insert("labels".into(), Value::Object(labels));
+    metadata.insert("annotations".into(), Value::Object(annotations));
+    copy.insert("metadata".into(), Value::Object(metadata));
+
+    drop_allocated_fields(&group, &kind, &mut copy);
+    Value::Object(copy)
+}
+
+/// The group of an `apiVersion` (`apps/v1` → `apps`, `v1` → ``).
+fn api_group(api_version: Option<&Value>) -> String {
+    let api_version = api_version.and_then(Value::as_str).unwrap_or_default();
+    api_version
+        .rsplit_once('/')
+        .map(|(g, _)| g.to_owned())
+        .unwrap_or_default()
+}
+
+fn string_map(value: &Value) -> Map<String, Value> {
+    value.as_object().cloned().unwrap_or_default()
+}
+
+fn merge_overlay(
+    into: &mut Map<String, Value>,
+    overlay: Option<&std::collections::BTreeMap<String, String>>,
+) {
+    for (k, v) in overlay.into_iter().flatten() {
+        // Reserved keys are refused at admission; never let one through here either.
+        if !k.starts_with(RESERVED_PREFIX) {
+            into.insert(k.clone(), Value::String(v.clone()));
+        }
+    }
+}
+
+/// Removes what the apiserver or a controller allocated for the source object and would refuse, or
+/// allocate anew, for the copy.
+fn drop_allocated_fields(group: &str, kind: &str, copy: &mut Map<String, Value>) {
+    let Some(spec) = copy.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    match (group, kind) {
+        ("", "Service") => {
+            // A headless Service keeps `clusterIP: None`: dropping it would make the copy a ClusterIP
+            // Service.
+            let headless = spec.get("clusterIP").and_then(Value::as_str) == Some("None");
+            if !headless {
+                for field in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+                    spec.remove(field);
+                }
+            }
+            // Node ports are unique per cluster: the copy gets its own.
+            spec.remove("healthCheckNodePort");
+            for port in spec
+                .get_mut("ports")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(port) = port.as_object_mut() {
+                    port.remove("nodePort");
+                }
+            }
+        }
+        ("", "PersistentVolumeClaim") => {
+            spec.remove("volumeName");
+        }
+        ("", "Pod") => {
+            spec.remove("nodeName");
+        }
+        ("batch", "Job") => {
+            // The selector and these labels carry the source Job's controller UID; the apiserver
+            // generates fresh ones for the copy.
+            spec.remove("selector");
+            if let Some(labels) = spec
+                .get_mut("template")
+                .and_then(|t| t.get_mut("metadata"))
+                .and_then(|m| m.get_mut("labels"))
+                .and_then(Value::as_object_mut)
+            {
+                labels.retain(|k, _| !JOB_GENERATED_TEMPLATE_LABELS.contains(&k.as_str()));
+            }
+        }
+        _ => {}
+    }
+}

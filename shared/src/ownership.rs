@@ -1,0 +1,115 @@
+//! Who owns a copy. The ownership annotation is the only proof: the UID label narrows watches and
+//! lists but is never trusted alone, so a copy whose annotation was removed or changed is left alone.
+
+use crate::keys::{
+    OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_CLUSTER_PROJECTION_UID, OWNED_BY_PROJECTION,
+    OWNED_BY_PROJECTION_UID,
+};
+use std::collections::BTreeMap;
+
+/// The CR a copy belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Owner {
+    /// A namespaced `Projection`.
+    Projection {
+        /// Its namespace (also the namespace of its copy).
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// Its UID, stamped as a label.
+        uid: String,
+    },
+    /// A `ClusterProjection`.
+    ClusterProjection {
+        /// Its name.
+        name: String,
+        /// Its UID, stamped as a label.
+        uid: String,
+    },
+}
+
+impl Owner {
+    /// The authoritative annotation key of this owner's tier.
+    pub fn annotation_key(&self) -> &'static str {
+        match self {
+            Self::Projection { .. } => OWNED_BY_PROJECTION,
+            Self::ClusterProjection { .. } => OWNED_BY_CLUSTER_PROJECTION,
+        }
+    }
+
+    /// The annotation value naming this owner: `<namespace>/<name>` or `<name>`.
+    pub fn annotation_value(&self) -> String {
+        match self {
+            Self::Projection { namespace, name, .. } => format!("{namespace}/{name}"),
+            Self::ClusterProjection { name, .. } => name.clone(),
+        }
+    }
+
+    /// The UID label key of this owner's tier.
+    pub fn uid_label_key(&self) -> &'static str {
+        match self {
+            Self::Projection { .. } => OWNED_BY_PROJECTION_UID,
+            Self::ClusterProjection { .. } => OWNED_BY_CLUSTER_PROJECTION_UID,
+        }
+    }
+
+    /// The owner's UID.
+    pub fn uid(&self) -> &str {
+        match self {
+            Self::Projection { uid, .. } | Self::ClusterProjection { uid, .. } => uid,
+        }
+    }
+
+    /// The kind of the owning CR.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Projection { .. } => "Projection",
+            Self::ClusterProjection { .. } => "ClusterProjection",
+        }
+    }
+
+    /// Whether an object with these annotations is this owner's copy.
+    pub fn owns(&self, annotations: Option<&BTreeMap<String, String>>) -> bool {
+        annotations
+            .and_then(|a| a.get(self.annotation_key()))
+            .is_some_and(|v| *v == self.annotation_value())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn projection() -> Owner {
+        Owner::Projection {
+            namespace: "team-a".into(),
+            name: "p".into(),
+            uid: "u-1".into(),
+        }
+    }
+
+    #[test]
+    fn only_the_annotation_proves_ownership() {
+        let owner = projection();
+        let ours = BTreeMap::from([(OWNED_BY_PROJECTION.to_owned(), "team-a/p".to_owned())]);
+        assert!(owner.owns(Some(&ours)));
+        let other = BTreeMap::from([(OWNED_BY_PROJECTION.to_owned(), "team-b/p".to_owned())]);
+        assert!(!owner.owns(Some(&other)));
+        // The other tier's key with the same value is not ours either.
+        let cluster = BTreeMap::from([(OWNED_BY_CLUSTER_PROJECTION.to_owned(), "team-a/p".to_owned())]);
+        assert!(!owner.owns(Some(&cluster)));
+        assert!(!owner.owns(None));
+    }
+
+    #[test]
+    fn keys_per_tier() {
+        let cluster = Owner::ClusterProjection {
+            name: "c".into(),
+            uid: "u-2".into(),
+        };
+        assert_eq!(cluster.annotation_value(), "c");
+        assert_eq!(cluster.uid_label_key(), OWNED_BY_CLUSTER_PROJECTION_UID);
+        assert_eq!(projection().annotation_value(), "team-a/p");
+        assert_eq!(projection().uid_label_key(), OWNED_BY_PROJECTION_UID);
+    }
+}
