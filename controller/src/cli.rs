@@ -1,23 +1,16 @@
 //! Command-line flags. Names and defaults follow the Go operator so manifests carry over.
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+use shared::policy::SourceMode;
 use std::{net::SocketAddr, time::Duration};
-
-/// Which sources may be projected.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum SourceMode {
-    /// Only sources annotated `projection.sh/projectable: "true"`.
-    Allowlist,
-    /// Every source except those annotated `projection.sh/projectable: "false"`.
-    Permissive,
-}
 
 /// projection-controller: mirrors namespaced objects for Projection and ClusterProjection.
 #[derive(Parser, Debug)]
 #[command(version, about)]
 pub struct Args {
-    /// Which sources may be projected.
-    #[arg(long, value_enum, default_value = "allowlist")]
+    /// Which sources may be projected: allowlist (only sources annotated
+    /// projection.sh/projectable="true") or permissive (all but those annotated "false").
+    #[arg(long, default_value = "allowlist", value_parser = |s: &str| s.parse::<SourceMode>())]
     pub source_mode: SourceMode,
 
     /// Cap of the exponential backoff after a failed reconcile (e.g. 30s, 2m).
@@ -43,6 +36,10 @@ pub struct Args {
     /// Duration of the leader Lease.
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
     pub leader_election_lease_duration: Duration,
+
+    /// Namespace of the leader Lease (defaults to the pod's namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_election_namespace: String,
 }
 
 /// Parses a Go-style bind address (`:8080`, `127.0.0.1:8080`, `0` for disabled).

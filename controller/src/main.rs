@@ -1,26 +1,204 @@
-//! projection-controller. For now: parses its flags, logs, and exits cleanly on SIGTERM.
+//! projection-controller: reconciles `Projection`s (and serves metrics and probes), optionally as
+//! one of several replicas behind a leader Lease.
 
 mod cli;
+mod context;
+mod discovery;
+mod error;
+mod events;
+mod http;
+mod leader;
+mod metrics;
+mod projection;
+mod watches;
+mod writer;
 
 use clap::Parser;
+use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{
+    Api, Client, Resource,
+    api::PartialObjectMeta,
+    runtime::{
+        Controller, PredicateConfig, WatchStreamExt, controller, reflector,
+        watcher::{self, Event},
+    },
+};
+use prometheus_client::registry::Registry;
+use shared::{crd::Projection, keys::PROJECTION_FINALIZER};
+use std::{
+    hash::{DefaultHasher, Hash, Hasher},
+    sync::Arc,
+};
+use tokio_util::sync::CancellationToken;
+
+/// Reconciles running at once (each object is still reconciled by one at a time).
+const RECONCILE_CONCURRENCY: u16 = 32;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     shared::process::install_crypto_provider();
     let args = cli::Args::parse();
     shared::process::init_json_logs();
-    let metrics = cli::bind_address(&args.metrics_bind_address)?;
-    let health = cli::bind_address(&args.health_probe_bind_address)?;
+    let metrics_addr = cli::bind_address(&args.metrics_bind_address)?;
+    let probe_addr = cli::bind_address(&args.health_probe_bind_address)?;
     tracing::info!(
-        source_mode = ?args.source_mode,
+        source_mode = %args.source_mode,
         requeue_interval = ?args.requeue_interval,
         selector_write_concurrency = args.selector_write_concurrency,
-        metrics = ?metrics,
-        health = ?health,
+        metrics = ?metrics_addr,
+        health = ?probe_addr,
         leader_elect = args.leader_elect,
         "projection-controller starting"
     );
-    let signal = shared::process::shutdown_signal().await;
-    tracing::info!(signal, "projection-controller shutting down");
-    Ok(())
+
+    let stop = CancellationToken::new();
+    let on_signal = stop.clone();
+    tokio::spawn(async move {
+        let signal = shared::process::shutdown_signal().await;
+        tracing::info!(signal, "projection-controller shutting down");
+        on_signal.cancel();
+    });
+    let stopped = move || stop.clone().cancelled_owned();
+
+    let mut registry = Registry::default();
+    let metrics = Arc::new(metrics::Metrics::register(&mut registry));
+    let readiness = http::Readiness::default();
+    let server = tokio::spawn(http::serve(
+        metrics_addr,
+        probe_addr,
+        Arc::new(registry),
+        readiness.clone(),
+        stopped(),
+    ));
+
+    let client = Client::try_default().await?;
+    let mut leadership = None;
+    if args.leader_elect {
+        let namespace = args.leader_election_namespace.clone();
+        let identity = std::env::var("POD_NAME")
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .map(|h| format!("{h}-{}", std::process::id()))
+            .unwrap_or_else(|_| format!("projection-controller-{}", std::process::id()));
+        // A standby is ready: it has nothing to sync until it leads.
+        readiness.set(true);
+        tokio::select! {
+            acquired = leader::Leadership::acquire(client.clone(), &namespace, &identity, args.leader_election_lease_duration) => {
+                leadership = Some(acquired?);
+                readiness.set(false);
+            }
+            () = stopped() => {
+                server.await??;
+                return Ok(());
+            }
+        }
+    }
+
+    let settings = context::Settings {
+        source_mode: args.source_mode,
+        requeue_cap: args.requeue_interval,
+    };
+    let run = run_controllers(client, metrics, settings, readiness.clone(), stopped());
+    let lost = async {
+        match leadership.as_mut() {
+            Some(l) => l.lost().await,
+            None => std::future::pending().await,
+        }
+    };
+    let result = tokio::select! {
+        () = run => Ok(()),
+        () = lost => Err(anyhow::anyhow!("lost the leader lease; exiting so a standby takes over")),
+    };
+    readiness.set(false);
+    if let Some(l) = leadership {
+        l.release().await;
+    }
+    if result.is_ok() {
+        server.await??;
+    }
+    result
+}
+
+/// Which changes of a Projection need a reconcile: its spec (generation), its deletion, and our
+/// finalizer. Status writes, including our own, do not.
+fn reconcile_relevant(p: &Projection) -> Option<u64> {
+    let mut hasher = DefaultHasher::new();
+    p.meta().generation.hash(&mut hasher);
+    p.meta().deletion_timestamp.is_some().hash(&mut hasher);
+    p.meta()
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == PROJECTION_FINALIZER)
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+async fn run_controllers(
+    client: Client,
+    metrics: Arc<metrics::Metrics>,
+    settings: context::Settings,
+    readiness: http::Readiness,
+    stopped: tokio_util::sync::WaitForCancellationFutureOwned,
+) {
+    let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel();
+    let watches = Arc::new(watches::WatchRegistry::new(
+        client.clone(),
+        metrics.clone(),
+        wake_tx,
+    ));
+    let ctx = Arc::new(context::Context {
+        client: client.clone(),
+        discovery: discovery::Discovery::new(client.clone()),
+        watches,
+        events: events::Events::new(client.clone()),
+        metrics,
+        settings,
+        backoff: context::Backoff::default(),
+    });
+
+    // A CRD appearing, changing or going may resolve (or unresolve) source kinds.
+    let crds = watcher::watcher(
+        Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let crd_ctx = ctx.clone();
+    let crd_task = tokio::spawn(crds.default_backoff().for_each(move |event| {
+        if let Ok(Event::Apply(_) | Event::Delete(_)) = event {
+            crd_ctx.discovery.invalidate();
+            crd_ctx.watches.wake_unresolved();
+        }
+        std::future::ready(())
+    }));
+
+    let (store, writer) = reflector::store::<Projection>();
+    let projections = watcher::watcher(
+        Api::<Projection>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .applied_objects()
+    .predicate_filter(reconcile_relevant, PredicateConfig::default());
+    let ready_store = store.clone();
+    tokio::spawn(async move {
+        if ready_store.wait_until_ready().await.is_ok() {
+            readiness.set(true);
+            tracing::info!("caches synced; ready");
+        }
+    });
+
+    Controller::for_stream(projections, store)
+        .reconcile_on(tokio_stream::wrappers::UnboundedReceiverStream::new(wake_rx))
+        .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY))
+        .graceful_shutdown_on(stopped)
+        .run(projection::reconcile, projection::error_policy, ctx)
+        .for_each(|result| {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "reconcile did not complete");
+            }
+            std::future::ready(())
+        })
+        .await;
+    crd_task.abort();
 }

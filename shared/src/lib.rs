@@ -8,4 +8,5 @@ pub mod ownership;
 pub mod policy;
 pub mod process;
 pub mod source;
+pub mod status;
 pub mod write_plan;

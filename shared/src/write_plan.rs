@@ -30,7 +30,6 @@ pub fn plan_update(existing: &Value, desired: &Value, field_manager: &str) -> Wr
 
     // Top-level content: everything but identity, metadata and status.
     let empty = Map::new();
-    let existing_obj = existing.as_object().unwrap_or(&empty);
     let desired_obj = desired.as_object().unwrap_or(&empty);
     let content_keys = |m: &Map<String, Value>| {
         m.keys()

@@ -1,0 +1,72 @@
+//! What every reconcile shares: the client, discovery, the watch registry, events, metrics, settings
+//! and the per-object failure counts that drive the backoff.
+
+use crate::{discovery::Discovery, events::Events, metrics::Metrics, watches::WatchRegistry};
+use shared::policy::SourceMode;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+/// Settings from the command line.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Which sources may be projected.
+    pub source_mode: SourceMode,
+    /// Cap of the retry backoff.
+    pub requeue_cap: Duration,
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: kube::Client,
+    pub discovery: Discovery,
+    pub watches: Arc<WatchRegistry>,
+    pub events: Events,
+    pub metrics: Arc<Metrics>,
+    pub settings: Settings,
+    pub backoff: Backoff,
+}
+
+/// Per-object exponential backoff: 500 ms, 1 s, 2 s, ... up to the cap; reset on success.
+#[derive(Default)]
+pub struct Backoff {
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+const FIRST_RETRY: Duration = Duration::from_millis(500);
+
+impl Backoff {
+    /// Records a failure of `uid` and returns how long to wait before the next attempt.
+    pub fn next_delay(&self, uid: &str, cap: Duration) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let n = failures.entry(uid.to_owned()).or_insert(0);
+        let delay = FIRST_RETRY.saturating_mul(1u32 << (*n).min(20));
+        *n = n.saturating_add(1);
+        delay.min(cap)
+    }
+
+    /// Forgets the failures of `uid` after a success.
+    pub fn reset(&self, uid: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doubles_up_to_the_cap_and_resets() {
+        let b = Backoff::default();
+        let cap = Duration::from_secs(3);
+        let delays: Vec<_> = (0..5).map(|_| b.next_delay("u", cap)).collect();
+        assert_eq!(delays, [500, 1000, 2000, 3000, 3000].map(Duration::from_millis));
+        b.reset("u");
+        assert_eq!(b.next_delay("u", cap), Duration::from_millis(500));
+    }
+}

@@ -1,0 +1,261 @@
+//! Writing and deleting copies: the only code that changes objects we do not own the CR of. Every
+//! write is guarded: a copy is created only where nothing exists, updated only when its ownership
+//! annotation names us (with a resourceVersion precondition), deleted only when it does (with uid
+//! and resourceVersion preconditions).
+
+use crate::watches::{ObjectKey, WatchRegistry, key_of};
+use kube::{
+    Api, ResourceExt,
+    api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions},
+    runtime::reflector::{ObjectRef, Store},
+};
+use serde_json::Value;
+use shared::{
+    ownership::Owner,
+    source::GroupKind,
+    write_plan::{WritePlan, plan_update},
+};
+
+/// The field manager of every write of the controller.
+pub const FIELD_MANAGER: &str = "projection-controller";
+
+/// What a write did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Written {
+    /// The copy did not exist and was created.
+    Created,
+    /// The copy was patched.
+    Updated,
+    /// The copy already matched; nothing was sent.
+    Unchanged,
+    /// The apiserver refused an in-place update (an immutable field): deleted and created anew.
+    Recreated(String),
+}
+
+/// Why a write did not happen.
+#[derive(Debug)]
+pub enum WriteError {
+    /// Something we do not own is at the copy's coordinates; it was not touched.
+    Conflict(String),
+    /// Reading the existing object failed.
+    Fetch(kube::Error),
+    /// Creating the copy failed.
+    Create(kube::Error),
+    /// Updating (or recreating) the copy failed.
+    Update(kube::Error),
+}
+
+impl WriteError {
+    /// The condition and event reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Conflict(_) => "DestinationConflict",
+            Self::Fetch(_) => "DestinationFetchFailed",
+            Self::Create(_) => "DestinationCreateFailed",
+            Self::Update(_) => "DestinationUpdateFailed",
+        }
+    }
+
+    /// The message for a person.
+    pub fn message(&self) -> String {
+        match self {
+            Self::Conflict(m) => m.clone(),
+            Self::Fetch(e) | Self::Create(e) | Self::Update(e) => e.to_string(),
+        }
+    }
+}
+
+/// What deleting a copy found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Removed {
+    /// It was ours and is gone.
+    Deleted,
+    /// Nothing was there.
+    Absent,
+    /// Something is there that is not (or no longer) ours: left alone.
+    LeftAlone,
+}
+
+/// Writes `desired` (a built copy) so that the object at its coordinates matches it, if it is ours.
+pub async fn write_copy(
+    registry: &WatchRegistry,
+    api: &Api<DynamicObject>,
+    group_kind: &GroupKind,
+    resource: &ApiResource,
+    copies: &Store<DynamicObject>,
+    desired: &Value,
+    owner: &Owner,
+) -> Result<Written, WriteError> {
+    let desired_object: DynamicObject = serde_json::from_value(desired.clone())
+        .map_err(|e| WriteError::Conflict(format!("unbuildable copy: {e}")))?;
+    let name = desired_object.name_any();
+    let namespace = desired_object.namespace().unwrap_or_default();
+    let key = ObjectKey {
+        group_kind: group_kind.clone(),
+        namespace: namespace.clone(),
+        name: name.clone(),
+    };
+    let mut existing = copies
+        .get(&ObjectRef::new_with(&name, resource.clone()).within(&namespace))
+        .map(|o| (*o).clone());
+    let mut last_error = None;
+    // A stale cache costs one retry with a fresh read; a third round means someone keeps writing.
+    for _ in 0..3 {
+        let Some(current) = existing.take() else {
+            match api
+                .create(
+                    &PostParams {
+                        field_manager: Some(FIELD_MANAGER.into()),
+                        ..Default::default()
+                    },
+                    &desired_object,
+                )
+                .await
+            {
+                Ok(created) => {
+                    registry.record_write(key, created.resource_version().unwrap_or_default());
+                    return Ok(Written::Created);
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    existing = api.get_opt(&name).await.map_err(WriteError::Fetch)?;
+                    last_error = Some(kube::Error::Api(s));
+                    continue;
+                }
+                Err(e) => return Err(WriteError::Create(e)),
+            }
+        };
+        if !owner.owns(current.metadata.annotations.as_ref()) {
+            return Err(WriteError::Conflict(format!(
+                "destination {namespace}/{name} exists and is not owned by this {}",
+                owner.kind()
+            )));
+        }
+        let current_value =
+            serde_json::to_value(&current).map_err(|e| WriteError::Conflict(e.to_string()))?;
+        let patch = match plan_update(&current_value, desired, FIELD_MANAGER) {
+            WritePlan::UpToDate => return Ok(Written::Unchanged),
+            WritePlan::Patch(p) => p,
+        };
+        match api
+            .patch(
+                &name,
+                &PatchParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..Default::default()
+                },
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(updated) => {
+                registry.record_write(key, updated.resource_version().unwrap_or_default());
+                return Ok(Written::Updated);
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                existing = api.get_opt(&name).await.map_err(WriteError::Fetch)?;
+                last_error = Some(kube::Error::Api(s));
+            }
+            Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains("immutable") => {
+                let reason = s.message.clone();
+                return recreate(registry, api, &key, &current, &desired_object)
+                    .await
+                    .map(|()| Written::Recreated(reason));
+            }
+            Err(e) => return Err(WriteError::Update(e)),
+        }
+    }
+    Err(match last_error {
+        Some(e) => WriteError::Update(e),
+        None => WriteError::Conflict(format!(
+            "destination {namespace}/{name} kept changing while being written"
+        )),
+    })
+}
+
+/// Replaces an owned copy whose update the apiserver refuses as immutable.
+async fn recreate(
+    registry: &WatchRegistry,
+    api: &Api<DynamicObject>,
+    key: &ObjectKey,
+    current: &DynamicObject,
+    desired: &DynamicObject,
+) -> Result<(), WriteError> {
+    registry.record_delete(key.clone());
+    let preconditions = Preconditions {
+        uid: current.uid(),
+        resource_version: current.resource_version(),
+    };
+    let params = DeleteParams {
+        preconditions: Some(preconditions),
+        ..Default::default()
+    };
+    match api.delete(&key.name, &params).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.is_not_found() => {}
+        Err(e) => return Err(WriteError::Update(e)),
+    }
+    // The delete may still be in progress (finalizers of others): wait briefly for the name to free.
+    for _ in 0..50 {
+        match api
+            .create(
+                &PostParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..Default::default()
+                },
+                desired,
+            )
+            .await
+        {
+            Ok(created) => {
+                registry.record_write(key.clone(), created.resource_version().unwrap_or_default());
+                return Ok(());
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await
+            }
+            Err(e) => return Err(WriteError::Create(e)),
+        }
+    }
+    Err(WriteError::Conflict(format!(
+        "destination {}/{} is still being deleted; it will be recreated on the next attempt",
+        key.namespace, key.name
+    )))
+}
+
+/// Deletes the copy at `name` (in `api`'s namespace) if `owner` owns it.
+pub async fn remove_copy(
+    registry: &WatchRegistry,
+    api: &Api<DynamicObject>,
+    group_kind: &GroupKind,
+    name: &str,
+    owner: &Owner,
+) -> Result<Removed, kube::Error> {
+    let Some(current) = api.get_opt(name).await? else {
+        return Ok(Removed::Absent);
+    };
+    if !owner.owns(current.metadata.annotations.as_ref()) {
+        return Ok(Removed::LeftAlone);
+    }
+    if current.metadata.deletion_timestamp.is_some() {
+        return Ok(Removed::Deleted);
+    }
+    registry.record_delete(key_of(group_kind, &current));
+    let preconditions = Preconditions {
+        uid: current.uid(),
+        resource_version: current.resource_version(),
+    };
+    match api
+        .delete(
+            name,
+            &DeleteParams {
+                preconditions: Some(preconditions),
+                ..Default::default()
+            },
+        )
+        .await
+    {
+        Ok(_) => Ok(Removed::Deleted),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(Removed::Absent),
+        Err(e) => Err(e),
+    }
+}
