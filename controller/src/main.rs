@@ -182,7 +182,7 @@ async fn run_controllers(
     .predicate_filter(reconcile_relevant, PredicateConfig::default());
     let ready_store = store.clone();
     tokio::spawn(async move {
-        if ready_store.wait_until_ready().await.is_ok() {
+        if watches::store_ready(&ready_store, std::time::Duration::from_secs(3600)).await {
             readiness.set(true);
             tracing::info!("caches synced; ready");
         }

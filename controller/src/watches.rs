@@ -117,10 +117,9 @@ impl WatchRegistry {
                 }
             }
         };
-        tokio::time::timeout(Duration::from_secs(30), store.wait_until_ready())
-            .await
-            .map_err(|_| format!("the watch of {group_kind} did not sync within 30s"))?
-            .map_err(|e| format!("the watch of {group_kind} stopped: {e}"))?;
+        if !store_ready(&store, Duration::from_secs(30)).await {
+            return Err(format!("the watch of {group_kind} did not sync within 30s"));
+        }
         Ok(store)
     }
 
@@ -298,6 +297,24 @@ fn route(
     for w in wakers {
         let _ = wake.send(w);
     }
+}
+
+/// Waits until `store` has synced, up to `limit`. `Store::wait_until_ready` wakes only the last of
+/// several concurrent waiters (it parks on a oneshot receiver), so every waiter re-polls briefly.
+pub async fn store_ready<K>(store: &Store<K>, limit: Duration) -> bool
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_millis(50), store.wait_until_ready()).await {
+            Ok(Ok(())) => return true,
+            Ok(Err(_)) => return false,
+            Err(_) => {}
+        }
+    }
+    false
 }
 
 /// The key of an object we read or wrote.

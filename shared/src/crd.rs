@@ -82,7 +82,7 @@ pub struct ProjectionDestination {
     namespaced,
     status = "ProjectionStatus",
     shortname = "proj",
-    category = "projection",
+    category = "projection-sh",
     printcolumn(name = "Kind", type_ = "string", json_path = ".spec.source.kind"),
     printcolumn(
         name = "Source-Group",
@@ -154,7 +154,7 @@ pub struct ClusterProjectionDestination {
     doc = "Mirrors one namespaced object into an explicit list of namespaces or every namespace matching a selector.",
     status = "ClusterProjectionStatus",
     shortname = "cproj",
-    category = "projection",
+    category = "projection-sh",
     printcolumn(name = "Kind", type_ = "string", json_path = ".spec.source.kind"),
     printcolumn(
         name = "Source-Group",

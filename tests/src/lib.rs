@@ -80,7 +80,12 @@ pub fn control_plane_bin() -> PathBuf {
 /// kubeconfig.
 pub fn kubectl_command(args: &[&str]) -> Command {
     let mut cmd = Command::new(control_plane_bin().join("kubectl"));
-    cmd.arg("--kubeconfig").arg(kubeconfig_path()).args(args);
+    // A discovery cache of its own: a CRD changed by a test is never hidden by a stale user cache.
+    cmd.arg("--kubeconfig")
+        .arg(kubeconfig_path())
+        .arg("--cache-dir")
+        .arg(testenv_dir().join("kubectl-cache"));
+    cmd.args(args);
     cmd
 }
 
@@ -302,5 +307,227 @@ pub fn run_until_sigterm(binary: &Path, args: &[&str], ready_line: &str) -> std:
             panic!("{} did not exit within 10s of SIGTERM", binary.display());
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (the listener is closed again; fine for tests).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A plain HTTP/1.0 GET on 127.0.0.1; returns the status code and body, or `None` if nothing
+/// answers.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+/// The value of one sample in an OpenMetrics/Prometheus text exposition, e.g.
+/// `metric_value(&text, "projection_reconcile_total{kind=\"Projection\",result=\"success\"}")`.
+pub fn metric_value(exposition: &str, sample: &str) -> Option<f64> {
+    exposition.lines().find_map(|l| {
+        l.strip_prefix(sample)?
+            .trim()
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
+static PROCESS_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A service binary running against the local control plane, stopped with SIGTERM when dropped.
+/// Its log goes to `.testenv/logs/<name>-<pid>-<n>.log`.
+pub struct ServiceProcess {
+    child: std::process::Child,
+    /// Port of `/healthz`, `/readyz` and `/metrics`.
+    pub http_port: u16,
+    /// Where its log is.
+    pub log: PathBuf,
+}
+
+impl ServiceProcess {
+    /// Starts `binary` with `args` plus the test kubeconfig and an HTTP port for probes and
+    /// metrics (passed as `--metrics-bind-address` and `--health-probe-bind-address`).
+    pub fn start(binary: &Path, args: &[&str]) -> Self {
+        let http_port = free_port();
+        let address = format!("127.0.0.1:{http_port}");
+        let name = binary
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let logs = testenv_dir().join("logs");
+        std::fs::create_dir_all(&logs).expect("log folder");
+        let n = PROCESS_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let log = logs.join(format!("{name}-{}-{n}.log", std::process::id()));
+        let file = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(binary)
+            .args([
+                "--metrics-bind-address",
+                &address,
+                "--health-probe-bind-address",
+                &address,
+            ])
+            .args(args)
+            .env("KUBECONFIG", kubeconfig_path())
+            .env("RUST_LOG", "info,kube=warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+        Self {
+            child,
+            http_port,
+            log,
+        }
+    }
+
+    /// Waits until `/readyz` answers 200.
+    pub async fn wait_ready(&mut self) {
+        let port = self.http_port;
+        let log = self.log.clone();
+        let mut exited = None;
+        for _ in 0..300 {
+            if let Some(status) = self.child.try_wait().expect("wait works") {
+                exited = Some(status);
+                break;
+            }
+            if http_get(port, "/readyz").is_some_and(|(code, _)| code == 200) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let tail = std::fs::read_to_string(&log).unwrap_or_default();
+        panic!(
+            "service on port {port} never became ready (exited: {exited:?}); log {}:\n{tail}",
+            log.display()
+        );
+    }
+
+    /// The current `/metrics` text.
+    pub fn metrics(&self) -> String {
+        http_get(self.http_port, "/metrics")
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    }
+
+    /// Kills the process at once (SIGKILL), as a crash would.
+    pub fn kill_hard(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Whether it still runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Sends SIGTERM and waits (up to 10 s) for the exit status.
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return Some(status);
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill_hard();
+        None
+    }
+}
+
+impl Drop for ServiceProcess {
+    fn drop(&mut self) {
+        self.terminate();
+    }
+}
+
+/// The `events.k8s.io/v1` events in `namespace` about the object named `regarding`.
+pub async fn events_about(
+    client: &Client,
+    namespace: &str,
+    regarding: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), namespace);
+    api.list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding))
+        .collect()
+}
+
+/// Waits for an event with `reason` about `regarding` in `namespace`; returns its note.
+pub async fn wait_for_event(client: &Client, namespace: &str, regarding: &str, reason: &str) -> String {
+    wait_for(
+        &format!("event {reason} about {namespace}/{regarding}"),
+        Duration::from_secs(20),
+        || async {
+            let events = events_about(client, namespace, regarding).await;
+            events
+                .iter()
+                .find(|e| e.reason.as_deref() == Some(reason))
+                .map(|e| e.note.clone().unwrap_or_default())
+                .ok_or_else(|| {
+                    format!(
+                        "events so far: {:?}",
+                        events
+                            .iter()
+                            .map(|e| e.reason.clone().unwrap_or_default())
+                            .collect::<Vec<_>>()
+                    )
+                })
+        },
+    )
+    .await
+}
+
+/// Serialises tests that each run their own controller: two controllers on one cluster would both
+/// reconcile every object.
+pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl TestNamespace {
+    /// Deletes the namespace and waits until it is gone (its objects' finalizers included), so a
+    /// controller still running can clean up after the test.
+    pub async fn delete_and_wait(self, client: &Client) {
+        let api = Api::<Namespace>::all(client.clone());
+        let name = self.name.clone();
+        let _ = api.delete(&name, &DeleteParams::default()).await;
+        wait_for(
+            &format!("namespace {name} to be deleted"),
+            Duration::from_secs(60),
+            || async {
+                match api.get_opt(&name).await {
+                    Ok(None) => Ok(()),
+                    Ok(Some(ns)) => Err(format!("phase {:?}", ns.status.and_then(|s| s.phase))),
+                    Err(e) => Err(e.to_string()),
+                }
+            },
+        )
+        .await;
     }
 }

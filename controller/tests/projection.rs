@@ -1,0 +1,1290 @@
+//! The Projection controller against the real control plane, as a user sees it: objects, conditions,
+//! events and metrics. Each test runs its own controller process (one at a time).
+
+use k8s_openapi::{
+    api::{
+        apps::v1::Deployment,
+        coordination::v1::Lease,
+        core::v1::{ConfigMap, Secret, Service},
+    },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
+};
+use projection_tests::{
+    ServiceProcess, TestNamespace, client, exclusive, install_crds, kubectl_ok, metric_value, wait_for,
+    wait_for_event,
+};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use shared::crd::Projection;
+use std::{fmt::Debug, path::Path, time::Duration};
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+fn binary() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_projection-controller"))
+}
+
+/// A controller with a long retry cap, so anything that recovers within a test's timeout was woken
+/// by a watch, not by a timer.
+async fn controller(extra: &[&str]) -> ServiceProcess {
+    let mut args = vec!["--requeue-interval", "5m"];
+    args.extend_from_slice(extra);
+    let mut process = ServiceProcess::start(binary(), &args);
+    process.wait_ready().await;
+    process
+}
+
+struct Env {
+    client: Client,
+    source: TestNamespace,
+    dest: TestNamespace,
+}
+
+async fn env(name: &str) -> Env {
+    let client = client().await;
+    install_crds(&client).await;
+    let source = TestNamespace::create(&client, &format!("{name}-src")).await;
+    let dest = TestNamespace::create(&client, &format!("{name}-dst")).await;
+    Env { client, source, dest }
+}
+
+impl Env {
+    async fn finish(self) {
+        self.dest.delete_and_wait(&self.client).await;
+        self.source.delete_and_wait(&self.client).await;
+    }
+
+    fn api<K>(&self, namespace: &str) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    fn projections(&self) -> Api<Projection> {
+        self.api(self.dest.name())
+    }
+}
+
+async fn create<K>(api: &Api<K>, value: Value) -> K
+where
+    K: kube::Resource + Clone + DeserializeOwned + serde::Serialize + Debug,
+{
+    let object: K = serde_json::from_value(value).expect("valid object");
+    api.create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("create failed: {e}"))
+}
+
+async fn merge<K>(api: &Api<K>, name: &str, patch: Value) -> K
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug,
+{
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("patch {name} failed: {e}"))
+}
+
+fn opted_in() -> Value {
+    json!({"projection.sh/projectable": "true"})
+}
+
+fn projection(name: &str, source: Value, extra: Value) -> Value {
+    let mut spec = json!({"source": source});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        spec[k] = v.clone();
+    }
+    json!({"apiVersion": "projection.sh/v1", "kind": "Projection", "metadata": {"name": name}, "spec": spec})
+}
+
+fn cm_source(namespace: &str, name: &str) -> Value {
+    json!({"version": "v1", "kind": "ConfigMap", "namespace": namespace, "name": name})
+}
+
+/// Waits until the Projection's condition `type_` has `status` (and, if given, `reason`) for its
+/// current generation; returns the condition.
+async fn wait_condition(
+    api: &Api<Projection>,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: Option<&str>,
+) -> Value {
+    wait_for(
+        &format!("{name} {type_}={status} {reason:?}"),
+        TIMEOUT,
+        || async {
+            let p = api.get(name).await.map_err(|e| e.to_string())?;
+            let generation = p.metadata.generation;
+            let conditions = p
+                .status
+                .as_ref()
+                .map(|s| s.conditions.clone())
+                .unwrap_or_default();
+            let found = conditions.iter().find(|c| c.r#type == type_).cloned();
+            match found {
+                Some(c)
+                    if c.status == status
+                        && reason.is_none_or(|r| c.reason == r)
+                        && c.observed_generation == generation =>
+                {
+                    Ok(serde_json::to_value(c).unwrap_or_default())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+}
+
+async fn wait_ready(api: &Api<Projection>, name: &str) {
+    wait_condition(api, name, "Ready", "True", Some("Projected")).await;
+}
+
+/// Waits until `get` yields an object for which `check` holds.
+async fn wait_object<K, F>(api: &Api<K>, name: &str, what: &str, check: F) -> K
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug,
+    F: Fn(&K) -> bool,
+{
+    wait_for(what, TIMEOUT, || async {
+        match api.get_opt(name).await {
+            Ok(Some(o)) if check(&o) => Ok(o),
+            Ok(Some(o)) => Err(format!("{o:?}")),
+            Ok(None) => Err("absent".into()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await
+}
+
+async fn wait_absent<K>(api: &Api<K>, name: &str, what: &str)
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug,
+{
+    wait_for(what, TIMEOUT, || async {
+        match api.get_opt(name).await {
+            Ok(None) => Ok(()),
+            Ok(Some(o)) if o.meta().deletion_timestamp.is_some() => Ok(()),
+            Ok(Some(_)) => Err("still present".into()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await
+}
+
+fn data_of(cm: &ConfigMap) -> Value {
+    serde_json::to_value(cm.data.clone().unwrap_or_default()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn configmap_and_secret_are_mirrored_with_overlay() {
+    let _serial = exclusive();
+    let env = env("mirror").await;
+    let _controller = controller(&[]).await;
+    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    create(
+        &env.api::<ConfigMap>(&src),
+        json!({"metadata": {"name": "settings", "annotations": opted_in(),
+        "labels": {"app": "web"}}, "data": {"level": "info"}}),
+    )
+    .await;
+    create(
+        &env.api::<Secret>(&src),
+        json!({"metadata": {"name": "creds", "annotations": opted_in()},
+        "type": "Opaque", "data": {"password": "aHVudGVyMg=="}}),
+    )
+    .await;
+    create(&env.projections(), projection("settings", cm_source(&src, "settings"),
+        json!({"destination": {"name": "copied"}, "overlay": {"labels": {"team": "a", "app": "overridden"},
+               "annotations": {"note": "from-overlay"}}}))).await;
+    create(
+        &env.projections(),
+        projection(
+            "creds",
+            json!({"kind": "Secret", "namespace": src, "name": "creds"}),
+            json!({}),
+        ),
+    )
+    .await;
+
+    wait_ready(&env.projections(), "settings").await;
+    wait_ready(&env.projections(), "creds").await;
+    let copy = env
+        .api::<ConfigMap>(&dst)
+        .get("copied")
+        .await
+        .expect("copy exists");
+    assert_eq!(data_of(&copy), json!({"level": "info"}));
+    let labels = copy.labels();
+    assert_eq!(labels.get("team").map(String::as_str), Some("a"));
+    assert_eq!(
+        labels.get("app").map(String::as_str),
+        Some("overridden"),
+        "the overlay wins"
+    );
+    assert_eq!(
+        copy.annotations().get("note").map(String::as_str),
+        Some("from-overlay")
+    );
+    assert_eq!(
+        copy.annotations()
+            .get("projection.sh/owned-by-projection")
+            .map(String::as_str),
+        Some(format!("{dst}/settings").as_str())
+    );
+    assert!(
+        !copy.annotations().contains_key("projection.sh/projectable"),
+        "source's projection.sh keys are not copied"
+    );
+    let secret = env
+        .api::<Secret>(&dst)
+        .get("creds")
+        .await
+        .expect("secret copy exists");
+    assert_eq!(secret.type_.as_deref(), Some("Opaque"));
+    assert_eq!(
+        serde_json::to_value(&secret.data).unwrap()["password"],
+        "aHVudGVyMg=="
+    );
+
+    let p = env.projections().get("settings").await.expect("projection");
+    assert_eq!(
+        p.status.as_ref().and_then(|s| s.destination_name.as_deref()),
+        Some("copied")
+    );
+    let resolved = wait_condition(
+        &env.projections(),
+        "settings",
+        "SourceResolved",
+        "True",
+        Some("Resolved"),
+    )
+    .await;
+    assert_eq!(
+        resolved["message"], "",
+        "a pinned source has no resolution message"
+    );
+    let note = wait_for_event(&env.client, &dst, "settings", "Projected").await;
+    assert_eq!(
+        note,
+        format!("projected /v1, Kind=ConfigMap {src}/settings to {dst}/copied")
+    );
+    let resolved = wait_condition(&env.projections(), "creds", "SourceResolved", "True", None).await;
+    assert_eq!(resolved["message"], "resolved /Secret to preferred version v1");
+
+    // kubectl as a user would use it.
+    kubectl_ok(&[
+        "wait",
+        "-n",
+        &dst,
+        "--for=condition=Ready",
+        "projection/settings",
+        "--timeout=10s",
+    ]);
+    let described = kubectl_ok(&["describe", "projection", "-n", &dst, "settings"]);
+    assert!(
+        described.contains("DestinationWritten") && described.contains("Projected"),
+        "{described}"
+    );
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn source_edits_propagate_and_other_writers_are_left_alone() {
+    let _serial = exclusive();
+    let env = env("edits").await;
+    let controller = controller(&[]).await;
+    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let sources = env.api::<ConfigMap>(&src);
+    let copies = env.api::<ConfigMap>(&dst);
+    create(
+        &sources,
+        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1", "b": "2"}}),
+    )
+    .await;
+    create(
+        &env.projections(),
+        projection("cfg", cm_source(&src, "cfg"), json!({})),
+    )
+    .await;
+    wait_ready(&env.projections(), "cfg").await;
+
+    // Someone else labels the copy and adds a key of their own: both survive our updates.
+    merge(
+        &copies,
+        "cfg",
+        json!({"metadata": {"labels": {"added-by": "someone"}}, "data": {"theirs": "x"}}),
+    )
+    .await;
+    merge(&sources, "cfg", json!({"data": {"a": "10", "b": null}})).await;
+    let copy = wait_object(&copies, "cfg", "copy updated", |c| data_of(c)["a"] == "10").await;
+    assert_eq!(
+        data_of(&copy),
+        json!({"a": "10", "theirs": "x"}),
+        "b removed from the source is removed; theirs stays"
+    );
+    assert_eq!(copy.labels().get("added-by").map(String::as_str), Some("someone"));
+    wait_for_event(&env.client, &dst, "cfg", "Updated").await;
+
+    // One reconcile per source edit, one write, and no echo from our own writes.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let sample = "projection_reconcile_total{kind=\"Projection\",result=\"success\"}";
+    let before = metric_value(&controller.metrics(), sample).expect("reconcile metric");
+    let rv_before = copies.get("cfg").await.expect("copy").resource_version();
+    merge(&sources, "cfg", json!({"data": {"a": "11"}})).await;
+    wait_object(&copies, "cfg", "second edit", |c| data_of(c)["a"] == "11").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = metric_value(&controller.metrics(), sample).expect("reconcile metric");
+    assert_eq!(after - before, 1.0, "exactly one reconcile for one source edit");
+    let copy = copies.get("cfg").await.expect("copy");
+    assert_ne!(copy.resource_version(), rv_before);
+    // An unrelated annotation on the source that does not change the copy costs no write.
+    let rv = copy.resource_version();
+    merge(
+        &sources,
+        "cfg",
+        json!({"metadata": {"annotations": {"projection.sh/projectable": "true"}}}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        copies.get("cfg").await.expect("copy").resource_version(),
+        rv,
+        "no write when nothing changed"
+    );
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_copy_deleted_or_edited_by_hand_is_restored() {
+    let _serial = exclusive();
+    let env = env("heal").await;
+    let _controller = controller(&[]).await;
+    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let copies = env.api::<ConfigMap>(&dst);
+    create(
+        &env.api::<ConfigMap>(&src),
+        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
+    )
+    .await;
+    create(
+        &env.projections(),
+        projection("cfg", cm_source(&src, "cfg"), json!({})),
+    )
+    .await;
+    wait_ready(&env.projections(), "cfg").await;
+    let original = copies.get("cfg").await.expect("copy").uid();
+
+    copies
+        .delete("cfg", &DeleteParams::default())
+        .await
+        .expect("deleted by hand");
+    let restored = wait_object(&copies, "cfg", "copy restored", |c| c.uid() != original).await;
+    assert_eq!(data_of(&restored), json!({"a": "1"}));
+
+    merge(&copies, "cfg", json!({"data": {"a": "tampered"}})).await;
+    wait_object(&copies, "cfg", "tampered value restored", |c| {
+        data_of(c)["a"] == "1"
+    })
+    .await;
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn services_keep_their_nature() {
+    let _serial = exclusive();
+    let env = env("svc").await;
+    let _controller = controller(&[]).await;
+    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let services = env.api::<Service>(&src);
+    let port = |p: u16| json!({"name": format!("p{p}"), "port": p, "protocol": "TCP", "targetPort": p});
+    create(
+        &services,
+        json!({"metadata": {"name": "clusterip", "annotations": opted_in()},
+        "spec": {"selector": {"app": "a"}, "ports": [port(80)]}}),
+    )
+    .await;
+    create(
+        &services,
+        json!({"metadata": {"name": "headless", "annotations": opted_in()},
+        "spec": {"clusterIP": "None", "selector": {"app": "a"}, "ports": [port(5432)]}}),
+    )
+    .await;
+    create(
+        &services,
+        json!({"metadata": {"name": "nodeport", "annotations": opted_in()},
+        "spec": {"type": "NodePort", "selector": {"app": "a"}, "ports": [port(8080)]}}),
+    )
+    .await;
+    for name in ["clusterip", "headless", "nodeport"] {
+        create(
+            &env.projections(),
+            projection(
+                name,
+                json!({"kind": "Service", "namespace": src, "name": name}),
+                json!({}),
+            ),
+        )
+        .await;
+    }
+    for name in ["clusterip", "headless", "nodeport"] {
+        wait_ready(&env.projections(), name).await;
+    }
+    let copies = env.api::<Service>(&dst);
+    let source_ip = services.get("clusterip").await.unwrap().spec.unwrap().cluster_ip;
+    let copy = copies.get("clusterip").await.expect("copy").spec.expect("spec");
+    assert!(
+        copy.cluster_ip.is_some() && copy.cluster_ip != source_ip,
+        "the copy got its own cluster IP"
+    );
+    let headless = copies.get("headless").await.expect("copy").spec.expect("spec");
+    assert_eq!(
+        headless.cluster_ip.as_deref(),
+        Some("None"),
+        "a headless Service stays headless"
+    );
+    let source_port = services
+        .get("nodeport")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .ports
+        .unwrap()[0]
+        .node_port;
+    let copy_port = copies
+        .get("nodeport")
+        .await
+        .expect("copy")
+        .spec
+        .expect("spec")
+        .ports
+        .expect("ports")[0]
+        .node_port;
+    assert!(
+        copy_port.is_some() && copy_port != source_port,
+        "the NodePort copy got its own node port"
+    );
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn deployments_are_mirrored() {
+    let _serial = exclusive();
+    let env = env("deploy").await;
+    let _controller = controller(&[]).await;
+    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let deployments = env.api::<Deployment>(&src);
+    create(&deployments, json!({"metadata": {"name": "web", "annotations": opted_in()}, "spec": {
+        "replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}})).await;
+    create(
+        &env.projections(),
+        projection(
+            "web",
+            json!({"group": "apps", "kind": "Deployment", "namespace": src, "name": "web"}),
+            json!({}),
+        ),
+    )
+    .await;
+    wait_ready(&env.projections(), "web").await;
+    let copy = env.api::<Deployment>(&dst).get("web").await.expect("copy");
+    assert_eq!(copy.spec.as_ref().and_then(|s| s.replicas), Some(1));
+    merge(&deployments, "web", json!({"spec": {"replicas": 3}})).await;
+    wait_object(&env.api::<Deployment>(&dst), "web", "replicas propagated", |d| {
+        d.spec.as_ref().and_then(|s| s.replicas) == Some(3)
+    })
+    .await;
+    // The copy's own Deployment controller writes its revision annotation; we never fight it.
+    let copy = wait_object(&env.api::<Deployment>(&dst), "web", "revision annotation", |d| {
+        d.annotations().contains_key("deployment.kubernetes.io/revision")
+    })
+    .await;
+    let revision = copy
+        .annotations()
+        .get("deployment.kubernetes.io/revision")
+        .cloned();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let later = env.api::<Deployment>(&dst).get("web").await.expect("copy");
+    assert_eq!(
+        later
+            .annotations()
+            .get("deployment.kubernetes.io/revision")
+            .cloned(),
+        revision
+    );
+    env.finish().await;
+}
+
+async fn install_widget_crd(client: &Client, group: &str, versions: &[&str]) -> String {
+    let plural = "widgets";
+    let name = format!("{plural}.{group}");
+    let versions: Vec<Value> = versions
+        .iter()
+        .enumerate()
+        .map(|(i, v)| json!({"name": v, "served": true, "storage": i == 0, "schema": {"openAPIV3Schema": {
+            "type": "object", "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}))
+        .collect();
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"group": group, "scope": "Namespaced", "names": {"plural": plural, "singular": "widget", "kind": "Widget"},
+                 "versions": versions}}))
+    .expect("crd");
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    api.patch(
+        &name,
+        &PatchParams::apply("projection-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("CRD applied");
+    wait_for(&format!("CRD {name} established"), TIMEOUT, || async {
+        let crd = api.get(&name).await.map_err(|e| e.to_string())?;
+        let ok = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        ok.then_some(()).ok_or_else(|| "not yet".to_owned())
+    })
+    .await;
+    name
+}
+
+fn widgets(client: &Client, group: &str, version: &str, namespace: &str) -> Api<DynamicObject> {
+    let resource = ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: format!("{group}/{version}"),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    };
+    Api::namespaced_with(client.clone(), namespace, &resource)
+}
+
+#[tokio::test]
+async fn custom_resources_pinned_and_unpinned_and_a_kind_that_becomes_known() {
+    let _serial = exclusive();
+    let env = env("crd").await;
+    let _controller = controller(&[]).await;
+    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    // A group of its own per run, so the CRD is unknown when the Projection arrives.
+    let group = format!("{}.test.projection.sh", env.source.name());
+    create(
+        &env.projections(),
+        projection(
+            "late",
+            json!({"group": group, "kind": "Widget", "namespace": src, "name": "w"}),
+            json!({}),
+        ),
+    )
+    .await;
+    let failed = wait_condition(
+        &env.projections(),
+        "late",
+        "SourceResolved",
+        "False",
+        Some("SourceResolutionFailed"),
+    )
+    .await;
+    assert!(
+        failed["message"].as_str().unwrap_or_default().contains("Widget"),
+        "{failed}"
+    );
+    wait_for_event(&env.client, &dst, "late", "SourceResolutionFailed").await;
+
+    let crd = install_widget_crd(&env.client, &group, &["v1", "v1beta1"]).await;
+    let body = |v: &str| {
+        json!({"apiVersion": format!("{group}/{v}"), "kind": "Widget",
+        "metadata": {"name": "w", "annotations": opted_in()}, "spec": {"size": 3}})
+    };
+    let object: DynamicObject = serde_json::from_value(body("v1")).expect("widget");
+    widgets(&env.client, &group, "v1", &src)
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("widget created");
+    // Recovered without a timer: the CRD watch wakes the Projection.
+    wait_ready(&env.projections(), "late").await;
+    let resolved = wait_condition(&env.projections(), "late", "SourceResolved", "True", None).await;
+    assert_eq!(
+        resolved["message"],
+        format!("resolved {group}/Widget to preferred version v1")
+    );
+
+    create(
+        &env.projections(),
+        projection(
+            "pinned",
+            json!({"group": group, "version": "v1beta1", "kind": "Widget",
+        "namespace": src, "name": "w"}),
+            json!({"destination": {"name": "w-pinned"}}),
+        ),
+    )
+    .await;
+    wait_ready(&env.projections(), "pinned").await;
+    let pinned = wait_condition(&env.projections(), "pinned", "SourceResolved", "True", None).await;
+    assert_eq!(pinned["message"], "");
+    let copy = widgets(&env.client, &group, "v1", &dst)
+        .get("w-pinned")
+        .await
+        .expect("pinned copy");
+    assert_eq!(copy.data["spec"]["size"], 3);
+    let copy = widgets(&env.client, &group, "v1", &dst)
+        .get("w")
+        .await
+        .expect("unpinned copy");
+    assert_eq!(copy.data["spec"]["size"], 3);
+    let client = env.client.clone();
+    env.finish().await;
+    let _ = Api::<CustomResourceDefinition>::all(client)
+        .delete(&crd, &DeleteParams::default())
+        .await;
+}
+
+#[tokio::test]
+async fn cluster_scoped_kinds_are_refused() {
+    let _serial = exclusive();
+    let env = env("scope").await;
+    let _controller = controller(&[]).await;
+    create(
+        &env.projections(),
+        projection(
+            "ns",
+            json!({"version": "v1", "kind": "Namespace", "namespace": env.source.name(), "name": "default"}),
+            json!({}),
+        ),
+    )
+    .await;
+    let c = wait_condition(
+        &env.projections(),
+        "ns",
+        "Ready",
+        "False",
+        Some("SourceResolutionFailed"),
+    )
+    .await;
+    assert_eq!(
+        c["message"],
+        "v1/Namespace is cluster-scoped; projection only mirrors namespaced resources"
+    );
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_stranger_is_never_touched_and_its_departure_is_noticed_at_once() {
+    let _serial = exclusive();
+    let env = env("conflict").await;
+    let _controller = controller(&[]).await;
+    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    create(
+        &env.api::<ConfigMap>(&src),
+        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
+    )
+    .await;
+    create(
+        &env.api::<ConfigMap>(&dst),
+        json!({"metadata": {"name": "cfg"}, "data": {"mine": "do not touch"}}),
+    )
+    .await;
+    create(
+        &env.projections(),
+        projection("cfg", cm_source(&src, "cfg"), json!({})),
+    )
+    .await;
+    let c = wait_condition(
+        &env.projections(),
+        "cfg",
+        "Ready",
+        "False",
+        Some("DestinationConflict"),
+    )
+    .await;
+    assert_eq!(
+        c["message"],
+        format!("destination {dst}/cfg exists and is not owned by this Projection")
+    );
+    wait_for_event(&env.client, &dst, "cfg", "DestinationConflict").await;
+    let stranger = env.api::<ConfigMap>(&dst).get("cfg").await.expect("stranger");
+    assert_eq!(data_of(&stranger), json!({"mine": "do not touch"}));
+    assert!(
+        stranger.annotations().is_empty() && stranger.labels().is_empty(),
+        "the stranger was not modified"
+    );
+
+    env.api::<ConfigMap>(&dst)
+        .delete("cfg", &DeleteParams::default())
+        .await
+        .expect("stranger deleted");
+    // The retry cap is 5 minutes: recovering within the timeout proves a watch woke us.
+    wait_ready(&env.projections(), "cfg").await;
+    assert_eq!(
+        data_of(&env.api::<ConfigMap>(&dst).get("cfg").await.expect("copy")),
+        json!({"a": "1"})
+    );
+
+    // The same object as source and destination is refused, not a conflict with itself.
+    create(
+        &env.api::<ConfigMap>(&dst),
+        json!({"metadata": {"name": "self", "annotations": opted_in()}, "data": {"a": "1"}}),
+    )
+    .await;
+    create(
+        &env.projections(),
+        projection("self", cm_source(&dst, "self"), json!({})),
+    )
+    .await;
+    let c = wait_condition(
+        &env.projections(),
+        "self",
+        "Ready",
+        "False",
+        Some("DestinationConflict"),
+    )
+    .await;
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("is the source object itself"),
+        "{c}"
+    );
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn allowlist_permissive_and_veto() {
+    let _serial = exclusive();
+    let env = env("policy").await;
+    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let sources = env.api::<ConfigMap>(&src);
+    let copies = env.api::<ConfigMap>(&dst);
+    create(
+        &sources,
+        json!({"metadata": {"name": "plain"}, "data": {"a": "1"}}),
+    )
+    .await;
+    create(
+        &env.projections(),
+        projection("plain", cm_source(&src, "plain"), json!({})),
+    )
+    .await;
+    {
+        let _allowlist = controller(&[]).await;
+        let c = wait_condition(
+            &env.projections(),
+            "plain",
+            "Ready",
+            "False",
+            Some("SourceNotProjectable"),
+        )
+        .await;
+        assert_eq!(
+            c["message"],
+            format!(
+                "source-mode=allowlist requires annotation projection.sh/projectable=\"true\" on source {src}/plain"
+            )
+        );
+        assert!(copies.get_opt("plain").await.expect("get").is_none());
+        // Opting in is noticed through the source watch.
+        merge(
+            &sources,
+            "plain",
+            json!({"metadata": {"annotations": opted_in()}}),
+        )
+        .await;
+        wait_ready(&env.projections(), "plain").await;
+        merge(
+            &sources,
+            "plain",
+            json!({"metadata": {"annotations": {"projection.sh/projectable": null}}}),
+        )
+        .await;
+        wait_condition(
+            &env.projections(),
+            "plain",
+            "Ready",
+            "False",
+            Some("SourceNotProjectable"),
+        )
+        .await;
+        wait_absent(
+            &copies,
+            "plain",
+            "copy retracted when the source is no longer opted in",
+        )
+        .await;
+    }
+    {
+        let _permissive = controller(&["--source-mode", "permissive"]).await;
+        wait_ready(&env.projections(), "plain").await;
+        assert!(copies.get_opt("plain").await.expect("get").is_some());
+        // "false" wins in every mode, and retracts the copy.
+        merge(
+            &sources,
+            "plain",
+            json!({"metadata": {"annotations": {"projection.sh/projectable": "false"}}}),
+        )
+        .await;
+        let c = wait_condition(
+            &env.projections(),
+            "plain",
+            "Ready",
+            "False",
+            Some("SourceOptedOut"),
+        )
+        .await;
+        assert_eq!(
+            c["message"],
+            format!(
+                "source {src}/plain has projection.sh/projectable=\"false\"; owner has opted out of projection"
+            )
+        );
+        wait_absent(&copies, "plain", "copy retracted on veto").await;
+        wait_for_event(&env.client, &dst, "plain", "DestinationDeleted").await;
+        wait_for_event(&env.client, &dst, "plain", "SourceOptedOut").await;
+    }
+    let _cleanup = controller(&[]).await;
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_deleted_source_takes_its_copy_and_a_recreated_one_brings_it_back() {
+    let _serial = exclusive();
+    let env = env("srcdel").await;
+    let _controller = controller(&[]).await;
+    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let sources = env.api::<ConfigMap>(&src);
+    let copies = env.api::<ConfigMap>(&dst);
+    create(
+        &env.projections(),
+        projection("cfg", cm_source(&src, "cfg"), json!({})),
+    )
+    .await;
+    let c = wait_condition(
+        &env.projections(),
+        "cfg",
+        "Ready",
+        "False",
+        Some("SourceNotFound"),
+    )
+    .await;
+    assert_eq!(c["message"], format!("source {src}/cfg not found"));
+
+    create(
+        &sources,
+        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
+    )
+    .await;
+    wait_ready(&env.projections(), "cfg").await;
+    sources
+        .delete("cfg", &DeleteParams::default())
+        .await
+        .expect("source deleted");
+    let c = wait_condition(&env.projections(), "cfg", "Ready", "False", Some("SourceDeleted")).await;
+    assert_eq!(c["message"], format!("source {src}/cfg has been deleted"));
+    wait_absent(&copies, "cfg", "copy removed with its source").await;
+
+    create(
+        &sources,
+        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "2"}}),
+    )
+    .await;
+    wait_ready(&env.projections(), "cfg").await;
+    assert_eq!(
+        data_of(&copies.get("cfg").await.expect("copy back")),
+        json!({"a": "2"})
+    );
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn renames_and_source_changes_leave_no_orphan() {
+    let _serial = exclusive();
+    let env = env("orphans").await;
+    let _controller = controller(&[]).await;
+    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    create(
+        &env.api::<ConfigMap>(&src),
+        json!({"metadata": {"name": "one", "annotations": opted_in()}, "data": {"n": "1"}}),
+    )
+    .await;
+    create(
+        &env.api::<ConfigMap>(&src),
+        json!({"metadata": {"name": "two", "annotations": opted_in()}, "data": {"n": "2"}}),
+    )
+    .await;
+    create(
+        &env.api::<Secret>(&src),
+        json!({"metadata": {"name": "two", "annotations": opted_in()}, "stringData": {"n": "2"}}),
+    )
+    .await;
+    let projections = env.projections();
+    let cms = env.api::<ConfigMap>(&dst);
+    create(&projections, projection("p", cm_source(&src, "one"), json!({}))).await;
+    wait_ready(&projections, "p").await;
+
+    merge(
+        &projections,
+        "p",
+        json!({"spec": {"destination": {"name": "renamed"}}}),
+    )
+    .await;
+    wait_ready(&projections, "p").await;
+    wait_absent(&cms, "one", "old copy removed after a rename").await;
+    assert_eq!(
+        data_of(&cms.get("renamed").await.expect("renamed copy")),
+        json!({"n": "1"})
+    );
+
+    merge(
+        &projections,
+        "p",
+        json!({"spec": {"source": {"name": "two"}, "destination": null}}),
+    )
+    .await;
+    wait_ready(&projections, "p").await;
+    wait_absent(&cms, "renamed", "old copy removed after a source change").await;
+    assert_eq!(
+        data_of(&cms.get("two").await.expect("copy of two")),
+        json!({"n": "2"})
+    );
+
+    merge(&projections, "p", json!({"spec": {"source": {"kind": "Secret"}}})).await;
+    wait_ready(&projections, "p").await;
+    wait_absent(&cms, "two", "old ConfigMap copy removed after a kind change").await;
+    assert!(
+        env.api::<Secret>(&dst)
+            .get_opt("two")
+            .await
+            .expect("get")
+            .is_some()
+    );
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn deleting_the_projection_removes_its_copy_unless_the_copy_was_claimed() {
+    let _serial = exclusive();
+    let env = env("delete").await;
+    let _controller = controller(&[]).await;
+    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    create(
+        &env.api::<ConfigMap>(&src),
+        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
+    )
+    .await;
+    let projections = env.projections();
+    let copies = env.api::<ConfigMap>(&dst);
+    create(
+        &projections,
+        projection(
+            "owned",
+            cm_source(&src, "cfg"),
+            json!({"destination": {"name": "owned"}}),
+        ),
+    )
+    .await;
+    create(
+        &projections,
+        projection(
+            "claimed",
+            cm_source(&src, "cfg"),
+            json!({"destination": {"name": "claimed"}}),
+        ),
+    )
+    .await;
+    wait_ready(&projections, "owned").await;
+    wait_ready(&projections, "claimed").await;
+    let finalizers = projections.get("owned").await.expect("p").finalizers().to_vec();
+    assert_eq!(finalizers, ["projection.sh/finalizer"]);
+
+    projections
+        .delete("owned", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    wait_absent(&projections, "owned", "projection gone").await;
+    wait_absent(&copies, "owned", "its copy gone").await;
+
+    // Removing the ownership annotation is the escape hatch: the copy is now someone else's.
+    merge(
+        &copies,
+        "claimed",
+        json!({"metadata": {"annotations": {"projection.sh/owned-by-projection": null}}}),
+    )
+    .await;
+    projections
+        .delete("claimed", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    wait_absent(&projections, "claimed", "projection gone").await;
+    assert!(
+        copies.get_opt("claimed").await.expect("get").is_some(),
+        "a claimed copy is left alone"
+    );
+    let note = wait_for_event(&env.client, &dst, "claimed", "DestinationLeftAlone").await;
+    assert_eq!(note, format!("{dst}/claimed (not owned)"));
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn an_immutable_copy_is_recreated_when_its_source_changes() {
+    let _serial = exclusive();
+    let env = env("immutable").await;
+    let _controller = controller(&[]).await;
+    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let sources = env.api::<Secret>(&src);
+    create(
+        &sources,
+        json!({"metadata": {"name": "s", "annotations": opted_in()}, "type": "Opaque",
+        "immutable": true, "stringData": {"v": "1"}}),
+    )
+    .await;
+    create(
+        &env.projections(),
+        projection(
+            "s",
+            json!({"kind": "Secret", "namespace": src, "name": "s"}),
+            json!({}),
+        ),
+    )
+    .await;
+    wait_ready(&env.projections(), "s").await;
+    let first = env.api::<Secret>(&dst).get("s").await.expect("copy").uid();
+    // An immutable source is replaced by a new object with the same name.
+    sources
+        .delete("s", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    create(
+        &sources,
+        json!({"metadata": {"name": "s", "annotations": opted_in()}, "type": "Opaque",
+        "immutable": true, "stringData": {"v": "2"}}),
+    )
+    .await;
+    let copy = wait_object(&env.api::<Secret>(&dst), "s", "copy with the new value", |s| {
+        s.data.as_ref().and_then(|d| d.get("v")).map(|b| b.0.as_slice()) == Some(b"2")
+    })
+    .await;
+    assert_ne!(copy.uid(), first);
+    wait_ready(&env.projections(), "s").await;
+
+    // A Secret's type cannot change in place either.
+    create(&sources, json!({"metadata": {"name": "t", "annotations": opted_in()}, "type": "Opaque", "stringData": {"v": "1"}})).await;
+    create(
+        &env.projections(),
+        projection(
+            "t",
+            json!({"kind": "Secret", "namespace": src, "name": "t"}),
+            json!({}),
+        ),
+    )
+    .await;
+    wait_ready(&env.projections(), "t").await;
+    sources
+        .delete("t", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    create(&sources, json!({"metadata": {"name": "t", "annotations": opted_in()}, "type": "example.com/custom", "stringData": {"v": "1"}})).await;
+    wait_object(&env.api::<Secret>(&dst), "t", "copy with the new type", |s| {
+        s.type_.as_deref() == Some("example.com/custom")
+    })
+    .await;
+    wait_for_event(&env.client, &dst, "t", "DestinationRecreated").await;
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_chained_projection_stays_stable() {
+    let _serial = exclusive();
+    let env = env("chain").await;
+    let _controller = controller(&["--source-mode", "permissive"]).await;
+    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    create(
+        &env.api::<ConfigMap>(&src),
+        json!({"metadata": {"name": "root"}, "data": {"a": "1"}}),
+    )
+    .await;
+    // first: src/root -> dst/mid; second: dst/mid (a copy) -> src/leaf
+    create(
+        &env.projections(),
+        projection(
+            "first",
+            cm_source(&src, "root"),
+            json!({"destination": {"name": "mid"}}),
+        ),
+    )
+    .await;
+    wait_ready(&env.projections(), "first").await;
+    create(
+        &env.api::<Projection>(&src),
+        projection(
+            "second",
+            cm_source(&dst, "mid"),
+            json!({"destination": {"name": "leaf"}}),
+        ),
+    )
+    .await;
+    wait_ready(&env.api::<Projection>(&src), "second").await;
+    let leaf = env.api::<ConfigMap>(&src).get("leaf").await.expect("leaf");
+    assert_eq!(
+        leaf.annotations()
+            .get("projection.sh/owned-by-projection")
+            .map(String::as_str),
+        Some(format!("{src}/second").as_str())
+    );
+    let mid_rv = env
+        .api::<ConfigMap>(&dst)
+        .get("mid")
+        .await
+        .expect("mid")
+        .resource_version();
+    let leaf_rv = leaf.resource_version();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        env.api::<ConfigMap>(&dst)
+            .get("mid")
+            .await
+            .expect("mid")
+            .resource_version(),
+        mid_rv,
+        "mid is stable"
+    );
+    assert_eq!(
+        env.api::<ConfigMap>(&src)
+            .get("leaf")
+            .await
+            .expect("leaf")
+            .resource_version(),
+        leaf_rv,
+        "leaf is stable"
+    );
+    // A change flows through both.
+    merge(&env.api::<ConfigMap>(&src), "root", json!({"data": {"a": "2"}})).await;
+    wait_object(
+        &env.api::<ConfigMap>(&src),
+        "leaf",
+        "change through the chain",
+        |c| data_of(c)["a"] == "2",
+    )
+    .await;
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn metrics_and_probes_are_served() {
+    let _serial = exclusive();
+    let env = env("metrics").await;
+    let controller = controller(&[]).await;
+    create(
+        &env.api::<ConfigMap>(env.source.name()),
+        json!({"metadata": {"name": "cfg", "annotations": opted_in()}}),
+    )
+    .await;
+    create(
+        &env.projections(),
+        projection("cfg", cm_source(env.source.name(), "cfg"), json!({})),
+    )
+    .await;
+    wait_ready(&env.projections(), "cfg").await;
+    let text = controller.metrics();
+    for family in [
+        "projection_reconcile_total{kind=\"Projection\",result=\"success\"}",
+        "projection_watched_gvks",
+        "projection_watched_dest_gvks",
+        "projection_e2e_seconds_count{kind=\"Projection\",event=\"create\"}",
+        "projection_reconcile_duration_seconds_count{kind=\"Projection\"}",
+        "process_resident_memory_bytes",
+    ] {
+        assert!(
+            metric_value(&text, family).is_some_and(|v| v > 0.0),
+            "{family} missing or zero in:\n{text}"
+        );
+    }
+    assert_eq!(
+        projection_tests::http_get(controller.http_port, "/healthz").map(|r| r.0),
+        Some(200)
+    );
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn leader_election_hands_over_when_the_leader_dies() {
+    let _serial = exclusive();
+    let env = env("leader").await;
+    let namespace = env.source.name().to_owned();
+    let args = [
+        "--leader-elect",
+        "--leader-election-lease-duration",
+        "4s",
+        "--leader-election-namespace",
+        namespace.as_str(),
+    ];
+    let mut first = ServiceProcess::start(binary(), &args);
+    first.wait_ready().await;
+    let leases: Api<Lease> = env.api(&namespace);
+    let holder = |l: &Lease| {
+        l.spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.clone())
+            .unwrap_or_default()
+    };
+    let lease = wait_object(&leases, "projection-controller-leader", "lease held", |l| {
+        !holder(l).is_empty()
+    })
+    .await;
+    let first_holder = holder(&lease);
+    let mut second = ServiceProcess::start(binary(), &args);
+    second.wait_ready().await; // a standby is ready too
+    create(
+        &env.api::<ConfigMap>(&namespace),
+        json!({"metadata": {"name": "cfg", "annotations": opted_in()}}),
+    )
+    .await;
+    create(
+        &env.projections(),
+        projection("a", cm_source(&namespace, "cfg"), json!({})),
+    )
+    .await;
+    wait_ready(&env.projections(), "a").await;
+    let success = "projection_reconcile_total{kind=\"Projection\",result=\"success\"}";
+    assert!(
+        metric_value(&second.metrics(), success).is_none(),
+        "the standby wrote nothing"
+    );
+
+    first.kill_hard();
+    let started = std::time::Instant::now();
+    wait_object(&leases, "projection-controller-leader", "lease taken over", |l| {
+        !holder(l).is_empty() && holder(l) != first_holder
+    })
+    .await;
+    create(
+        &env.projections(),
+        projection(
+            "b",
+            cm_source(&namespace, "cfg"),
+            json!({"destination": {"name": "cfg-b"}}),
+        ),
+    )
+    .await;
+    wait_ready(&env.projections(), "b").await;
+    assert!(
+        started.elapsed() < Duration::from_secs(12),
+        "took over in {:?}",
+        started.elapsed()
+    );
+    assert!(second.is_running());
+    let status = second.terminate();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "clean exit on SIGTERM: {status:?}"
+    );
+    let _cleanup = controller(&[]).await;
+    env.finish().await;
+}
