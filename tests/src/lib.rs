@@ -338,14 +338,9 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 /// The value of one sample in an OpenMetrics/Prometheus text exposition, e.g.
 /// `metric_value(&text, "projection_reconcile_total{kind=\"Projection\",result=\"success\"}")`.
 pub fn metric_value(exposition: &str, sample: &str) -> Option<f64> {
-    exposition.lines().find_map(|l| {
-        l.strip_prefix(sample)?
-            .trim()
-            .split_whitespace()
-            .next()?
-            .parse()
-            .ok()
-    })
+    exposition
+        .lines()
+        .find_map(|l| l.strip_prefix(sample)?.split_whitespace().next()?.parse().ok())
 }
 
 static PROCESS_COUNTER: AtomicU32 = AtomicU32::new(0);
