@@ -183,7 +183,7 @@ fn data_of(cm: &ConfigMap) -> Value {
 
 #[tokio::test]
 async fn configmap_and_secret_are_mirrored_with_overlay() {
-    let _serial = exclusive();
+    let _serial = exclusive().await;
     let env = env("mirror").await;
     let _controller = controller(&[]).await;
     let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
@@ -296,7 +296,7 @@ async fn configmap_and_secret_are_mirrored_with_overlay() {
 
 #[tokio::test]
 async fn source_edits_propagate_and_other_writers_are_left_alone() {
-    let _serial = exclusive();
+    let _serial = exclusive().await;
     let env = env("edits").await;
     let controller = controller(&[]).await;
     let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
@@ -362,7 +362,7 @@ async fn source_edits_propagate_and_other_writers_are_left_alone() {
 
 #[tokio::test]
 async fn a_copy_deleted_or_edited_by_hand_is_restored() {
-    let _serial = exclusive();
+    let _serial = exclusive().await;
     let env = env("heal").await;
     let _controller = controller(&[]).await;
     let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
@@ -397,7 +397,7 @@ async fn a_copy_deleted_or_edited_by_hand_is_restored() {
 
 #[tokio::test]
 async fn services_keep_their_nature() {
-    let _serial = exclusive();
+    let _serial = exclusive().await;
     let env = env("svc").await;
     let _controller = controller(&[]).await;
     let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
@@ -475,7 +475,7 @@ async fn services_keep_their_nature() {
 
 #[tokio::test]
 async fn deployments_are_mirrored() {
-    let _serial = exclusive();
+    let _serial = exclusive().await;
     let env = env("deploy").await;
     let _controller = controller(&[]).await;
     let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
@@ -570,7 +570,7 @@ fn widgets(client: &Client, group: &str, version: &str, namespace: &str) -> Api<
 
 #[tokio::test]
 async fn custom_resources_pinned_and_unpinned_and_a_kind_that_becomes_known() {
-    let _serial = exclusive();
+    let _serial = exclusive().await;
     let env = env("crd").await;
     let _controller = controller(&[]).await;
     let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
@@ -649,7 +649,7 @@ async fn custom_resources_pinned_and_unpinned_and_a_kind_that_becomes_known() {
 
 #[tokio::test]
 async fn cluster_scoped_kinds_are_refused() {
-    let _serial = exclusive();
+    let _serial = exclusive().await;
     let env = env("scope").await;
     let _controller = controller(&[]).await;
     create(
@@ -678,7 +678,7 @@ async fn cluster_scoped_kinds_are_refused() {
 
 #[tokio::test]
 async fn a_stranger_is_never_touched_and_its_departure_is_noticed_at_once() {
-    let _serial = exclusive();
+    let _serial = exclusive().await;
     let env = env("conflict").await;
     let _controller = controller(&[]).await;
     let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
@@ -759,7 +759,7 @@ async fn a_stranger_is_never_touched_and_its_departure_is_noticed_at_once() {
 
 #[tokio::test]
 async fn allowlist_permissive_and_veto() {
-    let _serial = exclusive();
+    let _serial = exclusive().await;
     let env = env("policy").await;
     let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
     let sources = env.api::<ConfigMap>(&src);
@@ -855,7 +855,7 @@ async fn allowlist_permissive_and_veto() {
 
 #[tokio::test]
 async fn a_deleted_source_takes_its_copy_and_a_recreated_one_brings_it_back() {
-    let _serial = exclusive();
+    let _serial = exclusive().await;
     let env = env("srcdel").await;
     let _controller = controller(&[]).await;
     let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
@@ -905,7 +905,7 @@ async fn a_deleted_source_takes_its_copy_and_a_recreated_one_brings_it_back() {
 
 #[tokio::test]
 async fn renames_and_source_changes_leave_no_orphan() {
-    let _serial = exclusive();
+    let _serial = exclusive().await;
     let env = env("orphans").await;
     let _controller = controller(&[]).await;
     let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
@@ -970,7 +970,7 @@ async fn renames_and_source_changes_leave_no_orphan() {
 
 #[tokio::test]
 async fn deleting_the_projection_removes_its_copy_unless_the_copy_was_claimed() {
-    let _serial = exclusive();
+    let _serial = exclusive().await;
     let env = env("delete").await;
     let _controller = controller(&[]).await;
     let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
@@ -1034,7 +1034,7 @@ async fn deleting_the_projection_removes_its_copy_unless_the_copy_was_claimed() 
 
 #[tokio::test]
 async fn an_immutable_copy_is_recreated_when_its_source_changes() {
-    let _serial = exclusive();
+    let _serial = exclusive().await;
     let env = env("immutable").await;
     let _controller = controller(&[]).await;
     let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
@@ -1101,7 +1101,7 @@ async fn an_immutable_copy_is_recreated_when_its_source_changes() {
 
 #[tokio::test]
 async fn a_chained_projection_stays_stable() {
-    let _serial = exclusive();
+    let _serial = exclusive().await;
     let env = env("chain").await;
     let _controller = controller(&["--source-mode", "permissive"]).await;
     let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
@@ -1178,7 +1178,7 @@ async fn a_chained_projection_stays_stable() {
 
 #[tokio::test]
 async fn metrics_and_probes_are_served() {
-    let _serial = exclusive();
+    let _serial = exclusive().await;
     let env = env("metrics").await;
     let controller = controller(&[]).await;
     create(
@@ -1215,7 +1215,7 @@ async fn metrics_and_probes_are_served() {
 
 #[tokio::test]
 async fn leader_election_hands_over_when_the_leader_dies() {
-    let _serial = exclusive();
+    let _serial = exclusive().await;
     let env = env("leader").await;
     let namespace = env.source.name().to_owned();
     let args = [

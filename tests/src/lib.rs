@@ -500,9 +500,9 @@ pub async fn wait_for_event(client: &Client, namespace: &str, regarding: &str, r
 
 /// Serialises tests that each run their own controller: two controllers on one cluster would both
 /// reconcile every object.
-pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
 }
 
 impl TestNamespace {
