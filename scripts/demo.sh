@@ -18,17 +18,46 @@ say "CRDs generated from the Rust types (charts/projection/crds)"
 kubectl apply --server-side --force-conflicts -f charts/projection/crds/
 kubectl wait --for=condition=Established crd/projections.projection.sh crd/clusterprojections.projection.sh --timeout=60s
 
+say "Building and starting projection-controller"
+cargo build --locked -q -p controller --bin projection-controller
+source tests/control-plane/common.sh
+if pid_alive projection-controller; then kill "$(cat "$TESTENV_DIR/projection-controller.pid")"; sleep 1; fi
+nohup target/debug/projection-controller --metrics-bind-address 127.0.0.1:18080 \
+  --health-probe-bind-address 127.0.0.1:18081 > "$LOGS/projection-controller.log" 2>&1 &
+echo $! > "$TESTENV_DIR/projection-controller.pid"
+for _ in $(seq 100); do curl -fsS http://127.0.0.1:18081/readyz >/dev/null 2>&1 && break; sleep 0.1; done
+curl -fsS http://127.0.0.1:18081/readyz >/dev/null || { echo "controller not ready; see $LOGS/projection-controller.log"; exit 1; }
+echo "running (pid $(cat "$TESTENV_DIR/projection-controller.pid")), logs in $LOGS/projection-controller.log"
+
 say "Applying examples/"
 kubectl apply --server-side -f examples/
+kubectl wait --for=condition=Ready projection/shared-settings -n team-a --timeout=30s
 
-say "What the cluster shows"
-kubectl get configmap shared-settings -n platform-config --show-labels
+say "The source (platform-config/shared-settings)"
+kubectl get configmap shared-settings -n platform-config -o jsonpath='{.data}{"\n"}'
+
+say "The Projection"
 kubectl get projections -A
+kubectl get projection shared-settings -n team-a \
+  -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}){"\n"}{end}'
+
+say "The copy (team-a/platform-settings)"
+kubectl get configmap platform-settings -n team-a --show-labels
+kubectl get configmap platform-settings -n team-a -o jsonpath='{.data}{"\n"}'
+
+say "Editing the source: log-level=debug"
+kubectl patch configmap shared-settings -n platform-config --type merge -p '{"data":{"log-level":"debug"}}'
+for _ in $(seq 50); do
+  [ "$(kubectl get configmap platform-settings -n team-a -o jsonpath='{.data.log-level}')" = debug ] && break
+  sleep 0.1
+done
+echo "copy now: $(kubectl get configmap platform-settings -n team-a -o jsonpath='{.data}')"
+kubectl get events -n team-a --field-selector involvedObject.name=shared-settings
+
+say "ClusterProjections (accepted; their fan-out is not implemented yet)"
 kubectl get clusterprojections -o wide
 
 say "Done"
-echo "No controller runs yet (see docs/development.md): the Projections above are accepted and stored,"
-echo "and their copies appear once projection-controller is started against this cluster."
-echo "The control plane is still running. Use it with:"
+echo "The control plane and the controller keep running. Use them with:"
 echo "  export KUBECONFIG=$KUBECONFIG PATH=$PWD/.testenv/bin:\$PATH"
-echo "Stop it with: tests/control-plane/down.sh"
+echo "Stop both with: tests/control-plane/down.sh"

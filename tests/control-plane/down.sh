@@ -17,6 +17,7 @@ stop() {
   rm -f "$f"
 }
 
+stop projection-controller   # started by scripts/demo.sh
 stop kube-controller-manager
 stop kube-apiserver
 stop etcd
