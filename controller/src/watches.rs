@@ -26,6 +26,7 @@ use kube::{
 use shared::{
     crd::Projection,
     keys::{OWNED_BY_PROJECTION, OWNED_BY_PROJECTION_UID},
+    ownership::Owner,
     source::{GroupKind, SourceKey},
 };
 use std::{
@@ -49,8 +50,16 @@ pub struct ObjectKey {
 /// A CR that can be woken.
 pub type Waker = ObjectRef<Projection>;
 
-/// Marks a copy we deleted ourselves, so its delete event wakes nothing.
-const DELETED_BY_US: &str = "";
+/// What we last did to a copy, so the watch events our own writes cause wake nothing.
+enum Mark {
+    /// A write is on its way: events seen meanwhile (their resourceVersion, `None` for a delete) are
+    /// held until it answers, since its resourceVersion is not known yet.
+    InFlight(Vec<Option<String>>),
+    /// Our last write produced this resourceVersion.
+    Wrote(String),
+    /// We deleted it.
+    Deleted,
+}
 
 #[derive(Default)]
 struct Indexes {
@@ -62,8 +71,8 @@ struct Indexes {
     waits: HashMap<Waker, ObjectKey>,
     /// CRs whose source kind is unknown; woken when a CRD changes.
     unresolved: HashSet<Waker>,
-    /// The resourceVersion of our last write per copy (or `DELETED_BY_US`).
-    written: HashMap<ObjectKey, String>,
+    /// What we last did to each copy.
+    written: HashMap<ObjectKey, Mark>,
 }
 
 struct KindWatch {
@@ -224,14 +233,34 @@ impl WatchRegistry {
         ix.unresolved.remove(waker);
     }
 
-    /// Records the resourceVersion our write produced, so its watch event wakes nothing.
-    pub fn record_write(&self, key: ObjectKey, resource_version: String) {
-        self.indexes().written.insert(key, resource_version);
+    /// Records that we are about to write a copy.
+    pub fn begin_write(&self, key: ObjectKey) {
+        self.indexes().written.insert(key, Mark::InFlight(Vec::new()));
+    }
+
+    /// Records how our write of a copy ended (its resourceVersion, or `None` if it failed). Events
+    /// held meanwhile that were not ours wake `owner`.
+    pub fn finish_write(&self, key: ObjectKey, owner: &Owner, resource_version: Option<String>) {
+        let held = {
+            let mut ix = self.indexes();
+            let held = match ix.written.remove(&key) {
+                Some(Mark::InFlight(held)) => held,
+                _ => Vec::new(),
+            };
+            if let Some(rv) = &resource_version {
+                ix.written.insert(key, Mark::Wrote(rv.clone()));
+            }
+            held
+        };
+        let foreign = held.iter().any(|rv| rv.is_none() || *rv != resource_version);
+        if foreign && let Some(waker) = waker_of(owner) {
+            let _ = self.wake.send(waker);
+        }
     }
 
     /// Records that we are deleting a copy, so its delete event wakes nothing.
     pub fn record_delete(&self, key: ObjectKey) {
-        self.indexes().written.insert(key, DELETED_BY_US.to_owned());
+        self.indexes().written.insert(key, Mark::Deleted);
     }
 }
 
@@ -281,14 +310,22 @@ fn route(
         wakers.extend(ix.readers.get(&source).into_iter().flatten().cloned());
         wakers.extend(ix.waiters.get(&key).into_iter().flatten().cloned());
         if let Some(owner) = meta.annotations.as_ref().and_then(|a| a.get(OWNED_BY_PROJECTION)) {
-            let ours = match (ix.written.get(&key), deleted) {
-                (Some(rv), false) => Some(rv) == meta.resource_version.as_ref(),
-                (Some(rv), true) => rv == DELETED_BY_US,
-                (None, _) => false,
+            let ours = match (ix.written.get_mut(&key), deleted) {
+                (Some(Mark::InFlight(held)), _) => {
+                    held.push(if deleted {
+                        None
+                    } else {
+                        meta.resource_version.clone()
+                    });
+                    true
+                }
+                (Some(Mark::Wrote(rv)), false) => Some(&*rv) == meta.resource_version.as_ref(),
+                (Some(Mark::Deleted), true) => {
+                    ix.written.remove(&key);
+                    true
+                }
+                _ => false,
             };
-            if deleted && ours {
-                ix.written.remove(&key);
-            }
             if !ours && let Some((ns, n)) = owner.split_once('/') {
                 wakers.push(ObjectRef::new(n).within(ns));
             }
@@ -315,6 +352,14 @@ where
         }
     }
     false
+}
+
+/// The CR to wake about a copy of `owner`.
+pub fn waker_of(owner: &Owner) -> Option<Waker> {
+    match owner {
+        Owner::Projection { namespace, name, .. } => Some(ObjectRef::new(name).within(namespace)),
+        Owner::ClusterProjection { .. } => None,
+    }
 }
 
 /// The key of an object we read or wrote.

@@ -102,20 +102,8 @@ pub async fn write_copy(
     // A stale cache costs one retry with a fresh read; a third round means someone keeps writing.
     for _ in 0..3 {
         let Some(current) = existing.take() else {
-            match api
-                .create(
-                    &PostParams {
-                        field_manager: Some(FIELD_MANAGER.into()),
-                        ..Default::default()
-                    },
-                    &desired_object,
-                )
-                .await
-            {
-                Ok(created) => {
-                    registry.record_write(key, created.resource_version().unwrap_or_default());
-                    return Ok(Written::Created);
-                }
+            match create_copy(registry, api, &key, owner, &desired_object).await {
+                Ok(()) => return Ok(Written::Created),
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     existing = api.get_opt(&name).await.map_err(WriteError::Fetch)?;
                     last_error = Some(kube::Error::Api(s));
@@ -136,28 +124,26 @@ pub async fn write_copy(
             WritePlan::UpToDate => return Ok(Written::Unchanged),
             WritePlan::Patch(p) => p,
         };
-        match api
-            .patch(
-                &name,
-                &PatchParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..Default::default()
-                },
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(updated) => {
-                registry.record_write(key, updated.resource_version().unwrap_or_default());
-                return Ok(Written::Updated);
-            }
+        registry.begin_write(key.clone());
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let patched = api.patch(&name, &params, &Patch::Merge(&patch)).await;
+        registry.finish_write(
+            key.clone(),
+            owner,
+            patched.as_ref().ok().and_then(|p| p.resource_version()),
+        );
+        match patched {
+            Ok(_) => return Ok(Written::Updated),
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 existing = api.get_opt(&name).await.map_err(WriteError::Fetch)?;
                 last_error = Some(kube::Error::Api(s));
             }
             Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains("immutable") => {
                 let reason = s.message.clone();
-                return recreate(registry, api, &key, &current, &desired_object)
+                return recreate(registry, api, &key, &current, &desired_object, owner)
                     .await
                     .map(|()| Written::Recreated(reason));
             }
@@ -172,6 +158,28 @@ pub async fn write_copy(
     })
 }
 
+/// Creates a copy, telling the registry so that the resulting watch event wakes nothing.
+async fn create_copy(
+    registry: &WatchRegistry,
+    api: &Api<DynamicObject>,
+    key: &ObjectKey,
+    owner: &Owner,
+    desired: &DynamicObject,
+) -> Result<(), kube::Error> {
+    registry.begin_write(key.clone());
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let created = api.create(&params, desired).await;
+    registry.finish_write(
+        key.clone(),
+        owner,
+        created.as_ref().ok().and_then(|c| c.resource_version()),
+    );
+    created.map(|_| ())
+}
+
 /// Replaces an owned copy whose update the apiserver refuses as immutable.
 async fn recreate(
     registry: &WatchRegistry,
@@ -179,6 +187,7 @@ async fn recreate(
     key: &ObjectKey,
     current: &DynamicObject,
     desired: &DynamicObject,
+    owner: &Owner,
 ) -> Result<(), WriteError> {
     registry.record_delete(key.clone());
     let preconditions = Preconditions {
@@ -196,20 +205,8 @@ async fn recreate(
     }
     // The delete may still be in progress (finalizers of others): wait briefly for the name to free.
     for _ in 0..50 {
-        match api
-            .create(
-                &PostParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..Default::default()
-                },
-                desired,
-            )
-            .await
-        {
-            Ok(created) => {
-                registry.record_write(key.clone(), created.resource_version().unwrap_or_default());
-                return Ok(());
-            }
+        match create_copy(registry, api, key, owner, desired).await {
+            Ok(()) => return Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await
             }
