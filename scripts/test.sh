@@ -15,4 +15,4 @@ if ! { pid_alive kube-apiserver && pid_alive kube-controller-manager; }; then
 fi
 tests/control-plane/up.sh >/dev/null
 
-cargo test --workspace --locked "$@"
+cargo test --workspace --locked --no-fail-fast "$@"

@@ -211,15 +211,6 @@ async fn project(
     let object = match source_api.get_opt(&source.name).await {
         Ok(Some(o)) => o,
         Ok(None) => {
-            let removed = retract(
-                p,
-                ctx,
-                &owner,
-                &about,
-                recorded.as_ref(),
-                Some((&group_kind, &resource)),
-            )
-            .await;
             let ever_projected = status.destination_name.is_some() || recorded.is_some();
             let (reason, message) = if ever_projected {
                 (
@@ -232,14 +223,12 @@ async fn project(
                     format!("source {}/{} not found", source.namespace, source.name),
                 )
             };
-            ctx.events
-                .warning(&about, reason, Verb::Get, message.clone())
-                .await;
-            return Err(Failure {
-                outcome: Outcome::SourceFailed { reason, message },
-                retry: if removed { Retry::OnChange } else { Retry::Backoff },
-                written: if removed { None } else { recorded },
-            });
+            let why = Withdrawal {
+                reason,
+                message,
+                verb: Verb::Get,
+            };
+            return Err(withdraw(p, ctx, recorded, (&group_kind, &resource), why).await);
         }
         Err(e) => {
             let message = e.to_string();
@@ -264,26 +253,12 @@ async fn project(
         &source.namespace,
         &source.name,
     ) {
-        let removed = retract(
-            p,
-            ctx,
-            &owner,
-            &about,
-            recorded.as_ref(),
-            Some((&group_kind, &resource)),
-        )
-        .await;
-        ctx.events
-            .warning(&about, blocked.reason, Verb::Validate, blocked.message.clone())
-            .await;
-        return Err(Failure {
-            outcome: Outcome::SourceFailed {
-                reason: blocked.reason,
-                message: blocked.message,
-            },
-            retry: if removed { Retry::OnChange } else { Retry::Backoff },
-            written: if removed { None } else { recorded },
-        });
+        let why = Withdrawal {
+            reason: blocked.reason,
+            message: blocked.message,
+            verb: Verb::Validate,
+        };
+        return Err(withdraw(p, ctx, recorded, (&group_kind, &resource), why).await);
     }
 
     // 4. Build and write the copy.
@@ -442,6 +417,38 @@ fn observe_first_copy(p: &Projection, ctx: &Context) {
                 event: "create",
             })
             .observe(seconds.max(0.0));
+    }
+}
+
+/// A source failure after which every copy goes: the source is gone, or vetoes projection.
+struct Withdrawal {
+    reason: &'static str,
+    message: String,
+    verb: Verb,
+}
+
+/// Removes the copies, publishes the failure, and says how to retry: on a change once every copy is
+/// gone, with backoff while one could not be removed (its record is kept until then).
+async fn withdraw(
+    p: &Projection,
+    ctx: &Context,
+    recorded: Option<WrittenDestination>,
+    current: (&GroupKind, &ApiResource),
+    why: Withdrawal,
+) -> Failure {
+    let owner = owner_of(p);
+    let about = reference(p);
+    let removed = retract(p, ctx, &owner, &about, recorded.as_ref(), Some(current)).await;
+    ctx.events
+        .warning(&about, why.reason, why.verb, why.message.clone())
+        .await;
+    Failure {
+        outcome: Outcome::SourceFailed {
+            reason: why.reason,
+            message: why.message,
+        },
+        retry: if removed { Retry::OnChange } else { Retry::Backoff },
+        written: if removed { None } else { recorded },
     }
 }
 

@@ -1,12 +1,19 @@
-//! The binary as Kubernetes runs it: starts, logs JSON, and exits 0 on SIGTERM.
+//! The binary as Kubernetes runs it: starts, becomes ready, and exits 0 on SIGTERM; refuses bad
+//! flags with exit code 2.
 
+use projection_tests::ServiceProcess;
 use std::path::Path;
 
-#[test]
-fn exits_cleanly_on_sigterm() {
-    let bin = Path::new(env!("CARGO_BIN_EXE_projection-controller"));
-    let status = projection_tests::run_until_sigterm(bin, &[], "projection-controller starting");
-    assert!(status.success(), "exit status after SIGTERM: {status}");
+#[tokio::test]
+async fn becomes_ready_and_exits_cleanly_on_sigterm() {
+    let _serial = projection_tests::exclusive().await;
+    let mut controller = ServiceProcess::start(Path::new(env!("CARGO_BIN_EXE_projection-controller")), &[]);
+    controller.wait_ready().await;
+    let status = controller.terminate();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exit status after SIGTERM: {status:?}"
+    );
 }
 
 #[test]

@@ -14,8 +14,8 @@ use kube::{
     api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
 };
 use projection_tests::{
-    ServiceProcess, TestNamespace, client, exclusive, install_crds, kubectl_ok, metric_value, wait_for,
-    wait_for_event,
+    ServiceProcess, TestNamespace, client, exclusive, install_crds, kubectl_ok, metric_value,
+    wait_crd_established, wait_for, wait_for_event,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -38,24 +38,56 @@ async fn controller(extra: &[&str]) -> ServiceProcess {
     process
 }
 
+/// One test's world: a source and a destination namespace, the CRDs, and the exclusive right to run
+/// a controller.
 struct Env {
     client: Client,
     source: TestNamespace,
     dest: TestNamespace,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
 }
 
 async fn env(name: &str) -> Env {
+    let serial = exclusive().await;
     let client = client().await;
     install_crds(&client).await;
     let source = TestNamespace::create(&client, &format!("{name}-src")).await;
     let dest = TestNamespace::create(&client, &format!("{name}-dst")).await;
-    Env { client, source, dest }
+    Env {
+        client,
+        source,
+        dest,
+        _serial: serial,
+    }
 }
 
 impl Env {
+    /// The source and destination namespaces' names.
+    fn names(&self) -> (String, String) {
+        (self.source.name().to_owned(), self.dest.name().to_owned())
+    }
+
+    /// Deletes the test's Projections while the controller still runs (so their finalizers
+    /// complete), then lets the namespaces go.
     async fn finish(self) {
-        self.dest.delete_and_wait(&self.client).await;
-        self.source.delete_and_wait(&self.client).await;
+        for namespace in [self.dest.name(), self.source.name()] {
+            let api: Api<Projection> = self.api(namespace);
+            let _ = api
+                .delete_collection(&DeleteParams::default(), &Default::default())
+                .await;
+            wait_for(
+                &format!("Projections in {namespace} deleted"),
+                TIMEOUT,
+                || async {
+                    match api.list(&Default::default()).await {
+                        Ok(list) if list.items.is_empty() => Ok(()),
+                        Ok(list) => Err(format!("{} left", list.items.len())),
+                        Err(e) => Err(e.to_string()),
+                    }
+                },
+            )
+            .await;
+        }
     }
 
     fn api<K>(&self, namespace: &str) -> Api<K>
@@ -183,10 +215,9 @@ fn data_of(cm: &ConfigMap) -> Value {
 
 #[tokio::test]
 async fn configmap_and_secret_are_mirrored_with_overlay() {
-    let _serial = exclusive().await;
     let env = env("mirror").await;
     let _controller = controller(&[]).await;
-    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let (src, dst) = env.names();
     create(
         &env.api::<ConfigMap>(&src),
         json!({"metadata": {"name": "settings", "annotations": opted_in(),
@@ -296,10 +327,9 @@ async fn configmap_and_secret_are_mirrored_with_overlay() {
 
 #[tokio::test]
 async fn source_edits_propagate_and_other_writers_are_left_alone() {
-    let _serial = exclusive().await;
     let env = env("edits").await;
     let controller = controller(&[]).await;
-    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let (src, dst) = env.names();
     let sources = env.api::<ConfigMap>(&src);
     let copies = env.api::<ConfigMap>(&dst);
     create(
@@ -362,10 +392,9 @@ async fn source_edits_propagate_and_other_writers_are_left_alone() {
 
 #[tokio::test]
 async fn a_copy_deleted_or_edited_by_hand_is_restored() {
-    let _serial = exclusive().await;
     let env = env("heal").await;
     let _controller = controller(&[]).await;
-    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let (src, dst) = env.names();
     let copies = env.api::<ConfigMap>(&dst);
     create(
         &env.api::<ConfigMap>(&src),
@@ -392,15 +421,15 @@ async fn a_copy_deleted_or_edited_by_hand_is_restored() {
         data_of(c)["a"] == "1"
     })
     .await;
+    wait_for_event(&env.client, &dst, "cfg", "Updated").await;
     env.finish().await;
 }
 
 #[tokio::test]
 async fn services_keep_their_nature() {
-    let _serial = exclusive().await;
     let env = env("svc").await;
     let _controller = controller(&[]).await;
-    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let (src, dst) = env.names();
     let services = env.api::<Service>(&src);
     let port = |p: u16| json!({"name": format!("p{p}"), "port": p, "protocol": "TCP", "targetPort": p});
     create(
@@ -470,15 +499,19 @@ async fn services_keep_their_nature() {
         copy_port.is_some() && copy_port != source_port,
         "the NodePort copy got its own node port"
     );
+    let note = wait_for_event(&env.client, &dst, "headless", "Projected").await;
+    assert_eq!(
+        note,
+        format!("projected /v1, Kind=Service {src}/headless to {dst}/headless")
+    );
     env.finish().await;
 }
 
 #[tokio::test]
 async fn deployments_are_mirrored() {
-    let _serial = exclusive().await;
     let env = env("deploy").await;
     let _controller = controller(&[]).await;
-    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let (src, dst) = env.names();
     let deployments = env.api::<Deployment>(&src);
     create(&deployments, json!({"metadata": {"name": "web", "annotations": opted_in()}, "spec": {
         "replicas": 1, "selector": {"matchLabels": {"app": "web"}},
@@ -500,6 +533,11 @@ async fn deployments_are_mirrored() {
         d.spec.as_ref().and_then(|s| s.replicas) == Some(3)
     })
     .await;
+    let note = wait_for_event(&env.client, &dst, "web", "Updated").await;
+    assert_eq!(
+        note,
+        format!("updated apps/v1, Kind=Deployment {src}/web to {dst}/web")
+    );
     // The copy's own Deployment controller writes its revision annotation; we never fight it.
     let copy = wait_object(&env.api::<Deployment>(&dst), "web", "revision annotation", |d| {
         d.annotations().contains_key("deployment.kubernetes.io/revision")
@@ -543,17 +581,7 @@ async fn install_widget_crd(client: &Client, group: &str, versions: &[&str]) -> 
     )
     .await
     .expect("CRD applied");
-    wait_for(&format!("CRD {name} established"), TIMEOUT, || async {
-        let crd = api.get(&name).await.map_err(|e| e.to_string())?;
-        let ok = crd
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        ok.then_some(()).ok_or_else(|| "not yet".to_owned())
-    })
-    .await;
+    wait_crd_established(client, &name).await;
     name
 }
 
@@ -570,10 +598,9 @@ fn widgets(client: &Client, group: &str, version: &str, namespace: &str) -> Api<
 
 #[tokio::test]
 async fn custom_resources_pinned_and_unpinned_and_a_kind_that_becomes_known() {
-    let _serial = exclusive().await;
     let env = env("crd").await;
     let _controller = controller(&[]).await;
-    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let (src, dst) = env.names();
     // A group of its own per run, so the CRD is unknown when the Projection arrives.
     let group = format!("{}.test.projection.sh", env.source.name());
     create(
@@ -649,7 +676,6 @@ async fn custom_resources_pinned_and_unpinned_and_a_kind_that_becomes_known() {
 
 #[tokio::test]
 async fn cluster_scoped_kinds_are_refused() {
-    let _serial = exclusive().await;
     let env = env("scope").await;
     let _controller = controller(&[]).await;
     create(
@@ -673,15 +699,15 @@ async fn cluster_scoped_kinds_are_refused() {
         c["message"],
         "v1/Namespace is cluster-scoped; projection only mirrors namespaced resources"
     );
+    wait_for_event(&env.client, env.dest.name(), "ns", "SourceResolutionFailed").await;
     env.finish().await;
 }
 
 #[tokio::test]
 async fn a_stranger_is_never_touched_and_its_departure_is_noticed_at_once() {
-    let _serial = exclusive().await;
     let env = env("conflict").await;
     let _controller = controller(&[]).await;
-    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let (src, dst) = env.names();
     create(
         &env.api::<ConfigMap>(&src),
         json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
@@ -759,9 +785,8 @@ async fn a_stranger_is_never_touched_and_its_departure_is_noticed_at_once() {
 
 #[tokio::test]
 async fn allowlist_permissive_and_veto() {
-    let _serial = exclusive().await;
     let env = env("policy").await;
-    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let (src, dst) = env.names();
     let sources = env.api::<ConfigMap>(&src);
     let copies = env.api::<ConfigMap>(&dst);
     create(
@@ -855,10 +880,9 @@ async fn allowlist_permissive_and_veto() {
 
 #[tokio::test]
 async fn a_deleted_source_takes_its_copy_and_a_recreated_one_brings_it_back() {
-    let _serial = exclusive().await;
     let env = env("srcdel").await;
     let _controller = controller(&[]).await;
-    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let (src, dst) = env.names();
     let sources = env.api::<ConfigMap>(&src);
     let copies = env.api::<ConfigMap>(&dst);
     create(
@@ -889,6 +913,9 @@ async fn a_deleted_source_takes_its_copy_and_a_recreated_one_brings_it_back() {
     let c = wait_condition(&env.projections(), "cfg", "Ready", "False", Some("SourceDeleted")).await;
     assert_eq!(c["message"], format!("source {src}/cfg has been deleted"));
     wait_absent(&copies, "cfg", "copy removed with its source").await;
+    wait_for_event(&env.client, &dst, "cfg", "SourceDeleted").await;
+    let note = wait_for_event(&env.client, &dst, "cfg", "DestinationDeleted").await;
+    assert_eq!(note, format!("{dst}/cfg"));
 
     create(
         &sources,
@@ -905,10 +932,9 @@ async fn a_deleted_source_takes_its_copy_and_a_recreated_one_brings_it_back() {
 
 #[tokio::test]
 async fn renames_and_source_changes_leave_no_orphan() {
-    let _serial = exclusive().await;
     let env = env("orphans").await;
     let _controller = controller(&[]).await;
-    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let (src, dst) = env.names();
     create(
         &env.api::<ConfigMap>(&src),
         json!({"metadata": {"name": "one", "annotations": opted_in()}, "data": {"n": "1"}}),
@@ -937,6 +963,8 @@ async fn renames_and_source_changes_leave_no_orphan() {
     .await;
     wait_ready(&projections, "p").await;
     wait_absent(&cms, "one", "old copy removed after a rename").await;
+    let note = wait_for_event(&env.client, &dst, "p", "DestinationDeleted").await;
+    assert_eq!(note, format!("{dst}/one"));
     assert_eq!(
         data_of(&cms.get("renamed").await.expect("renamed copy")),
         json!({"n": "1"})
@@ -970,10 +998,9 @@ async fn renames_and_source_changes_leave_no_orphan() {
 
 #[tokio::test]
 async fn deleting_the_projection_removes_its_copy_unless_the_copy_was_claimed() {
-    let _serial = exclusive().await;
     let env = env("delete").await;
     let _controller = controller(&[]).await;
-    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let (src, dst) = env.names();
     create(
         &env.api::<ConfigMap>(&src),
         json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
@@ -1034,10 +1061,9 @@ async fn deleting_the_projection_removes_its_copy_unless_the_copy_was_claimed() 
 
 #[tokio::test]
 async fn an_immutable_copy_is_recreated_when_its_source_changes() {
-    let _serial = exclusive().await;
     let env = env("immutable").await;
     let _controller = controller(&[]).await;
-    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let (src, dst) = env.names();
     let sources = env.api::<Secret>(&src);
     create(
         &sources,
@@ -1101,10 +1127,9 @@ async fn an_immutable_copy_is_recreated_when_its_source_changes() {
 
 #[tokio::test]
 async fn a_chained_projection_stays_stable() {
-    let _serial = exclusive().await;
     let env = env("chain").await;
     let _controller = controller(&["--source-mode", "permissive"]).await;
-    let (src, dst) = (env.source.name().to_owned(), env.dest.name().to_owned());
+    let (src, dst) = env.names();
     create(
         &env.api::<ConfigMap>(&src),
         json!({"metadata": {"name": "root"}, "data": {"a": "1"}}),
@@ -1131,6 +1156,7 @@ async fn a_chained_projection_stays_stable() {
     )
     .await;
     wait_ready(&env.api::<Projection>(&src), "second").await;
+    wait_for_event(&env.client, &src, "second", "Projected").await;
     let leaf = env.api::<ConfigMap>(&src).get("leaf").await.expect("leaf");
     assert_eq!(
         leaf.annotations()
@@ -1178,7 +1204,6 @@ async fn a_chained_projection_stays_stable() {
 
 #[tokio::test]
 async fn metrics_and_probes_are_served() {
-    let _serial = exclusive().await;
     let env = env("metrics").await;
     let controller = controller(&[]).await;
     create(
@@ -1215,7 +1240,6 @@ async fn metrics_and_probes_are_served() {
 
 #[tokio::test]
 async fn leader_election_hands_over_when_the_leader_dies() {
-    let _serial = exclusive().await;
     let env = env("leader").await;
     let namespace = env.source.name().to_owned();
     let args = [
@@ -1274,6 +1298,7 @@ async fn leader_election_hands_over_when_the_leader_dies() {
     )
     .await;
     wait_ready(&env.projections(), "b").await;
+    wait_for_event(&env.client, env.dest.name(), "b", "Projected").await;
     assert!(
         started.elapsed() < Duration::from_secs(12),
         "took over in {:?}",

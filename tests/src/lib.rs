@@ -204,29 +204,30 @@ pub async fn install_crds(client: &Client) {
         names.push(name);
     }
     for name in names {
-        let api = api.clone();
-        wait_for(
-            &format!("CRD {name} to be Established"),
-            Duration::from_secs(30),
-            || {
-                let api = api.clone();
-                let name = name.clone();
-                async move {
-                    let crd = api.get(&name).await.map_err(|e| e.to_string())?;
-                    let established = crd
-                        .status
-                        .and_then(|s| s.conditions)
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True");
-                    established
-                        .then_some(())
-                        .ok_or_else(|| "not Established yet".to_owned())
-                }
-            },
-        )
-        .await;
+        wait_crd_established(client, &name).await;
     }
+}
+
+/// Waits until the CRD `name` is Established (its API is served).
+pub async fn wait_crd_established(client: &Client, name: &str) {
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    wait_for(
+        &format!("CRD {name} to be Established"),
+        Duration::from_secs(30),
+        || async {
+            let crd = api.get(name).await.map_err(|e| e.to_string())?;
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            established
+                .then_some(())
+                .ok_or_else(|| "not Established yet".to_owned())
+        },
+    )
+    .await;
 }
 
 /// Deletes a cluster-scoped object by name when dropped (e.g. a ClusterProjection a test created).
