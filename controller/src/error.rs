@@ -21,7 +21,7 @@ pub enum Error {
     #[error("{reason}: {message}")]
     Retry {
         /// The condition reason.
-        reason: &'static str,
+        reason: String,
         /// The condition message.
         message: String,
     },

@@ -10,6 +10,7 @@ mod http;
 mod leader;
 mod metrics;
 mod projection;
+mod reconcile;
 mod watches;
 mod writer;
 
@@ -141,12 +142,13 @@ async fn run_controllers(
     readiness: http::Readiness,
     stopped: tokio_util::sync::WaitForCancellationFutureOwned,
 ) {
-    let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel();
-    let watches = Arc::new(watches::WatchRegistry::new(
-        client.clone(),
-        metrics.clone(),
-        wake_tx,
-    ));
+    let (projections_tx, projections_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (clusters_tx, clusters_rx) = tokio::sync::mpsc::unbounded_channel();
+    let wake = watches::Wake {
+        projections: projections_tx,
+        clusters: clusters_tx,
+    };
+    let watches = Arc::new(watches::WatchRegistry::new(client.clone(), metrics.clone(), wake));
     let ctx = Arc::new(context::Context {
         client: client.clone(),
         discovery: discovery::Discovery::new(client.clone()),
@@ -189,7 +191,9 @@ async fn run_controllers(
     });
 
     Controller::for_stream(projections, store)
-        .reconcile_on(tokio_stream::wrappers::UnboundedReceiverStream::new(wake_rx))
+        .reconcile_on(tokio_stream::wrappers::UnboundedReceiverStream::new(
+            projections_rx,
+        ))
         .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY))
         .graceful_shutdown_on(stopped)
         .run(projection::reconcile, projection::error_policy, ctx)

@@ -1,13 +1,14 @@
-//! The `Projection` reconciler: resolve the source kind, read the source, check it may be projected,
-//! build the copy, write it, clean up what an earlier spec wrote, report. The pure steps live in
+//! The `Projection` reconciler: read the source (see `reconcile`), build the copy, write it into the
+//! Projection's namespace, clean up what an earlier spec wrote, report. The pure steps live in
 //! `shared`; this module does the I/O around them.
 
 use crate::{
     context::Context,
     error::{Error, api_error},
     events::Action as Verb,
-    metrics::{E2eLabels, KindLabels, ReconcileLabels},
-    watches::{ObjectKey, Waker},
+    metrics::{E2eLabels, KindLabels},
+    reconcile::{Failure, Problem, Retry, backoff_after, conclude, gvk_display, read_source},
+    watches::{ObjectKey, Tier, Waker},
     writer::{FIELD_MANAGER, Removed, Written, remove_copy, write_copy},
 };
 use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
@@ -26,36 +27,18 @@ use shared::{
     destination::{Target, build_destination},
     keys::PROJECTION_FINALIZER,
     ownership::Owner,
-    policy::check_projectable,
-    source::{GroupKind, SourceKey},
+    source::GroupKind,
     status::{Outcome, next_conditions},
 };
 use std::{sync::Arc, time::Instant};
 
 const KIND: &str = "Projection";
 
-/// How a failed reconcile is retried.
-enum Retry {
-    /// Only a watch event can change the outcome (source created, stranger gone, CRD installed, spec
-    /// edited): no timer.
-    OnChange,
-    /// A transient failure: retry with backoff.
-    Backoff,
-}
-
-/// A reconcile that could not put the copy in place; its event is already published.
-struct Failure {
-    outcome: Outcome,
-    retry: Retry,
-    /// The copy the status should record afterwards (`None` once copies were removed).
-    written: Option<WrittenDestination>,
-}
-
 /// Reconciles one Projection (the entry point handed to the kube controller runtime).
 pub async fn reconcile(projection: Arc<Projection>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
-    let namespace = projection.namespace().unwrap_or_default();
-    let api: Api<Projection> = Api::namespaced(ctx.client.clone(), &namespace);
+    let api: Api<Projection> =
+        Api::namespaced(ctx.client.clone(), &projection.namespace().unwrap_or_default());
     let result = finalizer(&api, PROJECTION_FINALIZER, projection, |event| async {
         match event {
             Finalizer::Apply(p) => apply(&p, &ctx).await,
@@ -71,19 +54,14 @@ pub async fn reconcile(projection: Arc<Projection>, ctx: Arc<Context>) -> Result
     result
 }
 
-/// Decides when to retry after an error (capped exponential backoff per object).
+/// Decides when to retry after an error.
 pub fn error_policy(projection: Arc<Projection>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics
-        .reconcile_errors_total
-        .get_or_create(&crate::metrics::ErrorLabels {
-            kind: KIND,
-            category: error.category(),
-        })
-        .inc();
-    let uid = projection.uid().unwrap_or_default();
-    let delay = ctx.backoff.next_delay(&uid, ctx.settings.requeue_cap);
-    tracing::info!(projection = %ObjectRef::from_obj(&*projection), error = %error, retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
+    let name = format!(
+        "{}/{}",
+        projection.namespace().unwrap_or_default(),
+        projection.name_any()
+    );
+    backoff_after(&ctx, KIND, &projection.uid().unwrap_or_default(), &name, error)
 }
 
 fn owner_of(p: &Projection) -> Owner {
@@ -94,187 +72,76 @@ fn owner_of(p: &Projection) -> Owner {
     }
 }
 
-fn reference(p: &Projection) -> ObjectReference {
-    p.object_ref(&())
-}
-
-/// The reconcile proper: put the copy in place and report.
-async fn apply(p: &Projection, ctx: &Context) -> Result<Action, Error> {
-    let waker: Waker = ObjectRef::from_obj(p);
-    let status = p.status.clone().unwrap_or_default();
-    let result = project(p, ctx, &waker, &status).await;
-    let (outcome, written, retry) = match result {
-        Ok(written) => (Outcome::Projected { resolved: written.1 }, Some(written.0), None),
-        Err(f) => (f.outcome, f.written, Some(f.retry)),
-    };
-    let result_label = match (&outcome, &retry) {
-        (Outcome::Projected { .. }, _) => "success",
-        (
-            Outcome::DestinationFailed {
-                reason: "DestinationConflict",
-                ..
-            },
-            _,
-        ) => "conflict",
-        (Outcome::DestinationFailed { .. }, _) => "destination_error",
-        (Outcome::SourceFailed { .. }, _) => "source_error",
-    };
-    write_status(p, ctx, &status, &outcome, written).await?;
-    ctx.metrics
-        .reconcile_total
-        .get_or_create(&ReconcileLabels {
-            kind: KIND,
-            result: result_label,
-        })
-        .inc();
-    match retry {
-        None => {
-            ctx.backoff.reset(&p.uid().unwrap_or_default());
-            Ok(Action::await_change())
-        }
-        Some(Retry::OnChange) => {
-            ctx.backoff.reset(&p.uid().unwrap_or_default());
-            Ok(Action::await_change())
-        }
-        Some(Retry::Backoff) => Err(Error::Retry {
-            reason: outcome.reason(),
-            message: ready_message(&outcome),
-        }),
-    }
-}
-
-fn ready_message(outcome: &Outcome) -> String {
-    match outcome {
-        Outcome::Projected { .. } => String::new(),
-        Outcome::SourceFailed { message, .. } | Outcome::DestinationFailed { message, .. } => message.clone(),
-    }
-}
-
-/// Resolves, reads, checks, builds and writes. Returns what was written and the `SourceResolved`
-/// message.
-async fn project(
-    p: &Projection,
-    ctx: &Context,
-    waker: &Waker,
-    status: &ProjectionStatus,
-) -> Result<(WrittenDestination, String), Failure> {
-    let owner = owner_of(p);
-    let about = reference(p);
-    let source = &p.spec.source;
-    let recorded = status.written_destination.clone();
-
-    // 1. The source kind, pinned or at its preferred version.
-    let resolved = match ctx.discovery.resolve(source).await {
-        Ok(r) => {
-            ctx.watches.set_unresolved(waker, false);
-            r
-        }
-        Err(e) => {
-            let (message, retry) = match e {
-                crate::discovery::ResolveError::Unusable(m) => {
-                    ctx.watches.set_unresolved(waker, true);
-                    (m, Retry::OnChange)
-                }
-                crate::discovery::ResolveError::Api(e) => (format!("discovery failed: {e}"), Retry::Backoff),
-            };
-            ctx.events
-                .warning(&about, "SourceResolutionFailed", Verb::Resolve, message.clone())
-                .await;
-            return Err(Failure {
-                outcome: Outcome::SourceFailed {
-                    reason: "SourceResolutionFailed",
-                    message,
-                },
-                retry,
-                written: recorded,
-            });
-        }
-    };
-    let resource = resolved.resource;
-    let group_kind = source.group_kind();
-    ctx.watches.set_reads(waker, SourceKey::of(source));
-    let copies = ctx
-        .watches
-        .ensure(&group_kind, &resource)
-        .await
-        .map_err(|message| Failure {
-            outcome: Outcome::SourceFailed {
-                reason: "SourceFetchFailed",
-                message,
-            },
-            retry: Retry::Backoff,
-            written: recorded.clone(),
-        })?;
-
-    // 2. The source itself.
-    let source_api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &source.namespace, &resource);
-    let object = match source_api.get_opt(&source.name).await {
-        Ok(Some(o)) => o,
-        Ok(None) => {
-            let ever_projected = status.destination_name.is_some() || recorded.is_some();
-            let (reason, message) = if ever_projected {
-                (
-                    "SourceDeleted",
-                    format!("source {}/{} has been deleted", source.namespace, source.name),
-                )
-            } else {
-                (
-                    "SourceNotFound",
-                    format!("source {}/{} not found", source.namespace, source.name),
-                )
-            };
-            let why = Withdrawal {
-                reason,
-                message,
-                verb: Verb::Get,
-            };
-            return Err(withdraw(p, ctx, recorded, (&group_kind, &resource), why).await);
-        }
-        Err(e) => {
-            let message = e.to_string();
-            ctx.events
-                .warning(&about, "SourceFetchFailed", Verb::Get, message.clone())
-                .await;
-            return Err(Failure {
-                outcome: Outcome::SourceFailed {
-                    reason: "SourceFetchFailed",
-                    message,
-                },
-                retry: Retry::Backoff,
-                written: recorded,
-            });
-        }
-    };
-
-    // 3. May it be projected? A veto retracts existing copies.
-    if let Err(blocked) = check_projectable(
-        ctx.settings.source_mode,
-        object.metadata.annotations.as_ref(),
-        &source.namespace,
-        &source.name,
-    ) {
-        let why = Withdrawal {
-            reason: blocked.reason,
-            message: blocked.message,
-            verb: Verb::Validate,
-        };
-        return Err(withdraw(p, ctx, recorded, (&group_kind, &resource), why).await);
-    }
-
-    // 4. Build and write the copy.
-    let target = Target {
+/// The copy's coordinates under the current spec.
+fn target_of(p: &Projection) -> Target {
+    Target {
         namespace: p.namespace().unwrap_or_default(),
         name: p
             .spec
             .destination
             .as_ref()
             .and_then(|d| d.name.clone())
-            .unwrap_or_else(|| source.name.clone()),
+            .unwrap_or_else(|| p.spec.source.name.clone()),
+    }
+}
+
+/// The reconcile proper: put the copy in place and report.
+async fn apply(p: &Projection, ctx: &Context) -> Result<Action, Error> {
+    let status = p.status.clone().unwrap_or_default();
+    let (outcome, written, retry) = match project(p, ctx, &status).await {
+        Ok((written, resolved)) => (
+            Outcome::Projected {
+                resolved,
+                note: String::new(),
+            },
+            Some(written),
+            None,
+        ),
+        Err(f) => (f.outcome, f.written, Some(f.retry)),
     };
-    let failed = |reason: &'static str, message: String, retry: Retry| Failure {
+    write_status(p, ctx, &status, &outcome, written).await?;
+    conclude(ctx, KIND, &p.uid().unwrap_or_default(), &outcome, retry)
+}
+
+/// Reads, checks, builds and writes. Returns what was written and the `SourceResolved` message.
+async fn project(
+    p: &Projection,
+    ctx: &Context,
+    status: &ProjectionStatus,
+) -> Result<(WrittenDestination, String), Failure> {
+    let waker = Waker::Projection(ObjectRef::from_obj(p));
+    let owner = owner_of(p);
+    let about = p.object_ref(&());
+    let source = &p.spec.source;
+    let recorded = status.written_destination.clone();
+    let ever_projected = status.destination_name.is_some() || recorded.is_some();
+
+    let read = match read_source(ctx, source, &waker, Tier::Projection, ever_projected).await {
+        Ok(read) => read,
+        Err(problem) => {
+            let withdrawn = match &problem {
+                Problem::Withdraw { resource, .. } => {
+                    retract(
+                        p,
+                        ctx,
+                        &owner,
+                        &about,
+                        recorded.as_ref(),
+                        Some((&source.group_kind(), resource)),
+                    )
+                    .await
+                }
+                Problem::Report { .. } => false,
+            };
+            return Err(problem.fail(ctx, &about, recorded, withdrawn).await);
+        }
+    };
+
+    let target = target_of(p);
+    let failed = |reason: &str, message: String, retry: Retry| Failure {
         outcome: Outcome::DestinationFailed {
-            resolved: resolved.message.clone(),
-            reason,
+            resolved: read.resolved_message.clone(),
+            reason: reason.to_owned(),
             message,
         },
         retry,
@@ -290,26 +157,26 @@ async fn project(
             .await;
         return Err(failed("DestinationConflict", message, Retry::OnChange));
     }
-    let source_value = serde_json::to_value(&object)
+    let source_value = serde_json::to_value(&read.object)
         .map_err(|e| failed("DestinationCreateFailed", e.to_string(), Retry::Backoff))?;
     let desired = build_destination(&source_value, p.spec.overlay.as_ref(), &owner, &target);
-    let dest_api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &target.namespace, &resource);
-    let gvk_text = gvk_display(&resource);
+    let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &target.namespace, &read.resource);
     let copy = format!("{}/{}", target.namespace, target.name);
     let from = format!("{}/{}", source.namespace, source.name);
+    let gvk = gvk_display(&read.resource);
     match write_copy(
         &ctx.watches,
-        &dest_api,
-        &group_kind,
-        &resource,
-        &copies,
+        &api,
+        &read.group_kind,
+        &read.resource,
+        &read.copies,
         &desired,
         &owner,
     )
     .await
     {
         Ok(written) => {
-            ctx.watches.set_waiting(waker, None);
+            ctx.watches.set_waiting(&waker, Vec::new());
             match written {
                 Written::Created => {
                     if status.destination_name.is_none() {
@@ -320,7 +187,7 @@ async fn project(
                             &about,
                             "Projected",
                             Verb::Create,
-                            format!("projected {gvk_text} {from} to {copy}"),
+                            format!("projected {gvk} {from} to {copy}"),
                         )
                         .await;
                 }
@@ -330,53 +197,43 @@ async fn project(
                             &about,
                             "Updated",
                             Verb::Update,
-                            format!("updated {gvk_text} {from} to {copy}"),
+                            format!("updated {gvk} {from} to {copy}"),
                         )
                         .await;
                 }
                 Written::Recreated(why) => {
+                    let note = format!("recreated {copy} because an in-place update was refused: {why}");
                     ctx.events
-                        .normal(
-                            &about,
-                            "DestinationRecreated",
-                            Verb::Update,
-                            format!("recreated {copy} because an in-place update was refused: {why}"),
-                        )
+                        .normal(&about, "DestinationRecreated", Verb::Update, note)
                         .await;
                 }
                 Written::Unchanged => {}
             }
         }
         Err(e) => {
-            let retry = if let crate::writer::WriteError::Conflict(_) = e {
-                ctx.watches.set_waiting(
-                    waker,
-                    Some(ObjectKey {
-                        group_kind: group_kind.clone(),
-                        namespace: target.namespace.clone(),
-                        name: target.name.clone(),
-                    }),
-                );
+            let retry = if e.is_conflict() {
+                let key = ObjectKey {
+                    group_kind: read.group_kind.clone(),
+                    namespace: target.namespace.clone(),
+                    name: target.name.clone(),
+                };
+                ctx.watches.set_waiting(&waker, vec![key]);
                 Retry::OnChange
             } else {
                 Retry::Backoff
             };
-            let verb = match e {
-                crate::writer::WriteError::Conflict(_) => Verb::Validate,
-                crate::writer::WriteError::Fetch(_) => Verb::Get,
-                crate::writer::WriteError::Create(_) => Verb::Create,
-                crate::writer::WriteError::Update(_) => Verb::Update,
-            };
-            ctx.events.warning(&about, e.reason(), verb, e.message()).await;
+            ctx.events
+                .warning(&about, e.reason(), e.verb(), e.message())
+                .await;
             return Err(failed(e.reason(), e.message(), retry));
         }
     }
 
-    // 5. What an earlier spec wrote elsewhere goes (a rename, another source or kind).
+    // What an earlier spec wrote elsewhere goes (a rename, another source or kind).
     let now_written = WrittenDestination {
-        group: resource.group.clone(),
-        version: resource.version.clone(),
-        kind: resource.kind.clone(),
+        group: read.resource.group.clone(),
+        version: read.resource.version.clone(),
+        kind: read.resource.kind.clone(),
         name: target.name.clone(),
     };
     let stale = recorded.filter(|old| {
@@ -386,25 +243,21 @@ async fn project(
         && remove_recorded(p, ctx, &owner, &about, &old).await.is_err()
     {
         // Keep a record of the old copy until it is gone: retry with backoff.
+        let message = format!(
+            "could not remove the earlier copy {}/{}",
+            target.namespace, old.name
+        );
         return Err(Failure {
             outcome: Outcome::DestinationFailed {
-                resolved: resolved.message.clone(),
-                reason: "DestinationDeleteFailed",
-                message: format!(
-                    "could not remove the earlier copy {}/{}",
-                    target.namespace, old.name
-                ),
+                resolved: read.resolved_message.clone(),
+                reason: "DestinationDeleteFailed".into(),
+                message,
             },
             retry: Retry::Backoff,
             written: Some(old),
         });
     }
-    Ok((now_written, resolved.message))
-}
-
-/// `<group>/<version>, Kind=<Kind>` as the Go operator prints a GVK (`/v1, Kind=ConfigMap`).
-fn gvk_display(resource: &ApiResource) -> String {
-    format!("{}/{}, Kind={}", resource.group, resource.version, resource.kind)
+    Ok((now_written, read.resolved_message))
 }
 
 fn observe_first_copy(p: &Projection, ctx: &Context) {
@@ -417,38 +270,6 @@ fn observe_first_copy(p: &Projection, ctx: &Context) {
                 event: "create",
             })
             .observe(seconds.max(0.0));
-    }
-}
-
-/// A source failure after which every copy goes: the source is gone, or vetoes projection.
-struct Withdrawal {
-    reason: &'static str,
-    message: String,
-    verb: Verb,
-}
-
-/// Removes the copies, publishes the failure, and says how to retry: on a change once every copy is
-/// gone, with backoff while one could not be removed (its record is kept until then).
-async fn withdraw(
-    p: &Projection,
-    ctx: &Context,
-    recorded: Option<WrittenDestination>,
-    current: (&GroupKind, &ApiResource),
-    why: Withdrawal,
-) -> Failure {
-    let owner = owner_of(p);
-    let about = reference(p);
-    let removed = retract(p, ctx, &owner, &about, recorded.as_ref(), Some(current)).await;
-    ctx.events
-        .warning(&about, why.reason, why.verb, why.message.clone())
-        .await;
-    Failure {
-        outcome: Outcome::SourceFailed {
-            reason: why.reason,
-            message: why.message,
-        },
-        retry: if removed { Retry::OnChange } else { Retry::Backoff },
-        written: if removed { None } else { recorded },
     }
 }
 
@@ -467,23 +288,14 @@ async fn retract(
         all_gone &= remove_recorded(p, ctx, owner, about, old).await.is_ok();
     }
     if let Some((group_kind, resource)) = current {
-        let name = p
-            .spec
-            .destination
-            .as_ref()
-            .and_then(|d| d.name.clone())
-            .unwrap_or_else(|| p.spec.source.name.clone());
-        let already =
-            recorded.is_some_and(|r| r.group == resource.group && r.kind == resource.kind && r.name == name);
+        let target = target_of(p);
+        let already = recorded
+            .is_some_and(|r| r.group == resource.group && r.kind == resource.kind && r.name == target.name);
         if !already {
-            let api = Api::<DynamicObject>::namespaced_with(
-                ctx.client.clone(),
-                &p.namespace().unwrap_or_default(),
-                resource,
-            );
-            match remove_copy(&ctx.watches, &api, group_kind, &name, owner).await {
+            let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &target.namespace, resource);
+            match remove_copy(&ctx.watches, &api, group_kind, &target.name, owner).await {
                 Ok(Removed::Deleted) => {
-                    let note = format!("{}/{name}", p.namespace().unwrap_or_default());
+                    let note = format!("{}/{}", target.namespace, target.name);
                     ctx.events
                         .normal(about, "DestinationDeleted", Verb::Delete, note)
                         .await;
@@ -509,16 +321,8 @@ async fn remove_recorded(
     recorded: &WrittenDestination,
 ) -> Result<(), ()> {
     let namespace = p.namespace().unwrap_or_default();
-    let gvk = kube::core::GroupVersionKind::gvk(&recorded.group, &recorded.version, &recorded.kind);
-    let resource = match kube::discovery::pinned_kind(&ctx.client, &gvk).await {
-        Ok((resource, _)) => resource,
-        // The kind is gone (CRD deleted): so are its objects.
-        Err(kube::Error::Discovery(_)) => return Ok(()),
-        Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(()),
-        Err(e) => {
-            tracing::warn!(error = %e, "could not resolve the recorded copy's kind");
-            return Err(());
-        }
+    let Some(resource) = crate::writer::recorded_resource(ctx, recorded).await? else {
+        return Ok(());
     };
     let group_kind = GroupKind {
         group: recorded.group.clone(),
@@ -554,12 +358,14 @@ async fn remove_recorded(
 /// Deletion of the Projection: its copies go first (the finalizer holds it until then).
 async fn cleanup(p: &Projection, ctx: &Context) -> Result<Action, Error> {
     let owner = owner_of(p);
-    let about = reference(p);
+    let about = p.object_ref(&());
     let recorded = p.status.as_ref().and_then(|s| s.written_destination.clone());
-    let current = ctx.discovery.resolve(&p.spec.source).await.ok();
-    let current = current
-        .as_ref()
-        .map(|r| (p.spec.source.group_kind(), r.resource.clone()));
+    let current = ctx
+        .discovery
+        .resolve(&p.spec.source)
+        .await
+        .ok()
+        .map(|r| (p.spec.source.group_kind(), r.resource));
     let all_gone = retract(
         p,
         ctx,
@@ -571,11 +377,11 @@ async fn cleanup(p: &Projection, ctx: &Context) -> Result<Action, Error> {
     .await;
     if !all_gone {
         return Err(Error::Retry {
-            reason: "DestinationDeleteFailed",
+            reason: "DestinationDeleteFailed".into(),
             message: "copies could not be removed yet".into(),
         });
     }
-    ctx.watches.forget(&ObjectRef::from_obj(p));
+    ctx.watches.forget(&Waker::Projection(ObjectRef::from_obj(p)));
     ctx.backoff.reset(&p.uid().unwrap_or_default());
     Ok(Action::await_change())
 }

@@ -1,14 +1,15 @@
 //! The watches that wake reconciles, started lazily per source kind, and the indexes that map a
 //! watch event to the CRs it concerns without any API call.
 //!
-//! Per kind there are two watches:
+//! Per kind there are:
 //! - a metadata-only watch of every object of the kind, which holds nothing in memory (so memory does
 //!   not grow with unrelated objects) and maps each event through three indexes: the CRs reading that
 //!   object as their source, the CRs waiting for those coordinates to free up (a conflict with a
 //!   stranger), and the owner named by the object's ownership annotation (a copy edited or deleted by
 //!   someone else);
-//! - a full-object watch of our copies only, filtered on the server by the ownership label, whose
-//!   store lets a reconcile compare a copy with its source without a GET.
+//! - per tier (Projection, ClusterProjection), a full-object watch of our copies only, filtered on
+//!   the server by the tier's ownership label, whose store lets a reconcile compare copies with their
+//!   source without a GET and find every copy of an owner without a LIST.
 //!
 //! Our own writes are recognised by the resourceVersion they returned and wake nothing.
 
@@ -24,8 +25,8 @@ use kube::{
     },
 };
 use shared::{
-    crd::Projection,
-    keys::{OWNED_BY_PROJECTION, OWNED_BY_PROJECTION_UID},
+    crd::{ClusterProjection, Projection},
+    keys::{OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_PROJECTION},
     ownership::Owner,
     source::{GroupKind, SourceKey},
 };
@@ -48,7 +49,71 @@ pub struct ObjectKey {
 }
 
 /// A CR that can be woken.
-pub type Waker = ObjectRef<Projection>;
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Waker {
+    /// A Projection.
+    Projection(ObjectRef<Projection>),
+    /// A ClusterProjection.
+    Cluster(ObjectRef<ClusterProjection>),
+}
+
+impl Waker {
+    /// The CR that owns copies stamped for `owner`.
+    pub fn of(owner: &Owner) -> Self {
+        match owner {
+            Owner::Projection { namespace, name, .. } => {
+                Self::Projection(ObjectRef::new(name).within(namespace))
+            }
+            Owner::ClusterProjection { name, .. } => Self::Cluster(ObjectRef::new(name)),
+        }
+    }
+}
+
+/// Which CRs' copies a copies-watch follows (they carry different ownership labels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Tier {
+    /// Copies of Projections.
+    Projection,
+    /// Copies of ClusterProjections.
+    Cluster,
+}
+
+impl Tier {
+    /// The tier of `owner`.
+    pub fn of(owner: &Owner) -> Self {
+        match owner {
+            Owner::Projection { .. } => Self::Projection,
+            Owner::ClusterProjection { .. } => Self::Cluster,
+        }
+    }
+
+    fn uid_label(self) -> &'static str {
+        match self {
+            Self::Projection => shared::keys::OWNED_BY_PROJECTION_UID,
+            Self::Cluster => shared::keys::OWNED_BY_CLUSTER_PROJECTION_UID,
+        }
+    }
+}
+
+/// Senders that wake each kind of CR.
+#[derive(Clone)]
+pub struct Wake {
+    /// Wakes Projections.
+    pub projections: UnboundedSender<ObjectRef<Projection>>,
+    /// Wakes ClusterProjections.
+    pub clusters: UnboundedSender<ObjectRef<ClusterProjection>>,
+}
+
+impl Wake {
+    /// Queues a reconcile of `waker`.
+    pub fn send(&self, waker: Waker) {
+        // A closed channel means the controller is shutting down: nothing left to wake.
+        let _ = match waker {
+            Waker::Projection(r) => self.projections.send(r).map_err(|_| ()),
+            Waker::Cluster(r) => self.clusters.send(r).map_err(|_| ()),
+        };
+    }
+}
 
 /// What we last did to a copy, so the watch events our own writes cause wake nothing.
 enum Mark {
@@ -68,7 +133,7 @@ struct Indexes {
     reads: HashMap<Waker, SourceKey>,
     /// Which CRs wait for coordinates held by a stranger.
     waiters: HashMap<ObjectKey, HashSet<Waker>>,
-    waits: HashMap<Waker, ObjectKey>,
+    waits: HashMap<Waker, Vec<ObjectKey>>,
     /// CRs whose source kind is unknown; woken when a CRD changes.
     unresolved: HashSet<Waker>,
     /// What we last did to each copy.
@@ -76,7 +141,8 @@ struct Indexes {
 }
 
 struct KindWatch {
-    copies: Store<DynamicObject>,
+    resource: ApiResource,
+    copies: HashMap<Tier, Store<DynamicObject>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -84,14 +150,14 @@ struct KindWatch {
 pub struct WatchRegistry {
     client: Client,
     metrics: Arc<Metrics>,
-    wake: UnboundedSender<Waker>,
+    wake: Wake,
     indexes: Arc<Mutex<Indexes>>,
     kinds: Mutex<HashMap<GroupKind, KindWatch>>,
 }
 
 impl WatchRegistry {
     /// A registry that wakes CRs through `wake`.
-    pub fn new(client: Client, metrics: Arc<Metrics>, wake: UnboundedSender<Waker>) -> Self {
+    pub fn new(client: Client, metrics: Arc<Metrics>, wake: Wake) -> Self {
         Self {
             client,
             metrics,
@@ -105,26 +171,33 @@ impl WatchRegistry {
         self.indexes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts the watches of `resource`'s kind unless they run, and returns the store of our copies
-    /// of that kind once it has synced.
+    /// Starts the watches of `resource`'s kind (and of `tier`'s copies of it) unless they run, and
+    /// returns the store of those copies once it has synced.
     pub async fn ensure(
         &self,
         group_kind: &GroupKind,
         resource: &ApiResource,
+        tier: Tier,
     ) -> Result<Store<DynamicObject>, String> {
         let store = {
             let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
-            match kinds.get(group_kind) {
-                Some(w) => w.copies.clone(),
+            let watch = kinds
+                .entry(group_kind.clone())
+                .or_insert_with(|| self.watch_kind(group_kind, resource));
+            let store = match watch.copies.get(&tier) {
+                Some(store) => store.clone(),
                 None => {
-                    let watch = self.start(group_kind.clone(), resource);
-                    let store = watch.copies.clone();
-                    kinds.insert(group_kind.clone(), watch);
-                    self.metrics.watched_gvks.set(kinds.len() as i64);
-                    self.metrics.watched_dest_gvks.set(kinds.len() as i64);
+                    let (store, task) = self.watch_copies(group_kind, &watch.resource, tier);
+                    watch.copies.insert(tier, store.clone());
+                    watch.tasks.push(task);
                     store
                 }
-            }
+            };
+            self.metrics.watched_gvks.set(kinds.len() as i64);
+            self.metrics
+                .watched_dest_gvks
+                .set(kinds.values().map(|w| w.copies.len() as i64).sum());
+            store
         };
         if !store_ready(&store, Duration::from_secs(30)).await {
             return Err(format!("the watch of {group_kind} did not sync within 30s"));
@@ -132,14 +205,14 @@ impl WatchRegistry {
         Ok(store)
     }
 
-    fn start(&self, group_kind: GroupKind, resource: &ApiResource) -> KindWatch {
+    fn watch_kind(&self, group_kind: &GroupKind, resource: &ApiResource) -> KindWatch {
         let all_metadata = Api::<PartialObjectMeta<DynamicObject>>::all_with(self.client.clone(), resource);
         let events =
             watcher::watcher(all_metadata, watcher::Config::default().any_semantic()).default_backoff();
         let indexes = self.indexes.clone();
         let wake = self.wake.clone();
         let gk = group_kind.clone();
-        let metadata_task = tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             events
                 .for_each(|event| {
                     match event {
@@ -154,17 +227,28 @@ impl WatchRegistry {
                 })
                 .await;
         });
+        tracing::info!(kind = %group_kind, version = %resource.version, "watching kind");
+        KindWatch {
+            resource: resource.clone(),
+            copies: HashMap::new(),
+            tasks: vec![task],
+        }
+    }
 
+    fn watch_copies(
+        &self,
+        group_kind: &GroupKind,
+        resource: &ApiResource,
+        tier: Tier,
+    ) -> (Store<DynamicObject>, JoinHandle<()>) {
         let writer = reflector::store::Writer::new(resource.clone());
         let copies = writer.as_reader();
         let ours = Api::<DynamicObject>::all_with(self.client.clone(), resource);
-        let config = watcher::Config::default()
-            .labels(OWNED_BY_PROJECTION_UID)
-            .any_semantic();
-        let copies_stream = watcher::watcher(ours, config).default_backoff().reflect(writer);
+        let config = watcher::Config::default().labels(tier.uid_label()).any_semantic();
+        let stream = watcher::watcher(ours, config).default_backoff().reflect(writer);
         let gk = group_kind.clone();
-        let copies_task = tokio::spawn(async move {
-            copies_stream
+        let task = tokio::spawn(async move {
+            stream
                 .for_each(|event| {
                     if let Err(e) = event {
                         tracing::warn!(kind = %gk, error = %e, "destination watch error; retrying");
@@ -173,11 +257,7 @@ impl WatchRegistry {
                 })
                 .await;
         });
-        tracing::info!(kind = %group_kind, version = %resource.version, "watching kind");
-        KindWatch {
-            copies,
-            tasks: vec![metadata_task, copies_task],
-        }
+        (copies, task)
     }
 
     /// Records that `waker` reads `source` (replacing what it read before).
@@ -191,15 +271,17 @@ impl WatchRegistry {
         ix.readers.entry(source).or_default().insert(waker.clone());
     }
 
-    /// Records that `waker` waits for `key` to be freed by a stranger (or stops waiting).
-    pub fn set_waiting(&self, waker: &Waker, key: Option<ObjectKey>) {
+    /// Records the coordinates held by strangers that `waker` waits for (replacing the earlier set).
+    pub fn set_waiting(&self, waker: &Waker, keys: Vec<ObjectKey>) {
         let mut ix = self.indexes();
-        if let Some(old) = ix.waits.remove(waker) {
+        for old in ix.waits.remove(waker).unwrap_or_default() {
             remove_from(&mut ix.waiters, &old, waker);
         }
-        if let Some(key) = key {
-            ix.waits.insert(waker.clone(), key.clone());
-            ix.waiters.entry(key).or_default().insert(waker.clone());
+        if !keys.is_empty() {
+            for key in &keys {
+                ix.waiters.entry(key.clone()).or_default().insert(waker.clone());
+            }
+            ix.waits.insert(waker.clone(), keys);
         }
     }
 
@@ -217,7 +299,7 @@ impl WatchRegistry {
     pub fn wake_unresolved(&self) {
         let wakers: Vec<_> = self.indexes().unresolved.iter().cloned().collect();
         for w in wakers {
-            let _ = self.wake.send(w);
+            self.wake.send(w);
         }
     }
 
@@ -227,7 +309,7 @@ impl WatchRegistry {
         if let Some(old) = ix.reads.remove(waker) {
             remove_from(&mut ix.readers, &old, waker);
         }
-        if let Some(old) = ix.waits.remove(waker) {
+        for old in ix.waits.remove(waker).unwrap_or_default() {
             remove_from(&mut ix.waiters, &old, waker);
         }
         ix.unresolved.remove(waker);
@@ -252,9 +334,8 @@ impl WatchRegistry {
             }
             held
         };
-        let foreign = held.iter().any(|rv| rv.is_none() || *rv != resource_version);
-        if foreign && let Some(waker) = waker_of(owner) {
-            let _ = self.wake.send(waker);
+        if held.iter().any(|rv| rv.is_none() || *rv != resource_version) {
+            self.wake.send(Waker::of(owner));
         }
     }
 
@@ -283,10 +364,24 @@ fn remove_from<K: std::hash::Hash + Eq>(map: &mut HashMap<K, HashSet<Waker>>, ke
     }
 }
 
+/// The owner named by a copy's ownership annotations.
+fn annotated_owner(meta: &kube::api::ObjectMeta) -> Option<Waker> {
+    let annotations = meta.annotations.as_ref()?;
+    if let Some((ns, name)) = annotations
+        .get(OWNED_BY_PROJECTION)
+        .and_then(|v| v.split_once('/'))
+    {
+        return Some(Waker::Projection(ObjectRef::new(name).within(ns)));
+    }
+    annotations
+        .get(OWNED_BY_CLUSTER_PROJECTION)
+        .map(|name| Waker::Cluster(ObjectRef::new(name)))
+}
+
 /// Maps one watch event to the CRs to wake.
 fn route(
     indexes: &Mutex<Indexes>,
-    wake: &UnboundedSender<Waker>,
+    wake: &Wake,
     group_kind: &GroupKind,
     meta: &kube::api::ObjectMeta,
     deleted: bool,
@@ -309,7 +404,7 @@ fn route(
         let mut ix = indexes.lock().unwrap_or_else(|e| e.into_inner());
         wakers.extend(ix.readers.get(&source).into_iter().flatten().cloned());
         wakers.extend(ix.waiters.get(&key).into_iter().flatten().cloned());
-        if let Some(owner) = meta.annotations.as_ref().and_then(|a| a.get(OWNED_BY_PROJECTION)) {
+        if let Some(owner) = annotated_owner(meta) {
             let ours = match (ix.written.get_mut(&key), deleted) {
                 (Some(Mark::InFlight(held)), _) => {
                     held.push(if deleted {
@@ -326,13 +421,13 @@ fn route(
                 }
                 _ => false,
             };
-            if !ours && let Some((ns, n)) = owner.split_once('/') {
-                wakers.push(ObjectRef::new(n).within(ns));
+            if !ours {
+                wakers.push(owner);
             }
         }
     }
     for w in wakers {
-        let _ = wake.send(w);
+        wake.send(w);
     }
 }
 
@@ -352,14 +447,6 @@ where
         }
     }
     false
-}
-
-/// The CR to wake about a copy of `owner`.
-pub fn waker_of(owner: &Owner) -> Option<Waker> {
-    match owner {
-        Owner::Projection { namespace, name, .. } => Some(ObjectRef::new(name).within(namespace)),
-        Owner::ClusterProjection { .. } => None,
-    }
 }
 
 /// The key of an object we read or wrote.

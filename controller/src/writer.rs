@@ -11,6 +11,7 @@ use kube::{
 };
 use serde_json::Value;
 use shared::{
+    crd::WrittenDestination,
     ownership::Owner,
     source::GroupKind,
     write_plan::{WritePlan, plan_update},
@@ -53,6 +54,22 @@ impl WriteError {
             Self::Fetch(_) => "DestinationFetchFailed",
             Self::Create(_) => "DestinationCreateFailed",
             Self::Update(_) => "DestinationUpdateFailed",
+        }
+    }
+
+    /// Whether a stranger holds the coordinates (only its departure can help).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Self::Conflict(_))
+    }
+
+    /// The verb of the event reporting it.
+    pub fn verb(&self) -> crate::events::Action {
+        use crate::events::Action;
+        match self {
+            Self::Conflict(_) => Action::Validate,
+            Self::Fetch(_) => Action::Get,
+            Self::Create(_) => Action::Create,
+            Self::Update(_) => Action::Update,
         }
     }
 
@@ -219,31 +236,47 @@ async fn recreate(
     )))
 }
 
-/// Deletes the copy at `name` (in `api`'s namespace) if `owner` owns it.
-pub async fn remove_copy(
+/// The API resource of copies recorded in a status, or `None` when their kind is no longer served
+/// (its CRD was deleted, and its objects with it).
+pub async fn recorded_resource(
+    ctx: &crate::context::Context,
+    recorded: &WrittenDestination,
+) -> Result<Option<ApiResource>, ()> {
+    let gvk = kube::core::GroupVersionKind::gvk(&recorded.group, &recorded.version, &recorded.kind);
+    match kube::discovery::pinned_kind(&ctx.client, &gvk).await {
+        Ok((resource, _)) => Ok(Some(resource)),
+        Err(kube::Error::Discovery(_)) => Ok(None),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(None),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not resolve the recorded copies' kind");
+            Err(())
+        }
+    }
+}
+
+/// Deletes `current` (a copy as last seen) if `owner` owns it, with uid and resourceVersion
+/// preconditions; a copy that changed meanwhile is read again once.
+pub async fn remove_known(
     registry: &WatchRegistry,
     api: &Api<DynamicObject>,
     group_kind: &GroupKind,
-    name: &str,
+    current: &DynamicObject,
     owner: &Owner,
 ) -> Result<Removed, kube::Error> {
-    let Some(current) = api.get_opt(name).await? else {
-        return Ok(Removed::Absent);
-    };
     if !owner.owns(current.metadata.annotations.as_ref()) {
         return Ok(Removed::LeftAlone);
     }
     if current.metadata.deletion_timestamp.is_some() {
         return Ok(Removed::Deleted);
     }
-    registry.record_delete(key_of(group_kind, &current));
+    registry.record_delete(key_of(group_kind, current));
     let preconditions = Preconditions {
         uid: current.uid(),
         resource_version: current.resource_version(),
     };
     match api
         .delete(
-            name,
+            &current.name_any(),
             &DeleteParams {
                 preconditions: Some(preconditions),
                 ..Default::default()
@@ -253,6 +286,23 @@ pub async fn remove_copy(
     {
         Ok(_) => Ok(Removed::Deleted),
         Err(kube::Error::Api(s)) if s.is_not_found() => Ok(Removed::Absent),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            remove_copy(registry, api, group_kind, &current.name_any(), owner).await
+        }
         Err(e) => Err(e),
+    }
+}
+
+/// Deletes the copy at `name` (in `api`'s namespace) if `owner` owns it.
+pub async fn remove_copy(
+    registry: &WatchRegistry,
+    api: &Api<DynamicObject>,
+    group_kind: &GroupKind,
+    name: &str,
+    owner: &Owner,
+) -> Result<Removed, kube::Error> {
+    match api.get_opt(name).await? {
+        None => Ok(Removed::Absent),
+        Some(current) => Box::pin(remove_known(registry, api, group_kind, &current, owner)).await,
     }
 }

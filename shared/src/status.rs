@@ -24,11 +24,13 @@ pub enum Outcome {
     Projected {
         /// `SourceResolved` message (names the preferred version when unpinned).
         resolved: String,
+        /// `DestinationWritten` message: empty, or what was skipped or is pending.
+        note: String,
     },
     /// The source could not be resolved, read or used; nothing was written.
     SourceFailed {
         /// E.g. `SourceNotFound`, `SourceOptedOut`.
-        reason: &'static str,
+        reason: String,
         /// For a person.
         message: String,
     },
@@ -37,7 +39,7 @@ pub enum Outcome {
         /// `SourceResolved` message.
         resolved: String,
         /// E.g. `DestinationConflict`.
-        reason: &'static str,
+        reason: String,
         /// For a person.
         message: String,
     },
@@ -50,39 +52,47 @@ impl Outcome {
     }
 
     /// The reason shown on `Ready`.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &str {
         match self {
             Self::Projected { .. } => PROJECTED,
-            Self::SourceFailed { reason, .. } | Self::DestinationFailed { reason, .. } => reason,
+            Self::SourceFailed { reason, .. } | Self::DestinationFailed { reason, .. } => reason.as_str(),
+        }
+    }
+
+    /// The message shown on `Ready` (empty on success).
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Projected { .. } => "",
+            Self::SourceFailed { message, .. } | Self::DestinationFailed { message, .. } => message,
         }
     }
 
     /// The three conditions, as (type, status, reason, message).
-    fn conditions(&self) -> [(&'static str, &'static str, &'static str, String); 3] {
+    fn conditions(&self) -> [(&'static str, &'static str, String, String); 3] {
         match self {
-            Self::Projected { resolved } => [
-                (SOURCE_RESOLVED, "True", RESOLVED, resolved.clone()),
-                (DESTINATION_WRITTEN, "True", PROJECTED, String::new()),
-                (READY, "True", PROJECTED, String::new()),
+            Self::Projected { resolved, note } => [
+                (SOURCE_RESOLVED, "True", RESOLVED.to_owned(), resolved.clone()),
+                (DESTINATION_WRITTEN, "True", PROJECTED.to_owned(), note.clone()),
+                (READY, "True", PROJECTED.to_owned(), String::new()),
             ],
             Self::SourceFailed { reason, message } => [
-                (SOURCE_RESOLVED, "False", reason, message.clone()),
+                (SOURCE_RESOLVED, "False", reason.clone(), message.clone()),
                 (
                     DESTINATION_WRITTEN,
                     "Unknown",
-                    SOURCE_NOT_RESOLVED,
+                    SOURCE_NOT_RESOLVED.to_owned(),
                     "destination write not attempted because source resolution failed".to_owned(),
                 ),
-                (READY, "False", reason, message.clone()),
+                (READY, "False", reason.clone(), message.clone()),
             ],
             Self::DestinationFailed {
                 resolved,
                 reason,
                 message,
             } => [
-                (SOURCE_RESOLVED, "True", RESOLVED, resolved.clone()),
-                (DESTINATION_WRITTEN, "False", reason, message.clone()),
-                (READY, "False", reason, message.clone()),
+                (SOURCE_RESOLVED, "True", RESOLVED.to_owned(), resolved.clone()),
+                (DESTINATION_WRITTEN, "False", reason.clone(), message.clone()),
+                (READY, "False", reason.clone(), message.clone()),
             ],
         }
     }
@@ -109,7 +119,7 @@ pub fn next_conditions(
             Condition {
                 r#type: type_.to_owned(),
                 status: status.to_owned(),
-                reason: reason.to_owned(),
+                reason,
                 message,
                 observed_generation: generation,
                 last_transition_time,
@@ -130,7 +140,7 @@ mod tests {
     #[test]
     fn ready_mirrors_the_failing_condition() {
         let outcome = Outcome::SourceFailed {
-            reason: "SourceNotFound",
+            reason: "SourceNotFound".into(),
             message: "source a/b not found".into(),
         };
         let c = next_conditions(&[], &outcome, Some(2), &at(10));
@@ -150,7 +160,7 @@ mod tests {
 
         let outcome = Outcome::DestinationFailed {
             resolved: String::new(),
-            reason: "DestinationConflict",
+            reason: "DestinationConflict".into(),
             message: "m".into(),
         };
         let c = next_conditions(&[], &outcome, Some(2), &at(10));
@@ -177,7 +187,7 @@ mod tests {
 
         let failed = Outcome::DestinationFailed {
             resolved: String::new(),
-            reason: "DestinationConflict",
+            reason: "DestinationConflict".into(),
             message: "m".into(),
         };
         let after = next_conditions(&again, &failed, Some(2), &at(30));

@@ -1,0 +1,272 @@
+//! What both reconcilers share: the first half of every reconcile (resolve the source kind, make sure
+//! its watches run, read the source, check it may be projected), how failures are retried, and the
+//! bookkeeping at the end of a pass.
+
+use crate::{
+    context::Context,
+    error::Error,
+    events::Action as Verb,
+    metrics::ReconcileLabels,
+    watches::{Tier, Waker},
+};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::{
+    Api,
+    api::{ApiResource, DynamicObject},
+    runtime::{controller::Action, reflector::Store},
+};
+use shared::{
+    crd::{SourceRef, WrittenDestination},
+    policy::check_projectable,
+    source::{GroupKind, SourceKey},
+    status::Outcome,
+};
+
+/// How a failed reconcile is retried.
+pub enum Retry {
+    /// Only a watch event can change the outcome (source created, stranger gone, CRD installed, spec
+    /// edited): no timer.
+    OnChange,
+    /// A transient failure: retry with backoff.
+    Backoff,
+}
+
+/// A reconcile that could not put every copy in place; its events are already published.
+pub struct Failure {
+    /// The conditions to report.
+    pub outcome: Outcome,
+    /// When to try again.
+    pub retry: Retry,
+    /// The copies the status should record afterwards (`None` once they were removed).
+    pub written: Option<WrittenDestination>,
+}
+
+/// A source that may be projected, with what is needed to write its copies.
+pub struct Source {
+    /// Its API resource (group, version, plural).
+    pub resource: ApiResource,
+    /// Its group and kind.
+    pub group_kind: GroupKind,
+    /// The object as read.
+    pub object: DynamicObject,
+    /// The `SourceResolved` message.
+    pub resolved_message: String,
+    /// Our copies of this kind for the reconciling tier (a synced cache).
+    pub copies: Store<DynamicObject>,
+}
+
+/// Why there is nothing to project.
+pub enum Problem {
+    /// Report and retry; copies stay as they are.
+    Report {
+        reason: &'static str,
+        message: String,
+        verb: Verb,
+        retry: Retry,
+    },
+    /// The source is gone or vetoes projection: every copy must go.
+    Withdraw {
+        reason: &'static str,
+        message: String,
+        verb: Verb,
+        resource: ApiResource,
+    },
+}
+
+/// Resolves, watches, reads and checks the source of `waker` (a CR of `tier`). `ever_projected`
+/// tells `SourceDeleted` from `SourceNotFound`.
+pub async fn read_source(
+    ctx: &Context,
+    source: &SourceRef,
+    waker: &Waker,
+    tier: Tier,
+    ever_projected: bool,
+) -> Result<Source, Problem> {
+    let resolved = match ctx.discovery.resolve(source).await {
+        Ok(r) => {
+            ctx.watches.set_unresolved(waker, false);
+            r
+        }
+        Err(crate::discovery::ResolveError::Unusable(message)) => {
+            ctx.watches.set_unresolved(waker, true);
+            return Err(Problem::Report {
+                reason: "SourceResolutionFailed",
+                message,
+                verb: Verb::Resolve,
+                retry: Retry::OnChange,
+            });
+        }
+        Err(crate::discovery::ResolveError::Api(e)) => {
+            return Err(Problem::Report {
+                reason: "SourceResolutionFailed",
+                message: format!("discovery failed: {e}"),
+                verb: Verb::Resolve,
+                retry: Retry::Backoff,
+            });
+        }
+    };
+    let resource = resolved.resource;
+    let group_kind = source.group_kind();
+    ctx.watches.set_reads(waker, SourceKey::of(source));
+    let copies = ctx
+        .watches
+        .ensure(&group_kind, &resource, tier)
+        .await
+        .map_err(|message| Problem::Report {
+            reason: "SourceFetchFailed",
+            message,
+            verb: Verb::Get,
+            retry: Retry::Backoff,
+        })?;
+
+    let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &source.namespace, &resource);
+    let object = match api.get_opt(&source.name).await {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            let (reason, message) = if ever_projected {
+                (
+                    "SourceDeleted",
+                    format!("source {}/{} has been deleted", source.namespace, source.name),
+                )
+            } else {
+                (
+                    "SourceNotFound",
+                    format!("source {}/{} not found", source.namespace, source.name),
+                )
+            };
+            return Err(Problem::Withdraw {
+                reason,
+                message,
+                verb: Verb::Get,
+                resource,
+            });
+        }
+        Err(e) => {
+            return Err(Problem::Report {
+                reason: "SourceFetchFailed",
+                message: e.to_string(),
+                verb: Verb::Get,
+                retry: Retry::Backoff,
+            });
+        }
+    };
+    if let Err(blocked) = check_projectable(
+        ctx.settings.source_mode,
+        object.metadata.annotations.as_ref(),
+        &source.namespace,
+        &source.name,
+    ) {
+        return Err(Problem::Withdraw {
+            reason: blocked.reason,
+            message: blocked.message,
+            verb: Verb::Validate,
+            resource,
+        });
+    }
+    Ok(Source {
+        resource,
+        group_kind,
+        object,
+        resolved_message: resolved.message,
+        copies,
+    })
+}
+
+impl Problem {
+    /// Publishes the problem as a Warning event and turns it into a failure; `withdrawn` says
+    /// whether every copy could be removed (only asked of a withdrawal).
+    pub async fn fail(
+        self,
+        ctx: &Context,
+        about: &ObjectReference,
+        recorded: Option<WrittenDestination>,
+        withdrawn: bool,
+    ) -> Failure {
+        let (reason, message, verb, retry, written) = match self {
+            Self::Report {
+                reason,
+                message,
+                verb,
+                retry,
+            } => (reason, message, verb, retry, recorded),
+            Self::Withdraw {
+                reason,
+                message,
+                verb,
+                ..
+            } if withdrawn => (reason, message, verb, Retry::OnChange, None),
+            // Keep the record of copies that could not be removed yet, and retry.
+            Self::Withdraw {
+                reason,
+                message,
+                verb,
+                ..
+            } => (reason, message, verb, Retry::Backoff, recorded),
+        };
+        ctx.events.warning(about, reason, verb, message.clone()).await;
+        Failure {
+            outcome: Outcome::SourceFailed {
+                reason: reason.to_owned(),
+                message,
+            },
+            retry,
+            written,
+        }
+    }
+}
+
+/// The `result` label of `projection_reconcile_total` for an outcome.
+pub fn result_label(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Projected { .. } => "success",
+        Outcome::DestinationFailed { reason, .. } if reason == "DestinationConflict" => "conflict",
+        Outcome::DestinationFailed { .. } => "destination_error",
+        Outcome::SourceFailed { .. } => "source_error",
+    }
+}
+
+/// Counts the reconcile and tells the runtime what to do next.
+pub fn conclude(
+    ctx: &Context,
+    kind: &'static str,
+    uid: &str,
+    outcome: &Outcome,
+    retry: Option<Retry>,
+) -> Result<Action, Error> {
+    ctx.metrics
+        .reconcile_total
+        .get_or_create(&ReconcileLabels {
+            kind,
+            result: result_label(outcome),
+        })
+        .inc();
+    match retry {
+        None | Some(Retry::OnChange) => {
+            ctx.backoff.reset(uid);
+            Ok(Action::await_change())
+        }
+        Some(Retry::Backoff) => Err(Error::Retry {
+            reason: outcome.reason().to_owned(),
+            message: outcome.message().to_owned(),
+        }),
+    }
+}
+
+/// `<group>/<version>, Kind=<Kind>` as the Go operator prints a GVK (`/v1, Kind=ConfigMap`).
+pub fn gvk_display(resource: &ApiResource) -> String {
+    format!("{}/{}, Kind={}", resource.group, resource.version, resource.kind)
+}
+
+/// Decides when to retry after an error (capped exponential backoff per object).
+pub fn backoff_after(ctx: &Context, kind: &'static str, uid: &str, name: &str, error: &Error) -> Action {
+    ctx.metrics
+        .reconcile_errors_total
+        .get_or_create(&crate::metrics::ErrorLabels {
+            kind,
+            category: error.category(),
+        })
+        .inc();
+    let delay = ctx.backoff.next_delay(uid, ctx.settings.requeue_cap);
+    tracing::info!(kind, name, error = %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
