@@ -1,7 +1,9 @@
 //! What every reconcile shares: the client, discovery, the watch registry, events, metrics, settings
 //! and the per-object failure counts that drive the backoff.
 
-use crate::{discovery::Discovery, events::Events, metrics::Metrics, watches::WatchRegistry};
+use crate::{
+    discovery::Discovery, events::Events, metrics::Metrics, namespaces::Namespaces, watches::WatchRegistry,
+};
 use shared::policy::SourceMode;
 use std::{
     collections::HashMap,
@@ -16,6 +18,8 @@ pub struct Settings {
     pub source_mode: SourceMode,
     /// Cap of the retry backoff.
     pub requeue_cap: Duration,
+    /// Parallel writes of one ClusterProjection's fan-out.
+    pub write_concurrency: usize,
 }
 
 /// Shared by every reconcile.
@@ -23,6 +27,7 @@ pub struct Context {
     pub client: kube::Client,
     pub discovery: Discovery,
     pub watches: Arc<WatchRegistry>,
+    pub namespaces: Arc<Namespaces>,
     pub events: Events,
     pub metrics: Arc<Metrics>,
     pub settings: Settings,

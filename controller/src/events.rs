@@ -1,17 +1,32 @@
 //! Kubernetes events (`events.k8s.io/v1`) about our CRs, with the Go operator's reasons and action
-//! verbs. One recorder for the whole process, so repeats are folded into a series.
+//! verbs. A repeat of the same event (same object, type, reason, action and note) within a few
+//! minutes updates the existing event's series instead of creating another. Unlike kube's
+//! `Recorder`, the note is part of that identity: a conflict in another namespace is a new event, not
+//! a count on the first one.
 
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::{
+    api::{core::v1::ObjectReference, events::v1::Event as K8sEvent, events::v1::EventSeries},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+    jiff::{SignedDuration, Timestamp},
+};
+use kube::{
+    Api, Client,
+    api::{Patch, PatchParams, PostParams},
+};
+use std::{
+    collections::HashMap,
+    sync::{
+        Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+};
 
-/// Publishes events; failures to publish are logged, never fatal.
-#[derive(Clone)]
-pub struct Events {
-    recorder: Recorder,
-}
+/// How long a published event can be continued as a series.
+const SERIES_WINDOW: SignedDuration = SignedDuration::from_mins(6);
+const REPORTING_CONTROLLER: &str = "projection-controller";
 
 /// The verb of an event (`action`).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Action {
     Create,
     Update,
@@ -34,51 +49,164 @@ impl Action {
     }
 }
 
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Key {
+    regarding_uid: String,
+    warning: bool,
+    reason: String,
+    action: Action,
+    note: String,
+}
+
+struct Published {
+    namespace: String,
+    name: String,
+    count: i32,
+    last: Timestamp,
+}
+
+/// Publishes events; failures to publish are logged, never fatal.
+pub struct Events {
+    client: Client,
+    instance: String,
+    published: Mutex<HashMap<Key, Published>>,
+    sequence: AtomicU64,
+}
+
 impl Events {
     /// Events reported as `projection-controller` (the Go operator's reporting controller name).
-    pub fn new(client: kube::Client) -> Self {
+    pub fn new(client: Client) -> Self {
         let instance = std::env::var("POD_NAME")
-            .ok()
-            .or_else(|| std::env::var("HOSTNAME").ok());
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .unwrap_or_else(|_| REPORTING_CONTROLLER.to_owned());
         Self {
-            recorder: Recorder::new(
-                client,
-                Reporter {
-                    controller: "projection-controller".into(),
-                    instance,
-                },
-            ),
+            client,
+            instance,
+            published: Mutex::default(),
+            sequence: AtomicU64::new(0),
         }
     }
 
     /// A Normal event.
     pub async fn normal(&self, about: &ObjectReference, reason: &str, action: Action, note: String) {
-        self.publish(about, EventType::Normal, reason, action, note).await;
+        self.publish(about, false, reason, action, note).await;
     }
 
     /// A Warning event.
     pub async fn warning(&self, about: &ObjectReference, reason: &str, action: Action, note: String) {
-        self.publish(about, EventType::Warning, reason, action, note)
-            .await;
+        self.publish(about, true, reason, action, note).await;
     }
 
     async fn publish(
         &self,
         about: &ObjectReference,
-        type_: EventType,
+        warning: bool,
         reason: &str,
         action: Action,
         note: String,
     ) {
-        let event = Event {
-            type_,
+        // The API refuses notes over 1 kB.
+        let note: String = note.chars().take(1000).collect();
+        let key = Key {
+            regarding_uid: about.uid.clone().unwrap_or_default(),
+            warning,
             reason: reason.to_owned(),
-            note: Some(note),
-            action: action.as_str().to_owned(),
-            secondary: None,
+            action,
+            note,
         };
-        if let Err(e) = self.recorder.publish(&event, about).await {
-            tracing::warn!(reason, error = %e, "could not publish event");
+        let now = Timestamp::now();
+        let repeat = {
+            let mut published = self.published.lock().unwrap_or_else(|e| e.into_inner());
+            published.retain(|_, p| now.duration_since(p.last) < SERIES_WINDOW);
+            published
+                .get(&key)
+                .map(|p| (p.namespace.clone(), p.name.clone(), p.count + 1))
+        };
+        let continued = match repeat {
+            Some((namespace, name, count)) => match self.continue_series(&namespace, &name, count, now).await
+            {
+                // The event expired on the server: start a new one.
+                Err(kube::Error::Api(s)) if s.is_not_found() => None,
+                other => Some(other.map(|()| (namespace, name, count))),
+            },
+            None => None,
+        };
+        let result = match continued {
+            Some(result) => result,
+            None => self
+                .create(about, &key, now)
+                .await
+                .map(|(namespace, name)| (namespace, name, 1)),
+        };
+        match result {
+            Ok((namespace, name, count)) => {
+                let mut published = self.published.lock().unwrap_or_else(|e| e.into_inner());
+                published.insert(
+                    key,
+                    Published {
+                        namespace,
+                        name,
+                        count,
+                        last: now,
+                    },
+                );
+            }
+            Err(e) => tracing::warn!(reason, error = %e, "could not publish event"),
         }
+    }
+
+    async fn create(
+        &self,
+        about: &ObjectReference,
+        key: &Key,
+        now: Timestamp,
+    ) -> Result<(String, String), kube::Error> {
+        // Events about cluster-scoped objects live in `default`, as with every Kubernetes component.
+        let namespace = about.namespace.clone().unwrap_or_else(|| "default".to_owned());
+        let n = self.sequence.fetch_add(1, Ordering::Relaxed);
+        let name = format!(
+            "{}.{:x}{:x}",
+            about.name.clone().unwrap_or_default(),
+            now.as_nanosecond() as u64,
+            n
+        );
+        let event = K8sEvent {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(namespace.clone()),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(now)),
+            action: Some(key.action.as_str().to_owned()),
+            reason: Some(key.reason.clone()),
+            note: Some(key.note.clone()),
+            type_: Some(if key.warning { "Warning" } else { "Normal" }.to_owned()),
+            regarding: Some(about.clone()),
+            reporting_controller: Some(REPORTING_CONTROLLER.to_owned()),
+            reporting_instance: Some(self.instance.clone()),
+            ..Default::default()
+        };
+        Api::<K8sEvent>::namespaced(self.client.clone(), &namespace)
+            .create(&PostParams::default(), &event)
+            .await?;
+        Ok((namespace, name))
+    }
+
+    async fn continue_series(
+        &self,
+        namespace: &str,
+        name: &str,
+        count: i32,
+        now: Timestamp,
+    ) -> Result<(), kube::Error> {
+        let series = EventSeries {
+            count,
+            last_observed_time: MicroTime(now),
+        };
+        let patch = serde_json::json!({"series": series});
+        Api::<K8sEvent>::namespaced(self.client.clone(), namespace)
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
     }
 }

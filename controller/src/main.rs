@@ -2,6 +2,7 @@
 //! one of several replicas behind a leader Lease.
 
 mod cli;
+mod cluster;
 mod context;
 mod discovery;
 mod error;
@@ -9,6 +10,7 @@ mod events;
 mod http;
 mod leader;
 mod metrics;
+mod namespaces;
 mod projection;
 mod reconcile;
 mod watches;
@@ -26,11 +28,15 @@ use kube::{
     },
 };
 use prometheus_client::registry::Registry;
-use shared::{crd::Projection, keys::PROJECTION_FINALIZER};
+use shared::{
+    crd::{ClusterProjection, Projection},
+    keys::{CLUSTER_PROJECTION_FINALIZER, PROJECTION_FINALIZER},
+};
 use std::{
     hash::{DefaultHasher, Hash, Hasher},
     sync::Arc,
 };
+use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 /// Reconciles running at once (each object is still reconciled by one at a time).
@@ -60,7 +66,10 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!(signal, "projection-controller shutting down");
         on_signal.cancel();
     });
-    let stopped = move || stop.clone().cancelled_owned();
+    let stopped = {
+        let stop = stop.clone();
+        move || stop.clone().cancelled_owned()
+    };
 
     let mut registry = Registry::default();
     let metrics = Arc::new(metrics::Metrics::register(&mut registry));
@@ -98,8 +107,9 @@ async fn main() -> anyhow::Result<()> {
     let settings = context::Settings {
         source_mode: args.source_mode,
         requeue_cap: args.requeue_interval,
+        write_concurrency: usize::from(args.selector_write_concurrency),
     };
-    let run = run_controllers(client, metrics, settings, readiness.clone(), stopped());
+    let run = run_controllers(client, metrics, settings, readiness.clone(), stop);
     let lost = async {
         match leadership.as_mut() {
             Some(l) => l.lost().await,
@@ -120,19 +130,55 @@ async fn main() -> anyhow::Result<()> {
     result
 }
 
-/// Which changes of a Projection need a reconcile: its spec (generation), its deletion, and our
-/// finalizer. Status writes, including our own, do not.
-fn reconcile_relevant(p: &Projection) -> Option<u64> {
+/// Which changes of a CR need a reconcile: its spec (generation), its deletion, and our finalizer.
+/// Status writes, including our own, do not.
+fn reconcile_relevant<K: Resource>(object: &K, finalizer: &str) -> Option<u64> {
     let mut hasher = DefaultHasher::new();
-    p.meta().generation.hash(&mut hasher);
-    p.meta().deletion_timestamp.is_some().hash(&mut hasher);
-    p.meta()
+    object.meta().generation.hash(&mut hasher);
+    object.meta().deletion_timestamp.is_some().hash(&mut hasher);
+    object
+        .meta()
         .finalizers
         .iter()
         .flatten()
-        .any(|f| f == PROJECTION_FINALIZER)
+        .any(|f| f == finalizer)
         .hash(&mut hasher);
     Some(hasher.finish())
+}
+
+/// The watch stream of one CR kind, feeding `writer`'s store and filtered to relevant changes.
+fn cr_stream<K>(
+    client: &Client,
+    writer: reflector::store::Writer<K>,
+    finalizer: &'static str,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    watcher::watcher(
+        Api::<K>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .applied_objects()
+    .predicate_filter(
+        move |o: &K| reconcile_relevant(o, finalizer),
+        PredicateConfig::default(),
+    )
+}
+
+fn log_result<T, E: std::fmt::Display>(result: Result<T, E>) -> std::future::Ready<()> {
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "reconcile did not complete");
+    }
+    std::future::ready(())
 }
 
 async fn run_controllers(
@@ -140,7 +186,7 @@ async fn run_controllers(
     metrics: Arc<metrics::Metrics>,
     settings: context::Settings,
     readiness: http::Readiness,
-    stopped: tokio_util::sync::WaitForCancellationFutureOwned,
+    stop: CancellationToken,
 ) {
     let (projections_tx, projections_rx) = tokio::sync::mpsc::unbounded_channel();
     let (clusters_tx, clusters_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -148,11 +194,13 @@ async fn run_controllers(
         projections: projections_tx,
         clusters: clusters_tx,
     };
-    let watches = Arc::new(watches::WatchRegistry::new(client.clone(), metrics.clone(), wake));
+    let namespaces = namespaces::Namespaces::new();
+    let namespace_task = tokio::spawn(namespaces.clone().run(client.clone(), wake.clone()));
     let ctx = Arc::new(context::Context {
         client: client.clone(),
         discovery: discovery::Discovery::new(client.clone()),
-        watches,
+        watches: Arc::new(watches::WatchRegistry::new(client.clone(), metrics.clone(), wake)),
+        namespaces,
         events: events::Events::new(client.clone()),
         metrics,
         settings,
@@ -173,36 +221,42 @@ async fn run_controllers(
         std::future::ready(())
     }));
 
-    let (store, writer) = reflector::store::<Projection>();
-    let projections = watcher::watcher(
-        Api::<Projection>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .applied_objects()
-    .predicate_filter(reconcile_relevant, PredicateConfig::default());
-    let ready_store = store.clone();
+    let (projection_store, projection_writer) = reflector::store::<Projection>();
+    let (cluster_store, cluster_writer) = reflector::store::<ClusterProjection>();
+    let ready = (
+        projection_store.clone(),
+        cluster_store.clone(),
+        ctx.namespaces.clone(),
+    );
     tokio::spawn(async move {
-        if watches::store_ready(&ready_store, std::time::Duration::from_secs(3600)).await {
+        let limit = std::time::Duration::from_secs(3600);
+        if watches::store_ready(&ready.0, limit).await && watches::store_ready(&ready.1, limit).await {
+            ready.2.synced().await;
             readiness.set(true);
             tracing::info!("caches synced; ready");
         }
     });
 
-    Controller::for_stream(projections, store)
-        .reconcile_on(tokio_stream::wrappers::UnboundedReceiverStream::new(
-            projections_rx,
-        ))
-        .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY))
-        .graceful_shutdown_on(stopped)
-        .run(projection::reconcile, projection::error_policy, ctx)
-        .for_each(|result| {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "reconcile did not complete");
-            }
-            std::future::ready(())
-        })
-        .await;
+    let config = controller::Config::default().concurrency(RECONCILE_CONCURRENCY);
+    let projections = Controller::for_stream(
+        cr_stream(&client, projection_writer, PROJECTION_FINALIZER),
+        projection_store,
+    )
+    .reconcile_on(UnboundedReceiverStream::new(projections_rx))
+    .with_config(config.clone())
+    .graceful_shutdown_on(stop.clone().cancelled_owned())
+    .run(projection::reconcile, projection::error_policy, ctx.clone())
+    .for_each(log_result);
+    let clusters = Controller::for_stream(
+        cr_stream(&client, cluster_writer, CLUSTER_PROJECTION_FINALIZER),
+        cluster_store,
+    )
+    .reconcile_on(UnboundedReceiverStream::new(clusters_rx))
+    .with_config(config)
+    .graceful_shutdown_on(stop.cancelled_owned())
+    .run(cluster::reconcile, cluster::error_policy, ctx)
+    .for_each(log_result);
+    tokio::join!(projections, clusters);
     crd_task.abort();
+    namespace_task.abort();
 }

@@ -79,14 +79,6 @@ pub enum Tier {
 }
 
 impl Tier {
-    /// The tier of `owner`.
-    pub fn of(owner: &Owner) -> Self {
-        match owner {
-            Owner::Projection { .. } => Self::Projection,
-            Owner::ClusterProjection { .. } => Self::Cluster,
-        }
-    }
-
     fn uid_label(self) -> &'static str {
         match self {
             Self::Projection => shared::keys::OWNED_BY_PROJECTION_UID,

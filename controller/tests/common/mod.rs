@@ -1,0 +1,205 @@
+//! Helpers shared by the controller's integration tests: a controller process per test, object
+//! creation and patching, and waits on conditions and objects.
+#![allow(dead_code)]
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{
+    Api, Client,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use projection_tests::{ServiceProcess, TestNamespace, client, exclusive, install_crds, wait_for};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use shared::crd::Projection;
+use std::{fmt::Debug, path::Path, time::Duration};
+
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+pub fn binary() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_projection-controller"))
+}
+
+/// A controller with a long retry cap, so anything that recovers within a test's timeout was woken
+/// by a watch, not by a timer.
+pub async fn controller(extra: &[&str]) -> ServiceProcess {
+    let mut args = vec!["--requeue-interval", "5m"];
+    args.extend_from_slice(extra);
+    let mut process = ServiceProcess::start(binary(), &args);
+    process.wait_ready().await;
+    process
+}
+
+/// One test's world: a source and a destination namespace, the CRDs, and the exclusive right to run
+/// a controller.
+pub struct Env {
+    pub client: Client,
+    pub source: TestNamespace,
+    pub dest: TestNamespace,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+}
+
+pub async fn env(name: &str) -> Env {
+    let serial = exclusive().await;
+    let client = client().await;
+    install_crds(&client).await;
+    let source = TestNamespace::create(&client, &format!("{name}-src")).await;
+    let dest = TestNamespace::create(&client, &format!("{name}-dst")).await;
+    Env {
+        client,
+        source,
+        dest,
+        _serial: serial,
+    }
+}
+
+impl Env {
+    /// The source and destination namespaces' names.
+    pub fn names(&self) -> (String, String) {
+        (self.source.name().to_owned(), self.dest.name().to_owned())
+    }
+
+    /// Deletes the test's Projections while the controller still runs (so their finalizers
+    /// complete), then lets the namespaces go.
+    pub async fn finish(self) {
+        for namespace in [self.dest.name(), self.source.name()] {
+            let api: Api<Projection> = self.api(namespace);
+            let _ = api
+                .delete_collection(&DeleteParams::default(), &Default::default())
+                .await;
+            wait_for(
+                &format!("Projections in {namespace} deleted"),
+                TIMEOUT,
+                || async {
+                    match api.list(&Default::default()).await {
+                        Ok(list) if list.items.is_empty() => Ok(()),
+                        Ok(list) => Err(format!("{} left", list.items.len())),
+                        Err(e) => Err(e.to_string()),
+                    }
+                },
+            )
+            .await;
+        }
+    }
+
+    pub fn api<K>(&self, namespace: &str) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    pub fn projections(&self) -> Api<Projection> {
+        self.api(self.dest.name())
+    }
+}
+
+pub async fn create<K>(api: &Api<K>, value: Value) -> K
+where
+    K: kube::Resource + Clone + DeserializeOwned + serde::Serialize + Debug,
+{
+    let object: K = serde_json::from_value(value).expect("valid object");
+    api.create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("create failed: {e}"))
+}
+
+pub async fn merge<K>(api: &Api<K>, name: &str, patch: Value) -> K
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug,
+{
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("patch {name} failed: {e}"))
+}
+
+pub fn opted_in() -> Value {
+    json!({"projection.sh/projectable": "true"})
+}
+
+pub fn projection(name: &str, source: Value, extra: Value) -> Value {
+    let mut spec = json!({"source": source});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        spec[k] = v.clone();
+    }
+    json!({"apiVersion": "projection.sh/v1", "kind": "Projection", "metadata": {"name": name}, "spec": spec})
+}
+
+pub fn cm_source(namespace: &str, name: &str) -> Value {
+    json!({"version": "v1", "kind": "ConfigMap", "namespace": namespace, "name": name})
+}
+
+/// Waits until the Projection's condition `type_` has `status` (and, if given, `reason`) for its
+/// current generation; returns the condition.
+pub async fn wait_condition(
+    api: &Api<Projection>,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: Option<&str>,
+) -> Value {
+    wait_for(
+        &format!("{name} {type_}={status} {reason:?}"),
+        TIMEOUT,
+        || async {
+            let p = api.get(name).await.map_err(|e| e.to_string())?;
+            let generation = p.metadata.generation;
+            let conditions = p
+                .status
+                .as_ref()
+                .map(|s| s.conditions.clone())
+                .unwrap_or_default();
+            let found = conditions.iter().find(|c| c.r#type == type_).cloned();
+            match found {
+                Some(c)
+                    if c.status == status
+                        && reason.is_none_or(|r| c.reason == r)
+                        && c.observed_generation == generation =>
+                {
+                    Ok(serde_json::to_value(c).unwrap_or_default())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+}
+
+pub async fn wait_ready(api: &Api<Projection>, name: &str) {
+    wait_condition(api, name, "Ready", "True", Some("Projected")).await;
+}
+
+/// Waits until `get` yields an object for which `check` holds.
+pub async fn wait_object<K, F>(api: &Api<K>, name: &str, what: &str, check: F) -> K
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug,
+    F: Fn(&K) -> bool,
+{
+    wait_for(what, TIMEOUT, || async {
+        match api.get_opt(name).await {
+            Ok(Some(o)) if check(&o) => Ok(o),
+            Ok(Some(o)) => Err(format!("{o:?}")),
+            Ok(None) => Err("absent".into()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await
+}
+
+pub async fn wait_absent<K>(api: &Api<K>, name: &str, what: &str)
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug,
+{
+    wait_for(what, TIMEOUT, || async {
+        match api.get_opt(name).await {
+            Ok(None) => Ok(()),
+            Ok(Some(o)) if o.meta().deletion_timestamp.is_some() => Ok(()),
+            Ok(Some(_)) => Err("still present".into()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await
+}
+
+pub fn data_of(cm: &ConfigMap) -> Value {
+    serde_json::to_value(cm.data.clone().unwrap_or_default()).unwrap_or_default()
+}
