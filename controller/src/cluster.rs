@@ -136,7 +136,13 @@ async fn apply(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error> {
     };
     let (next, outcome, retry) = next;
     write_status(cp, ctx, &status, next).await?;
-    conclude(ctx, KIND, &cp.uid().unwrap_or_default(), &outcome, retry)
+    conclude(
+        ctx,
+        KIND,
+        (&cp.name_any(), &cp.uid().unwrap_or_default()),
+        &outcome,
+        retry,
+    )
 }
 
 async fn fan_out(

@@ -100,7 +100,8 @@ async fn apply(p: &Projection, ctx: &Context) -> Result<Action, Error> {
         Err(f) => (f.outcome, f.written, Some(f.retry)),
     };
     write_status(p, ctx, &status, &outcome, written).await?;
-    conclude(ctx, KIND, &p.uid().unwrap_or_default(), &outcome, retry)
+    let name = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
+    conclude(ctx, KIND, (&name, &p.uid().unwrap_or_default()), &outcome, retry)
 }
 
 /// Reads, checks, builds and writes. Returns what was written and the `SourceResolved` message.

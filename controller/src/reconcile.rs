@@ -229,17 +229,24 @@ pub fn result_label(outcome: &Outcome) -> &'static str {
 pub fn conclude(
     ctx: &Context,
     kind: &'static str,
-    uid: &str,
+    object: (&str, &str),
     outcome: &Outcome,
     retry: Option<Retry>,
 ) -> Result<Action, Error> {
+    let (name, uid) = object;
+    let result = result_label(outcome);
     ctx.metrics
         .reconcile_total
-        .get_or_create(&ReconcileLabels {
-            kind,
-            result: result_label(outcome),
-        })
+        .get_or_create(&ReconcileLabels { kind, result })
         .inc();
+    tracing::info!(
+        kind,
+        name,
+        result,
+        reason = outcome.reason(),
+        message = outcome.message(),
+        "reconciled"
+    );
     match retry {
         None | Some(Retry::OnChange) => {
             ctx.backoff.reset(uid);

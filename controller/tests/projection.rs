@@ -13,9 +13,7 @@ use kube::{
     Api, Client, ResourceExt,
     api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
 };
-use projection_tests::{
-    ServiceProcess, kubectl_ok, metric_value, wait_crd_established, wait_for, wait_for_event,
-};
+use projection_tests::{ServiceProcess, kubectl_ok, metric_value, wait_crd_established, wait_for_event};
 use serde_json::{Value, json};
 use shared::crd::Projection;
 use std::time::Duration;
@@ -874,64 +872,76 @@ async fn an_immutable_copy_is_recreated_when_its_source_changes() {
     let env = env("immutable").await;
     let _controller = controller(&[]).await;
     let (src, dst) = env.names();
-    let sources = env.api::<Secret>(&src);
+    // A copy made immutable by someone else cannot take the next source edit in place.
+    let configmaps = env.api::<ConfigMap>(&src);
     create(
-        &sources,
-        json!({"metadata": {"name": "s", "annotations": opted_in()}, "type": "Opaque",
-        "immutable": true, "stringData": {"v": "1"}}),
+        &configmaps,
+        json!({"metadata": {"name": "m", "annotations": opted_in()}, "data": {"v": "1"}}),
     )
     .await;
     create(
         &env.projections(),
-        projection(
-            "s",
-            json!({"kind": "Secret", "namespace": src, "name": "s"}),
-            json!({}),
-        ),
+        projection("m", cm_source(&src, "m"), json!({})),
     )
     .await;
-    wait_ready(&env.projections(), "s").await;
-    let first = env.api::<Secret>(&dst).get("s").await.expect("copy").uid();
-    // An immutable source is replaced by a new object with the same name.
-    sources
-        .delete("s", &DeleteParams::default())
-        .await
-        .expect("deleted");
-    create(
-        &sources,
-        json!({"metadata": {"name": "s", "annotations": opted_in()}, "type": "Opaque",
-        "immutable": true, "stringData": {"v": "2"}}),
-    )
-    .await;
-    let copy = wait_object(&env.api::<Secret>(&dst), "s", "copy with the new value", |s| {
-        s.data.as_ref().and_then(|d| d.get("v")).map(|b| b.0.as_slice()) == Some(b"2")
+    wait_ready(&env.projections(), "m").await;
+    let copies = env.api::<ConfigMap>(&dst);
+    let first = copies.get("m").await.expect("copy").uid();
+    merge(&copies, "m", json!({"immutable": true})).await;
+    merge(&configmaps, "m", json!({"data": {"v": "2"}})).await;
+    let copy = wait_object(&copies, "m", "copy recreated with the new value", |c| {
+        data_of(c)["v"] == "2"
     })
     .await;
-    assert_ne!(copy.uid(), first);
-    wait_ready(&env.projections(), "s").await;
+    assert_ne!(copy.uid(), first, "a new object replaced the immutable one");
+    let note = wait_for_event(&env.client, &dst, "m", "DestinationRecreated").await;
+    assert!(note.contains("immutable"), "{note}");
+    wait_ready(&env.projections(), "m").await;
 
-    // A Secret's type cannot change in place either.
-    create(&sources, json!({"metadata": {"name": "t", "annotations": opted_in()}, "type": "Opaque", "stringData": {"v": "1"}})).await;
-    create(
-        &env.projections(),
-        projection(
-            "t",
-            json!({"kind": "Secret", "namespace": src, "name": "t"}),
-            json!({}),
-        ),
-    )
-    .await;
-    wait_ready(&env.projections(), "t").await;
-    sources
-        .delete("t", &DeleteParams::default())
-        .await
-        .expect("deleted");
-    create(&sources, json!({"metadata": {"name": "t", "annotations": opted_in()}, "type": "example.com/custom", "stringData": {"v": "1"}})).await;
-    wait_object(&env.api::<Secret>(&dst), "t", "copy with the new type", |s| {
-        s.type_.as_deref() == Some("example.com/custom")
-    })
-    .await;
-    wait_for_event(&env.client, &dst, "t", "DestinationRecreated").await;
+    // Immutable Secrets change by being replaced; so does a Secret whose type changes.
+    let secrets = env.api::<Secret>(&src);
+    for (name, first_type, second_type, immutable) in [
+        ("s", "Opaque", "Opaque", true),
+        ("t", "Opaque", "example.com/custom", false),
+    ] {
+        create(
+            &secrets,
+            json!({"metadata": {"name": name, "annotations": opted_in()}, "type": first_type,
+            "immutable": immutable, "stringData": {"v": "1"}}),
+        )
+        .await;
+        create(
+            &env.projections(),
+            projection(
+                name,
+                json!({"kind": "Secret", "namespace": src, "name": name}),
+                json!({}),
+            ),
+        )
+        .await;
+        wait_ready(&env.projections(), name).await;
+        secrets
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("deleted");
+        create(
+            &secrets,
+            json!({"metadata": {"name": name, "annotations": opted_in()}, "type": second_type,
+            "immutable": immutable, "stringData": {"v": "2"}}),
+        )
+        .await;
+        wait_object(
+            &env.api::<Secret>(&dst),
+            name,
+            "copy of the replaced secret",
+            |s| {
+                s.type_.as_deref() == Some(second_type)
+                    && s.data.as_ref().and_then(|d| d.get("v")).map(|b| b.0.as_slice()) == Some(b"2")
+            },
+        )
+        .await;
+        wait_ready(&env.projections(), name).await;
+    }
     env.finish().await;
 }
 

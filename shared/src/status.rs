@@ -179,6 +179,7 @@ mod tests {
     fn transition_time_moves_only_when_the_status_changes() {
         let ok = Outcome::Projected {
             resolved: "resolved /ConfigMap to preferred version v1".into(),
+            note: String::new(),
         };
         let first = next_conditions(&[], &ok, Some(1), &at(10));
         assert_eq!(first[0].message, "resolved /ConfigMap to preferred version v1");

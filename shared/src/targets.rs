@@ -160,7 +160,6 @@ pub fn summarize_failures(failures: &[NamespaceFailure]) -> Option<(String, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use serde_json::json;
 
     fn ns(name: &str, labels: &[(&str, &str)], terminating: bool) -> NamespaceInfo {
@@ -245,7 +244,6 @@ mod tests {
                 .unwrap_or_else(|| panic!("{dest} accepted"));
             assert!(err.0.contains(expect), "{dest}: {}", err.0);
         }
-        let _ = LabelSelector::default();
     }
 
     fn failure(ns: &str, reason: &str) -> NamespaceFailure {

@@ -527,3 +527,96 @@ impl TestNamespace {
         .await;
     }
 }
+
+/// Namespaces a test creates by the dozen, all labelled `projection.test/run=<run>` and deleted
+/// together (without waiting) when dropped.
+pub struct NamespaceSet {
+    /// The label value shared by the set.
+    pub run: String,
+    names: Vec<String>,
+}
+
+impl NamespaceSet {
+    /// An empty set for a test named `prefix`.
+    pub fn new(prefix: &str) -> Self {
+        let n = NAMESPACE_COUNTER.fetch_add(1, Ordering::Relaxed);
+        Self {
+            run: format!("{prefix}-{}-{n}", std::process::id()),
+            names: Vec::new(),
+        }
+    }
+
+    /// The name the set gives to its member `suffix`.
+    pub fn name(&self, suffix: &str) -> String {
+        format!("{}-{suffix}", self.run)
+    }
+
+    /// Creates the member `suffix` with `labels` (plus the run label); returns its name.
+    pub async fn create(&mut self, client: &Client, suffix: &str, labels: &[(&str, &str)]) -> String {
+        let name = self.name(suffix);
+        let mut all: serde_json::Map<String, serde_json::Value> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), serde_json::Value::String((*v).to_owned())))
+            .collect();
+        all.insert("projection.test/run".into(), self.run.clone().into());
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": all}}))
+                .expect("namespace object");
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("cannot create namespace {name}: {e}"));
+        self.names.push(name.clone());
+        name
+    }
+
+    /// Creates `count` members named `<prefix>-<i>`, `parallel` at a time.
+    pub async fn create_many(
+        &mut self,
+        client: &Client,
+        prefix: &str,
+        count: usize,
+        labels: &[(&str, &str)],
+    ) -> Vec<String> {
+        use futures::StreamExt;
+        let run = self.run.clone();
+        let names: Vec<String> = (0..count).map(|i| format!("{run}-{prefix}-{i:04}")).collect();
+        let api = Api::<Namespace>::all(client.clone());
+        let results: Vec<Result<Namespace, kube::Error>> = futures::stream::iter(names.clone())
+            .map(|name| {
+                let mut all: serde_json::Map<String, serde_json::Value> = labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), serde_json::Value::String((*v).to_owned())))
+                    .collect();
+                all.insert("projection.test/run".into(), run.clone().into());
+                let ns: Namespace =
+                    serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": all}}))
+                        .expect("namespace object");
+                let api = api.clone();
+                async move { api.create(&PostParams::default(), &ns).await }
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        for r in results {
+            r.unwrap_or_else(|e| panic!("cannot create namespace: {e}"));
+        }
+        self.names.extend(names.iter().cloned());
+        names
+    }
+}
+
+impl Drop for NamespaceSet {
+    fn drop(&mut self) {
+        let selector = format!("projection.test/run={}", self.run);
+        let _ = kubectl_command(&[
+            "delete",
+            "namespace",
+            "-l",
+            &selector,
+            "--wait=false",
+            "--ignore-not-found",
+        ])
+        .output();
+    }
+}
