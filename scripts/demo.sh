@@ -54,8 +54,14 @@ done
 echo "copy now: $(kubectl get configmap platform-settings -n team-a -o jsonpath='{.data}')"
 kubectl get events -n team-a --field-selector involvedObject.name=shared-settings
 
-say "ClusterProjections (accepted; their fan-out is not implemented yet)"
+say "ClusterProjections: by list (team-a, team-b) and by selector (tier=production)"
+kubectl create namespace team-b --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+for _ in $(seq 50); do
+  [ "$(kubectl get clusterprojection shared-settings-to-teams -o jsonpath='{.status.namespacesWritten}')" = 2 ] && break
+  sleep 0.1
+done
 kubectl get clusterprojections -o wide
+kubectl get configmaps -A -l projection.sh/owned-by-cluster-projection-uid
 
 say "Done"
 echo "The control plane and the controller keep running. Use them with:"
