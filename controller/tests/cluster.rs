@@ -7,7 +7,9 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams},
 };
-use projection_tests::{NamespaceSet, ServiceProcess, events_about, kubectl_ok, wait_for, wait_for_event};
+use projection_tests::{
+    NamespaceSet, ServiceProcess, events_about, kubectl_ok, metric_value, wait_for, wait_for_event,
+};
 use serde_json::{Value, json};
 use shared::crd::{ClusterProjection, ClusterProjectionStatus, Projection};
 use std::time::Duration;
@@ -21,7 +23,7 @@ struct World {
     client: Client,
     namespaces: NamespaceSet,
     source: String,
-    _controller: ServiceProcess,
+    controller: ServiceProcess,
     env: Env,
 }
 
@@ -35,7 +37,7 @@ async fn world(name: &str, controller_args: &[&str]) -> World {
         client,
         namespaces,
         source,
-        _controller: controller,
+        controller,
         env,
     }
 }
@@ -185,7 +187,9 @@ async fn a_list_of_three_namespaces_gets_three_copies() {
         "{out}"
     );
 
-    // A source edit reaches every copy.
+    // A source edit reaches every copy, in one pass: our own writes wake nothing.
+    let sample = "projection_reconcile_total{kind=\"ClusterProjection\",result=\"success\"}";
+    let before = metric_value(&w.controller.metrics(), sample).expect("reconcile metric");
     merge(&w.configmaps(&w.source), "cfg", json!({"data": {"k": "v2"}})).await;
     for ns in &names {
         wait_object(&w.configmaps(ns), "cfg", "edit propagated", |c| {
@@ -193,6 +197,10 @@ async fn a_list_of_three_namespaces_gets_three_copies() {
         })
         .await;
     }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = metric_value(&w.controller.metrics(), sample).expect("reconcile metric");
+    assert_eq!(after - before, 1.0, "one reconcile for one source edit");
+    wait_for_event(&w.client, "default", &cp, "Updated").await;
     // A namespace removed from the list loses its copy.
     merge(
         &w.cps(),
