@@ -9,8 +9,8 @@ use crate::{
     context::Context,
     error::{Error, api_error},
     events::Action as Verb,
-    metrics::{E2eLabels, KindLabels},
-    reconcile::{Failure, Problem, Retry, backoff_after, conclude, gvk_display, read_source},
+    metrics::E2eLabels,
+    reconcile::{Failure, Problem, ProjectionKind, Retry, conclude, gvk_display, read_source},
     watches::{ObjectKey, Tier, Waker},
     writer::{FIELD_MANAGER, Removed, WriteError, Written, recorded_resource, remove_known, write_copy},
 };
@@ -21,7 +21,6 @@ use kube::{
     api::{ApiResource, DynamicObject, Patch, PatchParams},
     runtime::{
         controller::Action,
-        finalizer::{Event as Finalizer, finalizer},
         reflector::{ObjectRef, Store},
     },
 };
@@ -35,34 +34,27 @@ use shared::{
     status::{Outcome, next_conditions},
     targets::{TargetRule, Targets, summarize_failures},
 };
-use std::{collections::BTreeSet, sync::Arc, time::Instant};
+use std::{collections::BTreeSet, sync::Arc};
 
 const KIND: &str = "ClusterProjection";
 /// How many namespaces an event note names before summarising the rest.
 const NAMED_IN_EVENTS: usize = 10;
 
-/// Reconciles one ClusterProjection (the entry point handed to the kube controller runtime).
-pub async fn reconcile(cp: Arc<ClusterProjection>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let api: Api<ClusterProjection> = Api::all(ctx.client.clone());
-    let result = finalizer(&api, CLUSTER_PROJECTION_FINALIZER, cp, |event| async {
-        match event {
-            Finalizer::Apply(cp) => apply(&cp, &ctx).await,
-            Finalizer::Cleanup(cp) => cleanup(&cp, &ctx).await,
-        }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
-    ctx.metrics
-        .reconcile_duration_seconds
-        .get_or_create(&KindLabels { kind: KIND })
-        .observe(started.elapsed().as_secs_f64());
-    result
-}
+impl ProjectionKind for ClusterProjection {
+    const KIND: &'static str = KIND;
+    const FINALIZER: &'static str = CLUSTER_PROJECTION_FINALIZER;
 
-/// Decides when to retry after an error.
-pub fn error_policy(cp: Arc<ClusterProjection>, error: &Error, ctx: Arc<Context>) -> Action {
-    backoff_after(&ctx, KIND, &cp.uid().unwrap_or_default(), &cp.name_any(), error)
+    fn api(&self, client: kube::Client) -> Api<Self> {
+        Api::all(client)
+    }
+
+    fn apply(&self, ctx: &Context) -> impl std::future::Future<Output = Result<Action, Error>> + Send {
+        apply(self, ctx)
+    }
+
+    fn cleanup(&self, ctx: &Context) -> impl std::future::Future<Output = Result<Action, Error>> + Send {
+        cleanup(self, ctx)
+    }
 }
 
 fn owner_of(cp: &ClusterProjection) -> Owner {

@@ -245,7 +245,7 @@ async fn run_controllers(
     .reconcile_on(UnboundedReceiverStream::new(projections_rx))
     .with_config(config.clone())
     .graceful_shutdown_on(stop.clone().cancelled_owned())
-    .run(projection::reconcile, projection::error_policy, ctx.clone())
+    .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
     .for_each(log_result);
     let clusters = Controller::for_stream(
         cr_stream(&client, cluster_writer, CLUSTER_PROJECTION_FINALIZER),
@@ -254,7 +254,7 @@ async fn run_controllers(
     .reconcile_on(UnboundedReceiverStream::new(clusters_rx))
     .with_config(config)
     .graceful_shutdown_on(stop.cancelled_owned())
-    .run(cluster::reconcile, cluster::error_policy, ctx)
+    .run(reconcile::reconcile, reconcile::error_policy, ctx)
     .for_each(log_result);
     tokio::join!(projections, clusters);
     crd_task.abort();

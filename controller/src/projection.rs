@@ -6,8 +6,8 @@ use crate::{
     context::Context,
     error::{Error, api_error},
     events::Action as Verb,
-    metrics::{E2eLabels, KindLabels},
-    reconcile::{Failure, Problem, Retry, backoff_after, conclude, gvk_display, read_source},
+    metrics::E2eLabels,
+    reconcile::{Failure, Problem, ProjectionKind, Retry, conclude, gvk_display, read_source},
     watches::{ObjectKey, Tier, Waker},
     writer::{FIELD_MANAGER, Removed, Written, remove_copy, write_copy},
 };
@@ -15,11 +15,7 @@ use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta:
 use kube::{
     Api, Resource, ResourceExt,
     api::{ApiResource, DynamicObject, Patch, PatchParams},
-    runtime::{
-        controller::Action,
-        finalizer::{Event as Finalizer, finalizer},
-        reflector::ObjectRef,
-    },
+    runtime::{controller::Action, reflector::ObjectRef},
 };
 use serde_json::json;
 use shared::{
@@ -30,38 +26,24 @@ use shared::{
     source::GroupKind,
     status::{Outcome, next_conditions},
 };
-use std::{sync::Arc, time::Instant};
 
 const KIND: &str = "Projection";
 
-/// Reconciles one Projection (the entry point handed to the kube controller runtime).
-pub async fn reconcile(projection: Arc<Projection>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let api: Api<Projection> =
-        Api::namespaced(ctx.client.clone(), &projection.namespace().unwrap_or_default());
-    let result = finalizer(&api, PROJECTION_FINALIZER, projection, |event| async {
-        match event {
-            Finalizer::Apply(p) => apply(&p, &ctx).await,
-            Finalizer::Cleanup(p) => cleanup(&p, &ctx).await,
-        }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
-    ctx.metrics
-        .reconcile_duration_seconds
-        .get_or_create(&KindLabels { kind: KIND })
-        .observe(started.elapsed().as_secs_f64());
-    result
-}
+impl ProjectionKind for Projection {
+    const KIND: &'static str = KIND;
+    const FINALIZER: &'static str = PROJECTION_FINALIZER;
 
-/// Decides when to retry after an error.
-pub fn error_policy(projection: Arc<Projection>, error: &Error, ctx: Arc<Context>) -> Action {
-    let name = format!(
-        "{}/{}",
-        projection.namespace().unwrap_or_default(),
-        projection.name_any()
-    );
-    backoff_after(&ctx, KIND, &projection.uid().unwrap_or_default(), &name, error)
+    fn api(&self, client: kube::Client) -> Api<Self> {
+        Api::namespaced(client, &self.namespace().unwrap_or_default())
+    }
+
+    fn apply(&self, ctx: &Context) -> impl std::future::Future<Output = Result<Action, Error>> + Send {
+        apply(self, ctx)
+    }
+
+    fn cleanup(&self, ctx: &Context) -> impl std::future::Future<Output = Result<Action, Error>> + Send {
+        cleanup(self, ctx)
+    }
 }
 
 fn owner_of(p: &Projection) -> Owner {

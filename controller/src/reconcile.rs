@@ -6,21 +6,27 @@ use crate::{
     context::Context,
     error::Error,
     events::Action as Verb,
-    metrics::ReconcileLabels,
+    metrics::{KindLabels, ReconcileLabels},
     watches::{Tier, Waker},
 };
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
-    Api,
+    Api, Resource, ResourceExt,
     api::{ApiResource, DynamicObject},
-    runtime::{controller::Action, reflector::Store},
+    runtime::{
+        controller::Action,
+        finalizer::{Event as Finalizer, finalizer},
+        reflector::Store,
+    },
 };
+use serde::{Serialize, de::DeserializeOwned};
 use shared::{
     crd::{SourceRef, WrittenDestination},
     policy::check_projectable,
     source::{GroupKind, SourceKey},
     status::Outcome,
 };
+use std::{fmt::Debug, future::Future, sync::Arc, time::Instant};
 
 /// How a failed reconcile is retried.
 pub enum Retry {
@@ -264,8 +270,53 @@ pub fn gvk_display(resource: &ApiResource) -> String {
     format!("{}/{}, Kind={}", resource.group, resource.version, resource.kind)
 }
 
+/// One of the two CR kinds, as the controller runtime drives it.
+pub trait ProjectionKind:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static
+{
+    /// `Projection` or `ClusterProjection` (also the metric label).
+    const KIND: &'static str;
+    /// The finalizer that holds the CR until its copies are gone.
+    const FINALIZER: &'static str;
+    /// The API the CR itself is read and written through.
+    fn api(&self, client: kube::Client) -> Api<Self>;
+    /// Puts the copies in place and reports.
+    fn apply(&self, ctx: &Context) -> impl Future<Output = Result<Action, Error>> + Send;
+    /// Removes every copy before the CR goes.
+    fn cleanup(&self, ctx: &Context) -> impl Future<Output = Result<Action, Error>> + Send;
+}
+
+/// Reconciles one CR (the entry point handed to the kube controller runtime): the finalizer decides
+/// between applying and cleaning up.
+pub async fn reconcile<K: ProjectionKind>(object: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let api = object.api(ctx.client.clone());
+    let result = finalizer(&api, K::FINALIZER, object, |event| async {
+        match event {
+            Finalizer::Apply(o) => o.apply(&ctx).await,
+            Finalizer::Cleanup(o) => o.cleanup(&ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    ctx.metrics
+        .reconcile_duration_seconds
+        .get_or_create(&KindLabels { kind: K::KIND })
+        .observe(started.elapsed().as_secs_f64());
+    result
+}
+
 /// Decides when to retry after an error (capped exponential backoff per object).
-pub fn backoff_after(ctx: &Context, kind: &'static str, uid: &str, name: &str, error: &Error) -> Action {
+pub fn error_policy<K: ProjectionKind>(object: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
+    let name = match object.meta().namespace.as_deref() {
+        Some(namespace) => format!("{namespace}/{}", object.name_any()),
+        None => object.name_any(),
+    };
+    backoff_after(&ctx, K::KIND, &object.uid().unwrap_or_default(), &name, error)
+}
+
+/// Decides when to retry after an error (capped exponential backoff per object).
+fn backoff_after(ctx: &Context, kind: &'static str, uid: &str, name: &str, error: &Error) -> Action {
     ctx.metrics
         .reconcile_errors_total
         .get_or_create(&crate::metrics::ErrorLabels {
