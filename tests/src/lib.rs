@@ -414,11 +414,15 @@ impl ServiceProcess {
         );
     }
 
-    /// The current `/metrics` text.
+    /// The current `/metrics` text (retried: a loaded machine can be slow to answer).
     pub fn metrics(&self) -> String {
-        http_get(self.http_port, "/metrics")
-            .map(|(_, body)| body)
-            .unwrap_or_default()
+        for _ in 0..5 {
+            if let Some((200, body)) = http_get(self.http_port, "/metrics") {
+                return body;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        String::new()
     }
 
     /// Kills the process at once (SIGKILL), as a crash would.

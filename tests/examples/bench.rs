@@ -1,0 +1,858 @@
+//! Black-box benchmark harness for any controller implementing `projection.sh/v1`: it creates
+//! sources, Projections and ClusterProjections through the API, changes them, and measures through
+//! watches how fast copies follow; it samples the controller process's memory and CPU from /proc,
+//! and the apiserver's request counters. See docs/scale.md.
+//!
+//!     cargo run --release -p projection-tests --example bench -- --profile projections-100 \
+//!         --controller-pid "$(cat .testenv/projection-controller.pid)"
+//!
+//! It talks to the local control plane (`.testenv/admin.kubeconfig`) unless given `--kubeconfig`
+//! together with `--allow-remote`: it never picks up `$KUBECONFIG` or `~/.kube/config` by itself.
+
+use anyhow::{Context as _, bail};
+use clap::Parser;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::{
+    api::core::v1::{ConfigMap, Namespace, Secret},
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    Api, Client, Config, ResourceExt,
+    api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+    runtime::watcher::{self, Event},
+};
+use serde_json::{Value, json};
+use shared::crd::{ClusterProjection, Projection};
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+const GROUP: &str = "bench.projection.sh";
+const RUN_LABEL: &str = "bench.projection.sh/run";
+const TARGET_LABEL: &str = "bench.projection.sh/target";
+const STAMP: &str = "bench.projection.sh/stamp";
+const PARALLEL: usize = 32;
+
+#[derive(Parser, Debug)]
+#[command(about = "Black-box benchmark of a projection.sh/v1 controller")]
+struct Args {
+    /// smoke, projections-100, projections-1000, projections-10000, selector-50, selector-1000,
+    /// list-10, list-100, crowded, mixed.
+    #[arg(long, default_value = "smoke")]
+    profile: String,
+    /// Override the profile's number of Projections.
+    #[arg(long)]
+    projections: Option<usize>,
+    /// Override the profile's number of source kinds (ConfigMap plus CRDs the harness installs).
+    #[arg(long)]
+    kinds: Option<usize>,
+    /// Override the profile's number of destination namespaces for Projections.
+    #[arg(long)]
+    namespaces: Option<usize>,
+    /// Override the profile's number of ClusterProjection target namespaces.
+    #[arg(long)]
+    fan_out: Option<usize>,
+    /// Override the profile's number of unrelated Secrets and ConfigMaps (each).
+    #[arg(long)]
+    unrelated: Option<usize>,
+    /// Samples per latency measurement.
+    #[arg(long, default_value_t = 20)]
+    samples: usize,
+    /// Length of the idle window (requests per idle minute are scaled from it).
+    #[arg(long, default_value_t = 60)]
+    idle_seconds: u64,
+    /// The controller's process id, for memory and CPU from /proc.
+    #[arg(long)]
+    controller_pid: Option<u32>,
+    /// The controller's metrics endpoint (host:port), scraped at the end.
+    #[arg(long)]
+    controller_metrics: Option<String>,
+    /// A kubeconfig other than the local control plane's (needs --allow-remote).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Confirms that the harness may create and delete objects in the cluster of --kubeconfig.
+    #[arg(long)]
+    allow_remote: bool,
+    /// Where to write the JSON result (default: target/bench/<profile>-<run>.json).
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Keep what the run created.
+    #[arg(long)]
+    keep: bool,
+}
+
+/// What a profile creates.
+#[derive(Clone, Debug, serde::Serialize)]
+struct Plan {
+    projections: usize,
+    kinds: usize,
+    namespaces: usize,
+    /// ClusterProjection targets, by selector (`true`) or by list.
+    fan_out: usize,
+    by_selector: bool,
+    unrelated: usize,
+}
+
+fn plan(args: &Args) -> anyhow::Result<Plan> {
+    let (projections, kinds, namespaces, fan_out, by_selector, unrelated) = match args.profile.as_str() {
+        "smoke" => (10, 2, 2, 5, true, 0),
+        "projections-100" => (100, 10, 10, 0, true, 0),
+        "projections-1000" => (1000, 20, 50, 0, true, 0),
+        "projections-10000" => (10000, 20, 100, 0, true, 0),
+        "selector-50" => (0, 1, 0, 50, true, 0),
+        "selector-1000" => (0, 1, 0, 1000, true, 0),
+        "list-10" => (0, 1, 0, 10, false, 0),
+        "list-100" => (0, 1, 0, 100, false, 0),
+        "crowded" => (10, 1, 2, 0, true, 10000),
+        "mixed" => (200, 5, 10, 50, true, 1000),
+        other => bail!("unknown profile {other:?}"),
+    };
+    Ok(Plan {
+        projections: args.projections.unwrap_or(projections),
+        kinds: args.kinds.unwrap_or(kinds).max(1),
+        namespaces: args.namespaces.unwrap_or(namespaces).max(1),
+        fan_out: args.fan_out.unwrap_or(fan_out),
+        by_selector,
+        unrelated: args.unrelated.unwrap_or(unrelated),
+    })
+}
+
+async fn connect(args: &Args) -> anyhow::Result<Client> {
+    let path = match (&args.kubeconfig, args.allow_remote) {
+        (Some(path), true) => path.clone(),
+        (Some(_), false) => {
+            bail!("--kubeconfig needs --allow-remote: the harness creates and deletes objects there")
+        }
+        (None, _) => projection_tests::testenv_dir().join("admin.kubeconfig"),
+    };
+    let kubeconfig = Kubeconfig::read_from(&path).with_context(|| format!("reading {}", path.display()))?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    let client = Client::try_from(config)?;
+    client
+        .apiserver_version()
+        .await
+        .context("the apiserver does not answer (is the control plane up?)")?;
+    Ok(client)
+}
+
+/// Latencies in seconds, summarised.
+#[derive(Debug, serde::Serialize)]
+struct Summary {
+    samples: usize,
+    p50_ms: f64,
+    p95_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+}
+
+fn summarize(mut seconds: Vec<f64>) -> Option<Summary> {
+    if seconds.is_empty() {
+        return None;
+    }
+    seconds.sort_by(f64::total_cmp);
+    let at =
+        |q: f64| seconds[((q * seconds.len() as f64).ceil() as usize).clamp(1, seconds.len()) - 1] * 1000.0;
+    Some(Summary {
+        samples: seconds.len(),
+        p50_ms: at(0.50),
+        p95_ms: at(0.95),
+        p99_ms: at(0.99),
+        max_ms: at(1.0),
+    })
+}
+
+/// One source kind of the run: ConfigMap, or a CRD the harness installs.
+fn kind_resource(i: usize) -> ApiResource {
+    if i == 0 {
+        return ApiResource::erase::<ConfigMap>(&());
+    }
+    ApiResource {
+        group: GROUP.into(),
+        version: "v1".into(),
+        api_version: format!("{GROUP}/v1"),
+        kind: format!("Bench{i}"),
+        plural: format!("bench{i}s"),
+    }
+}
+
+async fn install_kinds(client: &Client, kinds: usize) -> anyhow::Result<()> {
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    for i in 1..kinds {
+        let r = kind_resource(i);
+        let crd: CustomResourceDefinition = serde_json::from_value(json!({
+            "metadata": {"name": format!("{}.{GROUP}", r.plural)},
+            "spec": {"group": GROUP, "scope": "Namespaced",
+                "names": {"plural": r.plural, "singular": r.kind.to_lowercase(), "kind": r.kind},
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                    "type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+        }))?;
+        api.patch(
+            &crd.name_any(),
+            &PatchParams::apply("projection-bench").force(),
+            &Patch::Apply(&crd),
+        )
+        .await?;
+        projection_tests::wait_crd_established(client, &crd.name_any()).await;
+    }
+    Ok(())
+}
+
+fn source_object(resource: &ApiResource, namespace: &str, name: &str) -> anyhow::Result<DynamicObject> {
+    let body = if resource.kind == "ConfigMap" {
+        json!({"data": {"value": name}})
+    } else {
+        json!({"spec": {"value": name}})
+    };
+    let mut value = json!({"apiVersion": resource.api_version, "kind": resource.kind,
+        "metadata": {"name": name, "namespace": namespace, "annotations": {"projection.sh/projectable": "true"}}});
+    if let (Some(object), Some(body)) = (value.as_object_mut(), body.as_object()) {
+        object.extend(body.clone());
+    }
+    Ok(serde_json::from_value(value)?)
+}
+
+async fn create_namespace(client: &Client, name: &str, labels: Value) -> anyhow::Result<()> {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    Ok(())
+}
+
+/// Runs `f` over `items`, `PARALLEL` at a time, failing on the first error.
+async fn in_parallel<T, F, Fut>(items: Vec<T>, f: F) -> anyhow::Result<()>
+where
+    F: Fn(T) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    futures::stream::iter(items)
+        .map(f)
+        .buffer_unordered(PARALLEL)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+fn now_nanos() -> String {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos()
+        .to_string()
+}
+
+async fn stamp(api: &Api<DynamicObject>, name: &str, value: &str) -> anyhow::Result<()> {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {STAMP: value}}})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Watches objects (from `api`, narrowed by `config`) and records when each first satisfies
+/// `done`; returns once the watch has synced.
+struct Observer {
+    seen: Arc<Mutex<HashMap<String, Instant>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Observer {
+    async fn start<F>(api: Api<DynamicObject>, config: watcher::Config, done: F) -> Self
+    where
+        F: Fn(&Event<DynamicObject>) -> Option<String> + Send + 'static,
+    {
+        let seen: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+        let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+        let record = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut synced = Some(synced_tx);
+            let mut events = std::pin::pin!(watcher::watcher(api, config));
+            while let Some(Ok(event)) = events.next().await {
+                if matches!(event, Event::InitDone) {
+                    if let Some(tx) = synced.take() {
+                        let _ = tx.send(());
+                    }
+                    continue;
+                }
+                if synced.is_none()
+                    && let Some(key) = done(&event)
+                {
+                    record
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .entry(key)
+                        .or_insert_with(Instant::now);
+                }
+            }
+        });
+        let _ = tokio::time::timeout(Duration::from_secs(30), synced_rx).await;
+        Self { seen, task }
+    }
+
+    async fn wait(&self, count: usize, limit: Duration) -> Vec<Instant> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let seen: Vec<Instant> = self
+                .seen
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .copied()
+                .collect();
+            if seen.len() >= count || Instant::now() > deadline {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn stamped(value: String) -> impl Fn(&Event<DynamicObject>) -> Option<String> + Send + 'static {
+    move |event| match event {
+        Event::Apply(o) if o.annotations().get(STAMP) == Some(&value) => {
+            Some(format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any()))
+        }
+        _ => None,
+    }
+}
+
+/// Resident memory (bytes) and CPU time (seconds) of a process, sampled in the background.
+struct ProcessSampler {
+    samples: Arc<Mutex<Vec<(Instant, f64, f64)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn read_process(pid: u32) -> Option<(f64, f64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss_kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some((rss_kib * 1024.0, ticks / 100.0))
+}
+
+impl ProcessSampler {
+    fn start(pid: u32) -> Self {
+        let samples: Arc<Mutex<Vec<(Instant, f64, f64)>>> = Arc::default();
+        let record = samples.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                if let Some((rss, cpu)) = read_process(pid) {
+                    record
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((Instant::now(), rss, cpu));
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        });
+        Self { samples, task }
+    }
+
+    /// Peak RSS, median RSS and CPU seconds used between `from` and `to`.
+    fn window(&self, from: Instant, to: Instant) -> Option<(f64, f64, f64)> {
+        let samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
+        let inside: Vec<&(Instant, f64, f64)> = samples
+            .iter()
+            .filter(|(t, _, _)| *t >= from && *t <= to)
+            .collect();
+        let (first, last) = (inside.first()?, inside.last()?);
+        let mut rss: Vec<f64> = inside.iter().map(|s| s.1).collect();
+        rss.sort_by(f64::total_cmp);
+        Some((rss[rss.len() - 1], rss[rss.len() / 2], last.2 - first.2))
+    }
+}
+
+impl Drop for ProcessSampler {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `apiserver_request_total` summed by "VERB resource[/subresource]".
+async fn request_counts(client: &Client) -> anyhow::Result<BTreeMap<String, f64>> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(request).await?;
+    let mut counts = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+        let (labels, value) = line.rsplit_once(' ').unwrap_or_default();
+        let label = |name: &str| {
+            labels
+                .split(&format!("{name}=\""))
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let (verb, resource, sub) = (label("verb"), label("resource"), label("subresource"));
+        if resource.is_empty() {
+            continue;
+        }
+        let key = if sub.is_empty() {
+            format!("{verb} {resource}")
+        } else {
+            format!("{verb} {resource}/{sub}")
+        };
+        *counts.entry(key).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+    }
+    Ok(counts)
+}
+
+fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(k, v)| *v > 0.0 && !k.ends_with(" leases") && !k.starts_with("WATCH"))
+        .collect()
+}
+
+async fn wait_until<F, Fut>(what: &str, limit: Duration, mut probe: F) -> anyhow::Result<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if probe().await? {
+            return Ok(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    bail!("{what} not reached within {limit:?}")
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    shared::process::install_crypto_provider();
+    let args = Args::parse();
+    let plan = plan(&args)?;
+    let client = connect(&args).await?;
+    let run = format!(
+        "b{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_secs()
+            % 100_000_000
+    );
+    eprintln!("run {run}: {plan:?}");
+    let sampler = args.controller_pid.map(ProcessSampler::start);
+    let started = Instant::now();
+    let result = measure(&client, &args, &plan, &run, sampler.as_ref()).await;
+    if !args.keep {
+        cleanup(&client, &run).await;
+    }
+    let mut report = result?;
+    report["elapsed_seconds"] = json!(started.elapsed().as_secs_f64().round());
+    if let Some(endpoint) = &args.controller_metrics
+        && let Some((code, body)) = endpoint
+            .rsplit_once(':')
+            .and_then(|(_, port)| port.parse().ok())
+            .and_then(|port| projection_tests::http_get(port, "/metrics"))
+        && code == 200
+    {
+        let lines: Vec<&str> = body
+            .lines()
+            .filter(|l| l.starts_with("projection_") && !l.contains("_bucket"))
+            .collect();
+        report["controller_metrics"] = json!(lines);
+    }
+    let output = args.output.clone().unwrap_or_else(|| {
+        projection_tests::repo_root()
+            .join("target/bench")
+            .join(format!("{}-{run}.json", args.profile))
+    });
+    if let Some(dir) = output.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&output, serde_json::to_string_pretty(&report)?)?;
+    print_table(&args.profile, &report);
+    eprintln!("JSON written to {}", output.display());
+    Ok(())
+}
+
+async fn measure(
+    client: &Client,
+    args: &Args,
+    plan: &Plan,
+    run: &str,
+    sampler: Option<&ProcessSampler>,
+) -> anyhow::Result<Value> {
+    let mut report = json!({"profile": args.profile, "plan": plan, "run": run});
+    let source_ns = format!("{run}-src");
+    create_namespace(client, &source_ns, json!({RUN_LABEL: run})).await?;
+    install_kinds(client, plan.kinds).await?;
+
+    // Unrelated objects: the controller must not pay for them.
+    if plan.unrelated > 0 {
+        let unrelated_ns = format!("{run}-unrelated");
+        create_namespace(client, &unrelated_ns, json!({RUN_LABEL: run})).await?;
+        let t = Instant::now();
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), &unrelated_ns);
+        let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &unrelated_ns);
+        in_parallel((0..plan.unrelated).collect(), |i| {
+            let (secrets, configmaps) = (secrets.clone(), configmaps.clone());
+            async move {
+                let s: Secret = serde_json::from_value(
+                    json!({"metadata": {"name": format!("u-{i}")}, "stringData": {"k": "v"}}),
+                )?;
+                secrets.create(&PostParams::default(), &s).await?;
+                let c: ConfigMap = serde_json::from_value(
+                    json!({"metadata": {"name": format!("u-{i}")}, "data": {"k": "v"}}),
+                )?;
+                configmaps.create(&PostParams::default(), &c).await?;
+                Ok(())
+            }
+        })
+        .await?;
+        report["unrelated_created_seconds"] = json!(t.elapsed().as_secs_f64());
+    }
+
+    // Projections: source i of kind i % kinds, copied into destination namespace i % namespaces.
+    if plan.projections > 0 {
+        let dest: Vec<String> = (0..plan.namespaces).map(|i| format!("{run}-d{i}")).collect();
+        for ns in &dest {
+            create_namespace(client, ns, json!({RUN_LABEL: run})).await?;
+        }
+        let t = Instant::now();
+        in_parallel((0..plan.projections).collect(), |i| {
+            let (client, source_ns, dest) = (client.clone(), source_ns.clone(), dest[i % dest.len()].clone());
+            async move {
+                let resource = kind_resource(i % plan.kinds);
+                let name = format!("s-{i}");
+                let api = Api::<DynamicObject>::namespaced_with(client.clone(), &source_ns, &resource);
+                api.create(&PostParams::default(), &source_object(&resource, &source_ns, &name)?).await?;
+                let p: Projection = serde_json::from_value(json!({"metadata": {"name": name, "labels": {RUN_LABEL: run}},
+                    "spec": {"source": {"group": resource.group, "kind": resource.kind, "namespace": source_ns, "name": name}}}))?;
+                Api::<Projection>::namespaced(client, &dest).create(&PostParams::default(), &p).await?;
+                Ok(())
+            }
+        })
+        .await?;
+        let projections: Api<Projection> = Api::all(client.clone());
+        let lp = ListParams::default().labels(&format!("{RUN_LABEL}={run}"));
+        let ready_after = wait_until("every Projection Ready", Duration::from_secs(600), || async {
+            let list = projections.list(&lp).await?;
+            let ready = list
+                .items
+                .iter()
+                .filter(|p| is_ready(p.status.as_ref().map(|s| &s.conditions[..])))
+                .count();
+            Ok(ready == plan.projections)
+        })
+        .await?;
+        report["projections_ready_seconds"] = json!((t.elapsed().max(ready_after)).as_secs_f64());
+
+        // Source edit -> copy updated, and copy deleted -> restored.
+        let mut edits = Vec::new();
+        let mut heals = Vec::new();
+        for sample in 0..args.samples {
+            let i = (sample * 7919) % plan.projections;
+            let resource = kind_resource(i % plan.kinds);
+            let (name, dest_ns) = (format!("s-{i}"), dest[i % dest.len()].clone());
+            let copies = Api::<DynamicObject>::namespaced_with(client.clone(), &dest_ns, &resource);
+            let value = now_nanos();
+            let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+            let observer = Observer::start(copies.clone(), config.clone(), stamped(value.clone())).await;
+            let t = Instant::now();
+            stamp(
+                &Api::namespaced_with(client.clone(), &source_ns, &resource),
+                &name,
+                &value,
+            )
+            .await?;
+            if let Some(at) = observer.wait(1, Duration::from_secs(30)).await.first() {
+                edits.push(at.duration_since(t).as_secs_f64());
+            }
+            drop(observer);
+            let old_uid = copies.get(&name).await?.uid();
+            let observer = Observer::start(copies.clone(), config, move |event| match event {
+                Event::Apply(o) if o.uid() != old_uid => Some(o.name_any()),
+                _ => None,
+            })
+            .await;
+            let t = Instant::now();
+            copies.delete(&name, &DeleteParams::default()).await?;
+            if let Some(at) = observer.wait(1, Duration::from_secs(30)).await.first() {
+                heals.push(at.duration_since(t).as_secs_f64());
+            }
+        }
+        report["source_edit_to_copy"] = json!(summarize(edits));
+        report["copy_deleted_to_restored"] = json!(summarize(heals));
+
+        // Requests caused by one source edit.
+        let resource = kind_resource(0);
+        let sources = Api::<DynamicObject>::namespaced_with(client.clone(), &source_ns, &resource);
+        let before = request_counts(client).await?;
+        stamp(&sources, "s-0", &now_nanos()).await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let mut per_edit = delta(&before, &request_counts(client).await?);
+        if let Some(v) = per_edit.get_mut("PATCH configmaps") {
+            *v -= 1.0; // the edit itself
+        }
+        per_edit.retain(|_, v| *v > 0.0);
+        report["requests_per_source_edit"] = json!(per_edit);
+    }
+
+    // ClusterProjection fan-out.
+    if plan.fan_out > 0 {
+        measure_fan_out(client, args, plan, run, &source_ns, &mut report).await?;
+    }
+
+    // Idle: nothing changes; the controller should make no request.
+    let idle_start = Instant::now();
+    let before = request_counts(client).await?;
+    tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
+    let idle = delta(&before, &request_counts(client).await?);
+    let minutes = args.idle_seconds as f64 / 60.0;
+    report["requests_per_idle_minute_all_clients"] = json!(
+        idle.iter()
+            .map(|(k, v)| (k.clone(), v / minutes))
+            .collect::<BTreeMap<_, _>>()
+    );
+    if let Some(sampler) = sampler {
+        let idle_end = Instant::now();
+        if let (Some((_, steady, idle_cpu)), Some((peak, _, total_cpu))) = (
+            sampler.window(idle_start, idle_end),
+            sampler.window(Instant::now() - Duration::from_secs(86400), idle_end),
+        ) {
+            report["controller"] = json!({
+                "rss_steady_mib": steady / 1048576.0,
+                "rss_peak_mib": peak / 1048576.0,
+                "cpu_seconds_idle_window": idle_cpu,
+                "cpu_seconds_whole_run": total_cpu,
+            });
+        }
+    }
+    Ok(report)
+}
+
+async fn measure_fan_out(
+    client: &Client,
+    args: &Args,
+    plan: &Plan,
+    run: &str,
+    source_ns: &str,
+    report: &mut Value,
+) -> anyhow::Result<()> {
+    let targets: Vec<String> = (0..plan.fan_out).map(|i| format!("{run}-t{i:04}")).collect();
+    let t = Instant::now();
+    in_parallel(targets.clone(), |ns| async move {
+        create_namespace(client, &ns, json!({RUN_LABEL: run, TARGET_LABEL: run})).await
+    })
+    .await?;
+    report["target_namespaces_created_seconds"] = json!(t.elapsed().as_secs_f64());
+    let sources: Api<ConfigMap> = Api::namespaced(client.clone(), source_ns);
+    let cm: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "fanout", "annotations": {"projection.sh/projectable": "true"}},
+        "data": {"k": "v"}}),
+    )?;
+    sources.create(&PostParams::default(), &cm).await?;
+    let destination = if plan.by_selector {
+        json!({"namespaceSelector": {"matchLabels": {TARGET_LABEL: run}}})
+    } else {
+        json!({"namespaces": targets})
+    };
+    let cp: ClusterProjection = serde_json::from_value(
+        json!({"metadata": {"name": run, "labels": {RUN_LABEL: run}},
+        "spec": {"source": {"kind": "ConfigMap", "namespace": source_ns, "name": "fanout"}, "destination": destination}}),
+    )?;
+    let cps: Api<ClusterProjection> = Api::all(client.clone());
+    let t = Instant::now();
+    let created = cps.create(&PostParams::default(), &cp).await?;
+    let expected = plan.fan_out as i32;
+    wait_until("the fan-out to complete", Duration::from_secs(600), || async {
+        let cp = cps.get(run).await?;
+        Ok(cp.status.is_some_and(|s| s.namespaces_written == expected))
+    })
+    .await?;
+    report["fan_out_initial_seconds"] = json!(t.elapsed().as_secs_f64());
+
+    let uid = created.uid().unwrap_or_default();
+    let copies = Api::<DynamicObject>::all_with(client.clone(), &kind_resource(0));
+    let config =
+        watcher::Config::default().labels(&format!("projection.sh/owned-by-cluster-projection-uid={uid}"));
+    let source = Api::<DynamicObject>::namespaced_with(client.clone(), source_ns, &kind_resource(0));
+    let (mut first, mut last) = (Vec::new(), Vec::new());
+    for _ in 0..args.samples.min(10) {
+        let value = now_nanos();
+        let observer = Observer::start(copies.clone(), config.clone(), stamped(value.clone())).await;
+        let t = Instant::now();
+        stamp(&source, "fanout", &value).await?;
+        let seen = observer.wait(plan.fan_out, Duration::from_secs(120)).await;
+        if seen.len() < plan.fan_out {
+            bail!("only {} of {} copies were updated", seen.len(), plan.fan_out);
+        }
+        first.push(
+            seen.iter()
+                .min()
+                .map(|at| at.duration_since(t).as_secs_f64())
+                .unwrap_or_default(),
+        );
+        last.push(
+            seen.iter()
+                .max()
+                .map(|at| at.duration_since(t).as_secs_f64())
+                .unwrap_or_default(),
+        );
+    }
+    report["fan_out_edit_first_copy"] = json!(summarize(first));
+    report["fan_out_edit_last_copy"] = json!(summarize(last));
+
+    let before = request_counts(client).await?;
+    stamp(&source, "fanout", &now_nanos()).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut per_edit = delta(&before, &request_counts(client).await?);
+    if let Some(v) = per_edit.get_mut("PATCH configmaps") {
+        *v -= 1.0;
+    }
+    per_edit.retain(|_, v| *v > 0.0);
+    report["fan_out_requests_per_source_edit"] = json!(per_edit);
+
+    if plan.by_selector {
+        // Label flips and a new namespace.
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let (mut removed, mut added, mut fresh) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..args.samples.min(5) {
+            let ns = targets[i % targets.len()].clone();
+            let scoped = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &kind_resource(0));
+            let gone = Observer::start(scoped.clone(), config.clone(), |e| match e {
+                Event::Delete(o) => Some(o.name_any()),
+                _ => None,
+            })
+            .await;
+            let t = Instant::now();
+            namespaces
+                .patch(
+                    &ns,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": {TARGET_LABEL: null}}})),
+                )
+                .await?;
+            if let Some(at) = gone.wait(1, Duration::from_secs(30)).await.first() {
+                removed.push(at.duration_since(t).as_secs_f64());
+            }
+            let back = Observer::start(scoped, config.clone(), |e| match e {
+                Event::Apply(o) => Some(o.name_any()),
+                _ => None,
+            })
+            .await;
+            let t = Instant::now();
+            namespaces
+                .patch(
+                    &ns,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": {TARGET_LABEL: run}}})),
+                )
+                .await?;
+            if let Some(at) = back.wait(1, Duration::from_secs(30)).await.first() {
+                added.push(at.duration_since(t).as_secs_f64());
+            }
+            let new_ns = format!("{run}-n{i}");
+            let wanted = new_ns.clone();
+            let appears = Observer::start(copies.clone(), config.clone(), move |e| match e {
+                Event::Apply(o) if o.namespace().as_deref() == Some(wanted.as_str()) => Some(o.name_any()),
+                _ => None,
+            })
+            .await;
+            let t = Instant::now();
+            create_namespace(client, &new_ns, json!({RUN_LABEL: run, TARGET_LABEL: run})).await?;
+            if let Some(at) = appears.wait(1, Duration::from_secs(30)).await.first() {
+                fresh.push(at.duration_since(t).as_secs_f64());
+            }
+        }
+        report["label_removed_to_copy_gone"] = json!(summarize(removed));
+        report["label_added_to_copy_present"] = json!(summarize(added));
+        report["namespace_created_to_copy_present"] = json!(summarize(fresh));
+    }
+    Ok(())
+}
+
+fn is_ready(conditions: Option<&[shared::crd::Condition]>) -> bool {
+    conditions
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.r#type == "Ready" && c.status == "True")
+}
+
+/// Deletes what the run created: ClusterProjections and Projections first (their finalizers need a
+/// running controller), then the namespaces and the CRDs.
+async fn cleanup(client: &Client, run: &str) {
+    let lp = ListParams::default().labels(&format!("{RUN_LABEL}={run}"));
+    let cps: Api<ClusterProjection> = Api::all(client.clone());
+    let _ = cps.delete_collection(&DeleteParams::default(), &lp).await;
+    let projections: Api<Projection> = Api::all(client.clone());
+    if let Ok(list) = projections.list(&lp).await {
+        let _ = in_parallel(list.items, |p| {
+            let client = client.clone();
+            async move {
+                let api: Api<Projection> = Api::namespaced(client, &p.namespace().unwrap_or_default());
+                api.delete(&p.name_any(), &DeleteParams::default()).await?;
+                Ok(())
+            }
+        })
+        .await;
+    }
+    let _ = wait_until("Projections deleted", Duration::from_secs(300), || async {
+        Ok(projections.list(&lp).await?.items.is_empty() && cps.list(&lp).await?.items.is_empty())
+    })
+    .await;
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete_collection(&DeleteParams::default(), &lp)
+        .await;
+}
+
+fn print_table(profile: &str, report: &Value) {
+    println!("\n### {profile}\n");
+    println!("| measurement | samples | p50 ms | p95 ms | p99 ms |");
+    println!("|---|---|---|---|---|");
+    for key in [
+        "source_edit_to_copy",
+        "copy_deleted_to_restored",
+        "fan_out_edit_first_copy",
+        "fan_out_edit_last_copy",
+        "label_removed_to_copy_gone",
+        "label_added_to_copy_present",
+        "namespace_created_to_copy_present",
+    ] {
+        if let Some(s) = report.get(key).filter(|v| !v.is_null()) {
+            println!(
+                "| {key} | {} | {:.1} | {:.1} | {:.1} |",
+                s["samples"],
+                s["p50_ms"].as_f64().unwrap_or(0.0),
+                s["p95_ms"].as_f64().unwrap_or(0.0),
+                s["p99_ms"].as_f64().unwrap_or(0.0)
+            );
+        }
+    }
+    for key in [
+        "projections_ready_seconds",
+        "fan_out_initial_seconds",
+        "requests_per_source_edit",
+        "fan_out_requests_per_source_edit",
+        "requests_per_idle_minute_all_clients",
+        "controller",
+    ] {
+        if let Some(v) = report.get(key) {
+            println!("\n{key}: {v}");
+        }
+    }
+}
