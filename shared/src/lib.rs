@@ -9,4 +9,5 @@ pub mod policy;
 pub mod process;
 pub mod source;
 pub mod status;
+pub mod validation;
 pub mod write_plan;
