@@ -3,6 +3,7 @@
 pub mod crd;
 pub mod crdgen;
 pub mod destination;
+pub mod http;
 pub mod keys;
 pub mod ownership;
 pub mod policy;
