@@ -21,6 +21,14 @@ pub enum RequestError {
     /// The body is not an admission.k8s.io/v1 AdmissionReview.
     #[error("request body is not an AdmissionReview: {0}")]
     Malformed(#[source] serde_json::Error),
+    /// Another kind or version than admission.k8s.io/v1 AdmissionReview.
+    #[error("expected an admission.k8s.io/v1 AdmissionReview, got {api_version:?} {kind:?}")]
+    WrongType {
+        /// The body's apiVersion.
+        api_version: String,
+        /// The body's kind.
+        kind: String,
+    },
     /// The AdmissionReview carries no request.
     #[error("AdmissionReview has no request")]
     NoRequest,
@@ -34,6 +42,7 @@ impl RequestError {
             Self::Timeout(_) => "timeout",
             Self::Body(_) => "body",
             Self::Malformed(_) => "malformed",
+            Self::WrongType { .. } => "wrong_type",
             Self::NoRequest => "no_request",
         }
     }
@@ -43,7 +52,7 @@ impl RequestError {
         match self {
             Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
-            Self::Body(_) | Self::Malformed(_) | Self::NoRequest => StatusCode::BAD_REQUEST,
+            Self::Body(_) | Self::Malformed(_) | Self::WrongType { .. } | Self::NoRequest => StatusCode::BAD_REQUEST,
         }
     }
 }

@@ -109,6 +109,12 @@ async fn read_request(body: Body) -> Result<AdmissionRequest<DynamicObject>, Req
         })?;
     let review: AdmissionReview<DynamicObject> =
         serde_json::from_slice(&collected.to_bytes()).map_err(RequestError::Malformed)?;
+    if review.types.api_version != "admission.k8s.io/v1" || review.types.kind != "AdmissionReview" {
+        return Err(RequestError::WrongType {
+            api_version: review.types.api_version,
+            kind: review.types.kind,
+        });
+    }
     review.try_into().map_err(|_| RequestError::NoRequest)
 }
 
