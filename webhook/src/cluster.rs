@@ -4,9 +4,7 @@
 
 use crate::error::PolicyError;
 use arc_swap::ArcSwapOption;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::{
     Api, Client,
     api::{DynamicObject, PostParams},
@@ -123,7 +121,11 @@ impl KubeCluster {
         let found = if source.version.is_empty() {
             snapshot.get(&source.group)?.recommended_kind(&source.kind)
         } else {
-            snapshot.resolve_gvk(&GroupVersionKind::gvk(&source.group, &source.version, &source.kind))
+            snapshot.resolve_gvk(&GroupVersionKind::gvk(
+                &source.group,
+                &source.version,
+                &source.kind,
+            ))
         };
         Some(match found {
             Some((_, caps)) if caps.scope == Scope::Cluster => KindScope::Cluster,
@@ -183,7 +185,10 @@ impl Cluster for Arc<KubeCluster> {
         name: &str,
     ) -> Result<Option<BTreeMap<String, String>>, PolicyError> {
         let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, resource);
-        let meta = api.get_metadata_opt(name).await.map_err(PolicyError::SourceRead)?;
+        let meta = api
+            .get_metadata_opt(name)
+            .await
+            .map_err(PolicyError::SourceRead)?;
         Ok(meta.map(|m| m.metadata.annotations.unwrap_or_default()))
     }
 }

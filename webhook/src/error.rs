@@ -52,7 +52,9 @@ impl RequestError {
         match self {
             Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
-            Self::Body(_) | Self::Malformed(_) | Self::WrongType { .. } | Self::NoRequest => StatusCode::BAD_REQUEST,
+            Self::Body(_) | Self::Malformed(_) | Self::WrongType { .. } | Self::NoRequest => {
+                StatusCode::BAD_REQUEST
+            }
         }
     }
 }

@@ -40,10 +40,15 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
         stop_all.clone().cancelled_owned(),
     ));
     {
-        let (readiness, stop_accepting, delay) = (readiness.clone(), stop_accepting.clone(), args.shutdown_delay);
+        let (readiness, stop_accepting, delay) =
+            (readiness.clone(), stop_accepting.clone(), args.shutdown_delay);
         tokio::spawn(async move {
             let signal = shared::process::shutdown_signal().await;
-            tracing::info!(signal, ?delay, "projection-webhook shutting down: not ready, draining");
+            tracing::info!(
+                signal,
+                ?delay,
+                "projection-webhook shutting down: not ready, draining"
+            );
             readiness.set(false);
             tokio::time::sleep(delay).await;
             stop_accepting.cancel();
@@ -53,9 +58,15 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
     let certs = tls::CertStore::load(&args.tls_cert_file, &args.tls_key_file)
         .context("loading the serving certificate")?;
     let tls_config = certs.server_config()?;
-    tokio::spawn(certs.watch(args.tls_reload_interval, metrics.clone(), stop_all.clone().cancelled_owned()));
+    tokio::spawn(certs.watch(
+        args.tls_reload_interval,
+        metrics.clone(),
+        stop_all.clone().cancelled_owned(),
+    ));
 
-    let client = kube::Client::try_default().await.context("building the Kubernetes client")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("building the Kubernetes client")?;
     let cluster = cluster::KubeCluster::new(client);
     tokio::select! {
         warmed = warm_discovery(&cluster) => warmed,
@@ -64,7 +75,11 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
             return probes.await?;
         }
     }
-    tokio::spawn(cluster.clone().refresh_every(DISCOVERY_REFRESH, stop_all.clone().cancelled_owned()));
+    tokio::spawn(
+        cluster
+            .clone()
+            .refresh_every(DISCOVERY_REFRESH, stop_all.clone().cancelled_owned()),
+    );
 
     let app = Arc::new(handler::App {
         settings: review::ReviewSettings {

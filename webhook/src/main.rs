@@ -15,5 +15,7 @@ async fn main() -> anyhow::Result<()> {
         check_source_access = args.check_source_access,
         "projection-webhook starting"
     );
-    webhook::run(args).await.inspect_err(|e| tracing::error!(error = format!("{e:#}"), "projection-webhook failed"))
+    webhook::run(args)
+        .await
+        .inspect_err(|e| tracing::error!(error = format!("{e:#}"), "projection-webhook failed"))
 }

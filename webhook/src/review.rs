@@ -151,16 +151,17 @@ pub async fn review<C: Cluster>(
             let namespace = request.namespace.as_deref().unwrap_or_default();
             check_projection(namespace, spec).map(|s| (s.source, s.destination.and_then(|d| d.name)))
         }
-        Reviewed::ClusterProjection => {
-            check_cluster_projection(spec).map(|s| (s.source, s.destination.name))
-        }
+        Reviewed::ClusterProjection => check_cluster_projection(spec).map(|s| (s.source, s.destination.name)),
     };
     let (source, destination_name) = match checked {
         Ok(checked) => checked,
         Err(invalid) => return deny(invalid.to_string()),
     };
     match endpoint {
-        Endpoint::Mutate => (default_destination_name(allow, spec, &source, destination_name.as_deref()), Verdict::Allowed),
+        Endpoint::Mutate => (
+            default_destination_name(allow, spec, &source, destination_name.as_deref()),
+            Verdict::Allowed,
+        ),
         Endpoint::Validate => {
             let source_changed = old_spec.and_then(|s| s.get("source")) != spec.and_then(|s| s.get("source"));
             if !source_changed {
@@ -173,7 +174,10 @@ pub async fn review<C: Cluster>(
                     (response, Verdict::Allowed)
                 }
                 Ok(PolicyVerdict::Deny(message)) => deny(message),
-                Err(error) => (AdmissionResponse::from(request).deny(policy_failure(&error)), Verdict::Error),
+                Err(error) => (
+                    AdmissionResponse::from(request).deny(policy_failure(&error)),
+                    Verdict::Error,
+                ),
             }
         }
     }

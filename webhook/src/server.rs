@@ -29,7 +29,9 @@ pub async fn serve_tls(
 ) {
     let acceptor = TlsAcceptor::from(tls);
     let mut http = Builder::new(TokioExecutor::new());
-    http.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
+    http.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -45,7 +47,8 @@ pub async fn serve_tls(
             },
             () = &mut shutdown => break,
         };
-        let (acceptor, app, http, watcher) = (acceptor.clone(), app.clone(), http.clone(), graceful.watcher());
+        let (acceptor, app, http, watcher) =
+            (acceptor.clone(), app.clone(), http.clone(), graceful.watcher());
         tokio::spawn(async move {
             let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(stream)) => stream,

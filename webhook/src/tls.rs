@@ -5,7 +5,10 @@
 //! or whose key does not match the certificate (a rotation caught half-written), is not used: the
 //! previous certificate keeps serving until the files are consistent.
 
-use crate::{error::TlsError, metrics::{Metrics, ReloadLabels}};
+use crate::{
+    error::TlsError,
+    metrics::{Metrics, ReloadLabels},
+};
 use arc_swap::ArcSwap;
 use rustls::{
     ServerConfig,
@@ -95,7 +98,10 @@ impl CertStore {
                     e.category()
                 }
             };
-            metrics.cert_reloads_total.get_or_create(&ReloadLabels { result }).inc();
+            metrics
+                .cert_reloads_total
+                .get_or_create(&ReloadLabels { result })
+                .inc();
             last = Some(files);
         }
     }
@@ -117,7 +123,10 @@ fn read_pair(cert: &Path, key: &Path) -> Result<FilePair, TlsError> {
     Ok((read(cert)?, read(key)?))
 }
 
-fn certified_key((cert_pem, key_pem): &FilePair, provider: &CryptoProvider) -> Result<CertifiedKey, TlsError> {
+fn certified_key(
+    (cert_pem, key_pem): &FilePair,
+    provider: &CryptoProvider,
+) -> Result<CertifiedKey, TlsError> {
     let chain = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| TlsError::Pem(format!("certificate: {e}")))?;

@@ -46,10 +46,16 @@ impl Cluster for FixedCluster {
         })
     }
 
-    async fn can_get(&self, user: &UserInfo, _: &ApiResource, namespace: &str, name: &str) -> Result<bool, PolicyError> {
+    async fn can_get(
+        &self,
+        user: &UserInfo,
+        _: &ApiResource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<bool, PolicyError> {
         // Only alice in group tenants reads anything: proves userInfo reaches the access review.
-        let alice = user.username.as_deref() == Some("alice")
-            && user.groups.iter().flatten().any(|g| g == "tenants");
+        let alice =
+            user.username.as_deref() == Some("alice") && user.groups.iter().flatten().any(|g| g == "tenants");
         Ok(alice && !self.unreadable.contains(&format!("{namespace}/{name}")))
     }
 
@@ -151,17 +157,24 @@ async fn mutation_defaults_the_destination_name_and_nothing_else() {
         json!([{"op": "add", "path": "/spec/destination", "value": {"name": "shared-settings"}}])
     );
 
-    let existing = with_spec(json!({"source": {"kind": "ConfigMap", "namespace": "platform", "name": "s"}, "destination": {}}));
+    let existing = with_spec(
+        json!({"source": {"kind": "ConfigMap", "namespace": "platform", "name": "s"}, "destination": {}}),
+    );
     let response = post(&app(), "/mutate", &existing).await;
     assert_eq!(
         patch_of(&response),
         json!([{"op": "add", "path": "/spec/destination/name", "value": "s"}])
     );
 
-    let named = with_spec(json!({"source": {"kind": "ConfigMap", "namespace": "platform", "name": "s"}, "destination": {"name": "t"}}));
+    let named = with_spec(
+        json!({"source": {"kind": "ConfigMap", "namespace": "platform", "name": "s"}, "destination": {"name": "t"}}),
+    );
     let response = post(&app(), "/mutate", &named).await;
     assert_eq!(response["allowed"], true);
-    assert!(response.get("patch").is_none(), "a given name is kept: {response}");
+    assert!(
+        response.get("patch").is_none(),
+        "a given name is kept: {response}"
+    );
 }
 
 #[tokio::test]
@@ -170,7 +183,12 @@ async fn both_endpoints_deny_an_invalid_spec_with_every_error() {
     for path in ["/mutate", "/validate"] {
         let response = post(&app(), path, &review).await;
         let message = denial(&response);
-        assert!(message.contains("spec.source.kind: must match ^[A-Z][a-zA-Z0-9]*$ (PascalCase kind, e.g. ConfigMap)"), "{message}");
+        assert!(
+            message.contains(
+                "spec.source.kind: must match ^[A-Z][a-zA-Z0-9]*$ (PascalCase kind, e.g. ConfigMap)"
+            ),
+            "{message}"
+        );
         assert!(message.contains("spec.source.namespace: must match"), "{message}");
     }
 }
@@ -208,7 +226,9 @@ async fn source_policy_verdicts() {
         ]),
         unreadable: vec!["platform/secret".to_owned()],
     };
-    let source = |kind: &str, name: &str| with_spec(json!({"source": {"kind": kind, "namespace": "platform", "name": name}}));
+    let source = |kind: &str, name: &str| {
+        with_spec(json!({"source": {"kind": kind, "namespace": "platform", "name": name}}))
+    };
 
     let app = app_with(cluster(), settings(false));
     let vetoed = post(&app, "/validate", &source("ConfigMap", "vetoed")).await;
@@ -222,29 +242,58 @@ async fn source_policy_verdicts() {
         r#"source-mode=allowlist requires annotation projection.sh/projectable="true" on source platform/plain; its owner can opt in with: kubectl annotate configmaps/plain -n platform projection.sh/projectable=true"#
     );
     let secret = post(&app, "/validate", &source("ConfigMap", "secret")).await;
-    assert!(denial(&secret).starts_with("alice may not get configmaps platform/secret; a projection would expose"), "{secret}");
+    assert!(
+        denial(&secret)
+            .starts_with("alice may not get configmaps platform/secret; a projection would expose"),
+        "{secret}"
+    );
     let mut bob = source("ConfigMap", "plain");
     bob["request"]["userInfo"] = json!({"username": "bob", "groups": ["tenants"]});
-    assert!(denial(&post(&app, "/validate", &bob).await).starts_with("bob may not get configmaps platform/plain"));
+    assert!(
+        denial(&post(&app, "/validate", &bob).await).starts_with("bob may not get configmaps platform/plain")
+    );
     let missing = post(&app, "/validate", &source("ConfigMap", "missing")).await;
     assert_eq!(missing["allowed"], true);
-    assert_eq!(missing["warnings"], json!(["source ConfigMap platform/missing does not exist (yet); the copy is made once it does"]));
+    assert_eq!(
+        missing["warnings"],
+        json!(["source ConfigMap platform/missing does not exist (yet); the copy is made once it does"])
+    );
     let unknown = post(&app, "/validate", &source("Widget", "w")).await;
     assert_eq!(unknown["allowed"], true);
-    assert_eq!(unknown["warnings"], json!(["source kind */Widget is not served by this cluster (yet); the copy is made once it is"]));
+    assert_eq!(
+        unknown["warnings"],
+        json!(["source kind */Widget is not served by this cluster (yet); the copy is made once it is"])
+    );
     let namespace = post(&app, "/validate", &source("Namespace", "n")).await;
-    assert_eq!(denial(&namespace), "*/Namespace is cluster-scoped; projection only mirrors namespaced resources");
+    assert_eq!(
+        denial(&namespace),
+        "*/Namespace is cluster-scoped; projection only mirrors namespaced resources"
+    );
 
     let permissive = app_with(
         cluster(),
         ReviewSettings {
             tenant_mode: false,
-            policy: PolicySettings { source_mode: SourceMode::Permissive, check_source_access: false },
+            policy: PolicySettings {
+                source_mode: SourceMode::Permissive,
+                check_source_access: false,
+            },
         },
     );
-    assert_eq!(post(&permissive, "/validate", &source("ConfigMap", "plain")).await["allowed"], true);
-    assert_eq!(post(&permissive, "/validate", &source("ConfigMap", "secret")).await["allowed"], true, "access check off");
-    assert_eq!(post(&permissive, "/validate", &source("ConfigMap", "vetoed")).await["allowed"], false, "false always wins");
+    assert_eq!(
+        post(&permissive, "/validate", &source("ConfigMap", "plain")).await["allowed"],
+        true
+    );
+    assert_eq!(
+        post(&permissive, "/validate", &source("ConfigMap", "secret")).await["allowed"],
+        true,
+        "access check off"
+    );
+    assert_eq!(
+        post(&permissive, "/validate", &source("ConfigMap", "vetoed")).await["allowed"],
+        false,
+        "false always wins"
+    );
 }
 
 fn cluster_projection_review(operation: &str) -> Value {
@@ -252,7 +301,8 @@ fn cluster_projection_review(operation: &str) -> Value {
     let request = &mut review["request"];
     request["operation"] = json!(operation);
     request["kind"] = json!({"group": "projection.sh", "version": "v1", "kind": "ClusterProjection"});
-    request["resource"] = json!({"group": "projection.sh", "version": "v1", "resource": "clusterprojections"});
+    request["resource"] =
+        json!({"group": "projection.sh", "version": "v1", "resource": "clusterprojections"});
     request["namespace"] = Value::Null;
     request["object"] = json!({
         "apiVersion": "projection.sh/v1", "kind": "ClusterProjection", "metadata": {"name": "fanout"},
@@ -264,14 +314,24 @@ fn cluster_projection_review(operation: &str) -> Value {
 #[tokio::test]
 async fn tenant_mode_denies_cluster_projection_writes_only() {
     let tenant = app_with(
-        FixedCluster { sources: BTreeMap::from([("platform/shared-settings".to_owned(), projectable("true"))]), ..Default::default() },
+        FixedCluster {
+            sources: BTreeMap::from([("platform/shared-settings".to_owned(), projectable("true"))]),
+            ..Default::default()
+        },
         settings(true),
     );
     let create = post(&tenant, "/validate", &cluster_projection_review("CREATE")).await;
-    assert!(denial(&create).starts_with("tenant mode: ClusterProjections cannot be created or changed"), "{create}");
+    assert!(
+        denial(&create).starts_with("tenant mode: ClusterProjections cannot be created or changed"),
+        "{create}"
+    );
     let delete = post(&tenant, "/validate", &cluster_projection_review("DELETE")).await;
     assert_eq!(delete["allowed"], true);
-    assert_eq!(post(&tenant, "/validate", &fixture()).await["allowed"], true, "Projections still pass");
+    assert_eq!(
+        post(&tenant, "/validate", &fixture()).await["allowed"],
+        true,
+        "Projections still pass"
+    );
     let normal = post(&app(), "/mutate", &cluster_projection_review("CREATE")).await;
     assert_eq!(normal["allowed"], true, "{normal}");
     assert_eq!(
@@ -289,11 +349,20 @@ async fn other_resources_and_missing_specs_are_denied_with_a_reason() {
         "projection-webhook reviews only projection.sh projections and clusterprojections, not /configmaps"
     );
     let mut no_spec = fixture();
-    no_spec["request"]["object"].as_object_mut().unwrap().remove("spec");
-    assert_eq!(denial(&post(&app(), "/validate", &no_spec).await), "spec: required");
+    no_spec["request"]["object"]
+        .as_object_mut()
+        .unwrap()
+        .remove("spec");
+    assert_eq!(
+        denial(&post(&app(), "/validate", &no_spec).await),
+        "spec: required"
+    );
     let mut no_object = fixture();
     no_object["request"]["object"] = Value::Null;
-    assert_eq!(denial(&post(&app(), "/mutate", &no_object).await), "spec: required");
+    assert_eq!(
+        denial(&post(&app(), "/mutate", &no_object).await),
+        "spec: required"
+    );
 }
 
 #[tokio::test]
@@ -301,14 +370,26 @@ async fn unreadable_requests_get_a_4xx_with_a_well_formed_review() {
     for (body, status) in [
         ("not json".to_owned(), StatusCode::BAD_REQUEST),
         ("{}".to_owned(), StatusCode::BAD_REQUEST),
-        (json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).to_string(), StatusCode::BAD_REQUEST),
-        (with_apiversion("admission.k8s.io/v1beta1").to_string(), StatusCode::BAD_REQUEST),
+        (
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).to_string(),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            with_apiversion("admission.k8s.io/v1beta1").to_string(),
+            StatusCode::BAD_REQUEST,
+        ),
         ("x".repeat(MAX_BODY_BYTES + 1), StatusCode::PAYLOAD_TOO_LARGE),
     ] {
         let (got, body) = post_raw(&app(), "/validate", body).await;
         assert_eq!(got, status, "{body}");
         assert_eq!(body["response"]["allowed"], false);
-        assert!(!body["response"]["status"]["message"].as_str().unwrap_or_default().is_empty(), "{body}");
+        assert!(
+            !body["response"]["status"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .is_empty(),
+            "{body}"
+        );
     }
 }
 
@@ -360,7 +441,10 @@ async fn random_truncated_and_mangled_bodies_always_get_a_well_formed_answer() {
             );
             assert_eq!(answer["kind"], "AdmissionReview", "round {round}");
             assert_eq!(answer["apiVersion"], "admission.k8s.io/v1", "round {round}");
-            assert!(answer["response"]["allowed"].is_boolean(), "round {round}: {answer}");
+            assert!(
+                answer["response"]["allowed"].is_boolean(),
+                "round {round}: {answer}"
+            );
         }
     }
 }
