@@ -22,8 +22,8 @@ kind: ConfigMap
 metadata: {name: settings, namespace: bench-platform, annotations: {projection.sh/projectable: "true"}}
 data: {k: v}
 YAML
-# The admin user of the local control plane, as the apiserver would report it.
-sed -e 's/"username": "alice"/"username": "kubernetes-admin"/; s/"tenants", //' \
+# The admin of the local control plane, as the apiserver reports it in userInfo.
+sed -e 's/"username": "alice"/"username": "projection-testenv-admin"/; s/"tenants"/"system:masters"/' \
   -e 's/"namespace": "platform"/"namespace": "bench-platform"/; s/"name": "shared-settings"/"name": "settings"/' \
   webhook/tests/fixtures/projection-create.json > "$work/review.json"
 grep -q bench-platform "$work/review.json"

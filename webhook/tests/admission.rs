@@ -199,6 +199,15 @@ impl Webhook {
     }
 }
 
+/// The exclusive right to register a webhook (configurations are cluster-wide), a client, and the
+/// CRDs.
+async fn serial_cluster() -> (tokio::sync::MutexGuard<'static, ()>, kube::Client) {
+    let serial = exclusive().await;
+    let client = client().await;
+    install_crds(&client).await;
+    (serial, client)
+}
+
 fn manifest(kind: &str, name: &str, namespace: Option<&str>, spec: Value) -> String {
     let mut metadata = json!({"name": name});
     if let Some(namespace) = namespace {
@@ -274,9 +283,7 @@ fn fixture_cases(file: &str, namespace: &str) -> Vec<Case> {
 
 #[tokio::test]
 async fn bad_specs_are_rejected_at_kubectl_apply_with_their_messages_and_good_ones_admitted() {
-    let _serial = exclusive().await;
-    let client = client().await;
-    install_crds(&client).await;
+    let (_serial, client) = serial_cluster().await;
     let ns = TestNamespace::create(&client, "webhook-table").await;
     let webhook = Webhook::start(&["--source-mode", "permissive"]).await;
 
@@ -324,9 +331,7 @@ async fn bad_specs_are_rejected_at_kubectl_apply_with_their_messages_and_good_on
 
 #[tokio::test]
 async fn unknown_kinds_are_admitted_with_a_warning_and_cluster_scoped_kinds_denied() {
-    let _serial = exclusive().await;
-    let client = client().await;
-    install_crds(&client).await;
+    let (_serial, client) = serial_cluster().await;
     let ns = TestNamespace::create(&client, "webhook-kinds").await;
     let _webhook = Webhook::start(&[]).await;
 
@@ -367,9 +372,7 @@ async fn unknown_kinds_are_admitted_with_a_warning_and_cluster_scoped_kinds_deni
 
 #[tokio::test]
 async fn vetoed_and_not_opted_in_sources_are_denied_in_allowlist_mode() {
-    let _serial = exclusive().await;
-    let client = client().await;
-    install_crds(&client).await;
+    let (_serial, client) = serial_cluster().await;
     let src = TestNamespace::create(&client, "webhook-veto-src").await;
     let dst = TestNamespace::create(&client, "webhook-veto-dst").await;
     configmap(src.name(), "vetoed", Some("false")).await;
@@ -404,9 +407,7 @@ async fn vetoed_and_not_opted_in_sources_are_denied_in_allowlist_mode() {
 
 #[tokio::test]
 async fn a_user_who_cannot_read_the_source_cannot_project_it_until_granted() {
-    let _serial = exclusive().await;
-    let client = client().await;
-    install_crds(&client).await;
+    let (_serial, client) = serial_cluster().await;
     let src = TestNamespace::create(&client, "webhook-deputy-src").await;
     let tenant = TestNamespace::create(&client, "webhook-deputy-tenant").await;
     let secret = json!({
@@ -467,9 +468,7 @@ async fn a_user_who_cannot_read_the_source_cannot_project_it_until_granted() {
 
 #[tokio::test]
 async fn tenant_mode_denies_cluster_projections_but_not_projections() {
-    let _serial = exclusive().await;
-    let client = client().await;
-    install_crds(&client).await;
+    let (_serial, client) = serial_cluster().await;
     let ns = TestNamespace::create(&client, "webhook-tenant").await;
     configmap(ns.name(), "settings", Some("true")).await;
     let _webhook = Webhook::start(&["--tenant-mode"]).await;
@@ -495,9 +494,7 @@ async fn tenant_mode_denies_cluster_projections_but_not_projections() {
 
 #[tokio::test]
 async fn the_destination_name_defaults_to_the_source_name_on_the_stored_object() {
-    let _serial = exclusive().await;
-    let client = client().await;
-    install_crds(&client).await;
+    let (_serial, client) = serial_cluster().await;
     let src = TestNamespace::create(&client, "webhook-default-src").await;
     let dst = TestNamespace::create(&client, "webhook-default-dst").await;
     configmap(src.name(), "settings", Some("true")).await;
@@ -552,9 +549,7 @@ fn certificate_der(path: &Path) -> Vec<u8> {
 
 #[tokio::test]
 async fn a_rotated_certificate_is_served_to_new_handshakes_without_a_restart() {
-    let _serial = exclusive().await;
-    let client = client().await;
-    install_crds(&client).await;
+    let (_serial, client) = serial_cluster().await;
     let ns = TestNamespace::create(&client, "webhook-rotation").await;
     let mut webhook = Webhook::start(&["--source-mode", "permissive"]).await;
     let pid = webhook.process.pid();
