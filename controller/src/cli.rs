@@ -2,7 +2,7 @@
 
 use clap::Parser;
 use shared::policy::SourceMode;
-use std::{net::SocketAddr, time::Duration};
+use std::time::Duration;
 
 /// projection-controller: mirrors namespaced objects for Projection and ClusterProjection.
 #[derive(Parser, Debug)]
@@ -42,14 +42,7 @@ pub struct Args {
     pub leader_election_namespace: String,
 }
 
-/// Parses a Go-style bind address (`:8080`, `127.0.0.1:8080`, `0` for disabled).
-pub fn bind_address(value: &str) -> Result<Option<SocketAddr>, std::net::AddrParseError> {
-    match value {
-        "" | "0" => Ok(None),
-        v if v.starts_with(':') => format!("0.0.0.0{v}").parse().map(Some),
-        v => v.parse().map(Some),
-    }
-}
+pub use shared::http::bind_address;
 
 #[cfg(test)]
 mod tests {

@@ -3,6 +3,7 @@
 pub mod crd;
 pub mod crdgen;
 pub mod destination;
+pub mod http;
 pub mod keys;
 pub mod ownership;
 pub mod policy;
@@ -10,4 +11,5 @@ pub mod process;
 pub mod source;
 pub mod status;
 pub mod targets;
+pub mod validation;
 pub mod write_plan;

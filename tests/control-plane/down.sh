@@ -17,6 +17,12 @@ stop() {
   rm -f "$f"
 }
 
+# The demo webhook's registration goes first: with failurePolicy Fail it would block Projection writes.
+if [ -f "$TESTENV_DIR/projection-webhook.pid" ] && [ -x "$TESTENV_DIR/bin/kubectl" ]; then
+  "$TESTENV_DIR/bin/kubectl" --kubeconfig "$TESTENV_DIR/admin.kubeconfig" --request-timeout=5s delete \
+    mutatingwebhookconfiguration,validatingwebhookconfiguration projection-webhook-demo --ignore-not-found >/dev/null 2>&1
+fi
+stop projection-webhook      # started by scripts/demo.sh
 stop projection-controller   # started by scripts/demo.sh
 stop kube-controller-manager
 stop kube-apiserver

@@ -113,6 +113,23 @@ pub fn kubectl_ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs kubectl with `input` on its stdin (e.g. `apply -f -`) and returns its output.
+pub fn kubectl_stdin(args: &[&str], input: &str) -> Output {
+    use std::io::Write;
+    let mut child = kubectl_command(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run kubectl: {e}\n{HOW_TO_START}"));
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    stdin
+        .write_all(input.as_bytes())
+        .expect("kubectl reads its stdin");
+    drop(stdin);
+    child.wait_with_output().expect("kubectl runs")
+}
+
 /// Polls `probe` until it yields a value, or panics after `timeout` naming what was awaited and the
 /// last observation.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
@@ -423,6 +440,11 @@ impl ServiceProcess {
             std::thread::sleep(Duration::from_millis(200));
         }
         String::new()
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Kills the process at once (SIGKILL), as a crash would.

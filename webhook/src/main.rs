@@ -1,21 +1,21 @@
-//! projection-webhook. For now: parses its flags, logs, and exits cleanly on SIGTERM.
-
-mod cli;
+//! projection-webhook: validating and mutating admission for projection.sh resources.
 
 use clap::Parser;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     shared::process::install_crypto_provider();
-    let args = cli::Args::parse();
+    let args = webhook::cli::Args::parse();
     shared::process::init_json_logs();
     tracing::info!(
         bind_address = %args.bind_address,
         tls_cert_file = %args.tls_cert_file.display(),
         tenant_mode = args.tenant_mode,
+        source_mode = %args.source_mode,
+        check_source_access = args.check_source_access,
         "projection-webhook starting"
     );
-    let signal = shared::process::shutdown_signal().await;
-    tracing::info!(signal, "projection-webhook shutting down");
-    Ok(())
+    webhook::run(args)
+        .await
+        .inspect_err(|e| tracing::error!(error = format!("{e:#}"), "projection-webhook failed"))
 }

@@ -1,0 +1,112 @@
+//! The plain-HTTP endpoints of both services: `/metrics` (OpenMetrics text) on the metrics address,
+//! `/healthz` and `/readyz` on the probe address (both on one listener when the addresses are equal).
+
+use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
+use prometheus_client::registry::Registry;
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+/// Parses a Go-style bind address (`:8080`, `127.0.0.1:8080`, `0` for disabled).
+pub fn bind_address(value: &str) -> Result<Option<SocketAddr>, std::net::AddrParseError> {
+    match value {
+        "" | "0" => Ok(None),
+        v if v.starts_with(':') => format!("0.0.0.0{v}").parse().map(Some),
+        v => v.parse().map(Some),
+    }
+}
+
+/// Whether the process is ready to serve (watches synced, not shutting down).
+#[derive(Clone, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    /// Sets readiness.
+    pub fn set(&self, ready: bool) {
+        self.0.store(ready, Ordering::SeqCst);
+    }
+    /// Whether the process is ready.
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    registry: Arc<Registry>,
+    readiness: Readiness,
+}
+
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, &state.registry) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(
+                "content-type",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        ),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [("content-type", "text/plain")],
+            String::new(),
+        ),
+    }
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
+    if state.readiness.get() {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}
+
+/// Serves the endpoints until `shutdown` resolves.
+pub async fn serve(
+    metrics_addr: Option<SocketAddr>,
+    probe_addr: Option<SocketAddr>,
+    registry: Arc<Registry>,
+    readiness: Readiness,
+    shutdown: tokio_util::sync::WaitForCancellationFutureOwned,
+) -> anyhow::Result<()> {
+    let state = AppState { registry, readiness };
+    let metrics_routes = Router::new().route("/metrics", get(metrics));
+    let probe_routes = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz));
+    let mut servers = Vec::new();
+    match (metrics_addr, probe_addr) {
+        (Some(m), Some(p)) if m == p => servers.push((m, metrics_routes.merge(probe_routes))),
+        (m, p) => {
+            servers.extend(m.map(|m| (m, metrics_routes)));
+            servers.extend(p.map(|p| (p, probe_routes)));
+        }
+    }
+    let shutdown = futures::FutureExt::shared(shutdown);
+    let mut tasks = Vec::new();
+    for (addr, router) in servers {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        tracing::info!(address = %listener.local_addr()?, "serving HTTP");
+        let app = router.with_state(state.clone());
+        tasks.push(tokio::spawn(
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown.clone())
+                .into_future(),
+        ));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok(())
+}

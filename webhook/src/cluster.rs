@@ -1,0 +1,194 @@
+//! What admission needs to know about the cluster: a source kind's scope and resource, whether a
+//! user may read the source, and the source's annotations. A trait, so the handler can be tested
+//! in-process with a fixed cluster; [`KubeCluster`] is the real one.
+
+use crate::error::PolicyError;
+use arc_swap::ArcSwapOption;
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+use kube::{
+    Api, Client,
+    api::{DynamicObject, PostParams},
+    core::GroupVersionKind,
+    discovery::{ApiResource, Scope},
+};
+use shared::crd::SourceRef;
+use std::{
+    collections::BTreeMap,
+    future::Future,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+/// The user who sent a request (from the AdmissionRequest's userInfo).
+pub type UserInfo = k8s_openapi::api::authentication::v1::UserInfo;
+
+/// What discovery says about a source kind.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KindScope {
+    /// A namespaced kind, served as this resource.
+    Namespaced(ApiResource),
+    /// A cluster-scoped kind: it cannot be a source.
+    Cluster,
+    /// Not served (yet): its CRD may come later.
+    Unknown,
+}
+
+/// The cluster as admission sees it.
+pub trait Cluster: Send + Sync + 'static {
+    /// The scope and resource of the source's kind (at its pinned or preferred version).
+    fn resolve(&self, source: &SourceRef) -> impl Future<Output = Result<KindScope, PolicyError>> + Send;
+
+    /// Whether `user` may `get` the object `name` of `resource` in `namespace`.
+    fn can_get(
+        &self,
+        user: &UserInfo,
+        resource: &ApiResource,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<bool, PolicyError>> + Send;
+
+    /// The object's annotations, or `None` when it does not exist.
+    fn annotations(
+        &self,
+        resource: &ApiResource,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<BTreeMap<String, String>>, PolicyError>> + Send;
+}
+
+/// A discovery miss refreshes the snapshot at most this often (a CRD installed just before its
+/// first Projection resolves at once; a typo does not hammer the apiserver).
+const MISS_REFRESH_INTERVAL: Duration = Duration::from_secs(2);
+
+/// The real cluster. Discovery is a snapshot of every served resource, refreshed in the background
+/// and on a miss, so the request path makes no discovery call.
+pub struct KubeCluster {
+    client: Client,
+    snapshot: ArcSwapOption<kube::Discovery>,
+    last_refresh: tokio::sync::Mutex<Option<Instant>>,
+}
+
+impl KubeCluster {
+    /// A cluster behind `client`, with no discovery snapshot yet (see [`Self::refresh`]).
+    pub fn new(client: Client) -> Arc<Self> {
+        Arc::new(Self {
+            client,
+            snapshot: ArcSwapOption::empty(),
+            last_refresh: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// Takes a new discovery snapshot.
+    pub async fn refresh(&self) -> Result<(), kube::Error> {
+        let mut last = self.last_refresh.lock().await;
+        self.refresh_locked(&mut last).await
+    }
+
+    async fn refresh_locked(&self, last: &mut Option<Instant>) -> Result<(), kube::Error> {
+        let discovery = kube::Discovery::new(self.client.clone()).run_aggregated().await?;
+        self.snapshot.store(Some(Arc::new(discovery)));
+        *last = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Refreshes unless another refresh happened within [`MISS_REFRESH_INTERVAL`] (concurrent misses
+    /// wait for one refresh and share it).
+    async fn refresh_after_miss(&self) -> Result<(), kube::Error> {
+        let mut last = self.last_refresh.lock().await;
+        if last.is_some_and(|t| t.elapsed() < MISS_REFRESH_INTERVAL) {
+            return Ok(());
+        }
+        self.refresh_locked(&mut last).await
+    }
+
+    /// Refreshes the snapshot every `interval` (kinds that went away or changed scope) until
+    /// `stop` resolves.
+    pub async fn refresh_every(self: Arc<Self>, interval: Duration, stop: impl Future<Output = ()>) {
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(interval) => {}
+                () = &mut stop => return,
+            }
+            if let Err(e) = self.refresh().await {
+                tracing::warn!(error = %e, "discovery refresh failed; keeping the previous snapshot");
+            }
+        }
+    }
+
+    fn lookup(&self, source: &SourceRef) -> Option<KindScope> {
+        let snapshot = self.snapshot.load_full()?;
+        let found = if source.version.is_empty() {
+            snapshot.get(&source.group)?.recommended_kind(&source.kind)
+        } else {
+            snapshot.resolve_gvk(&GroupVersionKind::gvk(
+                &source.group,
+                &source.version,
+                &source.kind,
+            ))
+        };
+        Some(match found {
+            Some((_, caps)) if caps.scope == Scope::Cluster => KindScope::Cluster,
+            Some((resource, _)) => KindScope::Namespaced(resource),
+            None => KindScope::Unknown,
+        })
+    }
+}
+
+impl Cluster for Arc<KubeCluster> {
+    async fn resolve(&self, source: &SourceRef) -> Result<KindScope, PolicyError> {
+        match self.lookup(source) {
+            Some(KindScope::Unknown) | None => {
+                self.refresh_after_miss().await.map_err(PolicyError::Discovery)?;
+                Ok(self.lookup(source).unwrap_or(KindScope::Unknown))
+            }
+            Some(known) => Ok(known),
+        }
+    }
+
+    async fn can_get(
+        &self,
+        user: &UserInfo,
+        resource: &ApiResource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<bool, PolicyError> {
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: user.username.clone(),
+                groups: user.groups.clone(),
+                uid: user.uid.clone(),
+                extra: user.extra.clone(),
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(resource.group.clone()),
+                    resource: Some(resource.plural.clone()),
+                    namespace: Some(namespace.to_owned()),
+                    name: Some(name.to_owned()),
+                    verb: Some("get".to_owned()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = Api::<SubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(PolicyError::AccessReview)?;
+        Ok(answer.status.is_some_and(|s| s.allowed))
+    }
+
+    async fn annotations(
+        &self,
+        resource: &ApiResource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, String>>, PolicyError> {
+        let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, resource);
+        let meta = api
+            .get_metadata_opt(name)
+            .await
+            .map_err(PolicyError::SourceRead)?;
+        Ok(meta.map(|m| m.metadata.annotations.unwrap_or_default()))
+    }
+}

@@ -1,0 +1,117 @@
+//! The webhook's errors, one enum per layer. Each has a fixed category for metric labels and logs.
+
+use axum::http::StatusCode;
+use thiserror::Error;
+
+/// Why a request could not be read as an AdmissionReview (answered with an HTTP 4xx).
+#[derive(Debug, Error)]
+pub enum RequestError {
+    /// The body exceeds the limit.
+    #[error("request body larger than {limit} bytes")]
+    TooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The body did not arrive in time.
+    #[error("request body not received within {0:?}")]
+    Timeout(std::time::Duration),
+    /// The connection failed while the body was read.
+    #[error("reading the request body: {0}")]
+    Body(String),
+    /// The body is not an admission.k8s.io/v1 AdmissionReview.
+    #[error("request body is not an AdmissionReview: {0}")]
+    Malformed(#[source] serde_json::Error),
+    /// Another kind or version than admission.k8s.io/v1 AdmissionReview.
+    #[error("expected an admission.k8s.io/v1 AdmissionReview, got {api_version:?} {kind:?}")]
+    WrongType {
+        /// The body's apiVersion.
+        api_version: String,
+        /// The body's kind.
+        kind: String,
+    },
+    /// The AdmissionReview carries no request.
+    #[error("AdmissionReview has no request")]
+    NoRequest,
+}
+
+impl RequestError {
+    /// A bounded label for metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::TooLarge { .. } => "too_large",
+            Self::Timeout(_) => "timeout",
+            Self::Body(_) => "body",
+            Self::Malformed(_) => "malformed",
+            Self::WrongType { .. } => "wrong_type",
+            Self::NoRequest => "no_request",
+        }
+    }
+
+    /// The HTTP status answered.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+            Self::Body(_) | Self::Malformed(_) | Self::WrongType { .. } | Self::NoRequest => {
+                StatusCode::BAD_REQUEST
+            }
+        }
+    }
+}
+
+/// Why an admission policy could not be checked (the request is denied: we fail closed, like the
+/// webhook's `failurePolicy: Fail`).
+#[derive(Debug, Error)]
+pub enum PolicyError {
+    /// Discovery of the source kind failed.
+    #[error("discovery failed: {0}")]
+    Discovery(#[source] kube::Error),
+    /// The SubjectAccessReview could not be made.
+    #[error("the SubjectAccessReview failed: {0}")]
+    AccessReview(#[source] kube::Error),
+    /// The source could not be read.
+    #[error("reading the source failed: {0}")]
+    SourceRead(#[source] kube::Error),
+}
+
+impl PolicyError {
+    /// A bounded label for metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Discovery(_) => "discovery",
+            Self::AccessReview(_) => "access_review",
+            Self::SourceRead(_) => "source_read",
+        }
+    }
+}
+
+/// Why the serving certificate could not be (re)loaded; the previous one stays in use.
+#[derive(Debug, Error)]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The PEM holds no certificate or no usable key.
+    #[error("parsing PEM: {0}")]
+    Pem(String),
+    /// The key is not one rustls can sign with, or does not belong to the certificate.
+    #[error("certificate and key unusable together: {0}")]
+    Key(#[source] rustls::Error),
+}
+
+impl TlsError {
+    /// A bounded label for metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Read { .. } => "read",
+            Self::Pem(_) => "pem",
+            Self::Key(_) => "key",
+        }
+    }
+}

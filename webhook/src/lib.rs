@@ -1,0 +1,121 @@
+//! projection-webhook: the admission webhook for `projection.sh` resources, as a library so the
+//! handler can be tested in-process and benchmarked.
+
+pub mod cli;
+pub mod cluster;
+pub mod error;
+pub mod handler;
+pub mod metrics;
+pub mod policy;
+pub mod review;
+pub mod server;
+pub mod tls;
+
+use anyhow::Context as _;
+use prometheus_client::registry::Registry;
+use shared::http::{Readiness, bind_address};
+use std::{sync::Arc, time::Duration};
+use tokio_util::sync::CancellationToken;
+
+/// How often the discovery snapshot is refreshed in the background (misses refresh at once).
+const DISCOVERY_REFRESH: Duration = Duration::from_secs(60);
+
+/// Runs the webhook until SIGTERM/SIGINT: ready once the certificate is loaded, discovery is warm
+/// and the HTTPS listener is bound; on the signal, not ready, keep serving for the shutdown delay,
+/// then drain in-flight requests.
+pub async fn run(args: cli::Args) -> anyhow::Result<()> {
+    let metrics_addr = bind_address(&args.metrics_bind_address).context("--metrics-bind-address")?;
+    let probe_addr = bind_address(&args.health_probe_bind_address).context("--health-probe-bind-address")?;
+    let mut registry = Registry::default();
+    let metrics = Arc::new(metrics::Metrics::register(&mut registry));
+    let readiness = Readiness::default();
+
+    // `stop_accepting` ends the admission server; `stop_all` the rest, once it has drained.
+    let (stop_accepting, stop_all) = (CancellationToken::new(), CancellationToken::new());
+    let probes = tokio::spawn(shared::http::serve(
+        metrics_addr,
+        probe_addr,
+        Arc::new(registry),
+        readiness.clone(),
+        stop_all.clone().cancelled_owned(),
+    ));
+    {
+        let (readiness, stop_accepting, delay) =
+            (readiness.clone(), stop_accepting.clone(), args.shutdown_delay);
+        tokio::spawn(async move {
+            let signal = shared::process::shutdown_signal().await;
+            tracing::info!(
+                signal,
+                ?delay,
+                "projection-webhook shutting down: not ready, draining"
+            );
+            readiness.set(false);
+            tokio::time::sleep(delay).await;
+            stop_accepting.cancel();
+        });
+    }
+
+    let certs = tls::CertStore::load(&args.tls_cert_file, &args.tls_key_file)
+        .context("loading the serving certificate")?;
+    let tls_config = certs.server_config()?;
+    tokio::spawn(certs.watch(
+        args.tls_reload_interval,
+        metrics.clone(),
+        stop_all.clone().cancelled_owned(),
+    ));
+
+    let client = kube::Client::try_default()
+        .await
+        .context("building the Kubernetes client")?;
+    let cluster = cluster::KubeCluster::new(client);
+    tokio::select! {
+        warmed = warm_discovery(&cluster) => warmed,
+        () = stop_accepting.cancelled() => {
+            stop_all.cancel();
+            return probes.await?;
+        }
+    }
+    tokio::spawn(
+        cluster
+            .clone()
+            .refresh_every(DISCOVERY_REFRESH, stop_all.clone().cancelled_owned()),
+    );
+
+    let app = Arc::new(handler::App {
+        settings: review::ReviewSettings {
+            tenant_mode: args.tenant_mode,
+            policy: policy::PolicySettings {
+                source_mode: args.source_mode,
+                check_source_access: args.check_source_access,
+            },
+        },
+        cluster,
+        metrics,
+    });
+    let listener = tokio::net::TcpListener::bind(args.bind_address)
+        .await
+        .with_context(|| format!("binding {}", args.bind_address))?;
+    tracing::info!(address = %listener.local_addr()?, "serving admission over HTTPS");
+    readiness.set(true);
+    server::serve_tls(
+        listener,
+        tls_config,
+        handler::router(app),
+        stop_accepting.cancelled_owned(),
+        args.drain_timeout,
+    )
+    .await;
+    stop_all.cancel();
+    probes.await?
+}
+
+/// Takes the first discovery snapshot, retrying with capped backoff (the apiserver may come up after
+/// the webhook).
+async fn warm_discovery(cluster: &cluster::KubeCluster) {
+    let mut delay = Duration::from_millis(200);
+    while let Err(e) = cluster.refresh().await {
+        tracing::warn!(error = %e, ?delay, "discovery failed; not ready, retrying");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(10));
+    }
+}

@@ -1,0 +1,95 @@
+//! Source policy at admission: the kind must be namespaced, the requesting user must be allowed to
+//! read the source (confused-deputy defence), and an existing source must let itself be projected.
+//! Runs only when `spec.source` is new or changed.
+
+use crate::{
+    cluster::{Cluster, KindScope, UserInfo},
+    error::PolicyError,
+};
+use kube::discovery::ApiResource;
+use shared::{
+    crd::SourceRef,
+    keys::PROJECTABLE,
+    policy::{SourceMode, check_projectable},
+    source::cluster_scoped_message,
+};
+
+/// The policy's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PolicyVerdict {
+    /// Admit, telling the user what to be aware of.
+    Allow {
+        /// Warnings `kubectl` prints.
+        warnings: Vec<String>,
+    },
+    /// Deny with this message.
+    Deny(String),
+}
+
+/// Which checks run.
+#[derive(Clone, Copy, Debug)]
+pub struct PolicySettings {
+    /// `--source-mode`.
+    pub source_mode: SourceMode,
+    /// `--check-source-access`.
+    pub check_source_access: bool,
+}
+
+/// Checks `source` for a request from `user`.
+pub async fn check_source<C: Cluster>(
+    cluster: &C,
+    settings: PolicySettings,
+    user: &UserInfo,
+    source: &SourceRef,
+) -> Result<PolicyVerdict, PolicyError> {
+    let resource = match cluster.resolve(source).await? {
+        KindScope::Cluster => return Ok(PolicyVerdict::Deny(cluster_scoped_message(source))),
+        KindScope::Unknown => {
+            return Ok(PolicyVerdict::Allow {
+                warnings: vec![format!(
+                    "source kind {} is not served by this cluster (yet); the copy is made once it is",
+                    source.display_gvk()
+                )],
+            });
+        }
+        KindScope::Namespaced(resource) => resource,
+    };
+    let (namespace, name) = (source.namespace.as_str(), source.name.as_str());
+    // Before anything about the source is revealed: whether it exists, how it is annotated.
+    if settings.check_source_access && !cluster.can_get(user, &resource, namespace, name).await? {
+        let who = user.username.as_deref().unwrap_or("the requesting user");
+        return Ok(PolicyVerdict::Deny(format!(
+            "{who} may not get {} {namespace}/{name}; a projection would expose the source through its \
+             copy, so its author needs get access to the source (ask for it, or project another source)",
+            resource_name(&resource)
+        )));
+    }
+    let Some(annotations) = cluster.annotations(&resource, namespace, name).await? else {
+        return Ok(PolicyVerdict::Allow {
+            warnings: vec![format!(
+                "source {} {namespace}/{name} does not exist (yet); the copy is made once it does",
+                source.kind
+            )],
+        });
+    };
+    Ok(
+        match check_projectable(settings.source_mode, Some(&annotations), namespace, name) {
+            Ok(()) => PolicyVerdict::Allow { warnings: vec![] },
+            Err(blocked) if blocked.reason == "SourceNotProjectable" => PolicyVerdict::Deny(format!(
+                "{}; its owner can opt in with: kubectl annotate {}/{name} -n {namespace} {PROJECTABLE}=true",
+                blocked.message,
+                resource_name(&resource)
+            )),
+            Err(blocked) => PolicyVerdict::Deny(blocked.message),
+        },
+    )
+}
+
+/// `secrets`, or `widgets.example.com` outside the core group: what kubectl and RBAC call it.
+fn resource_name(resource: &ApiResource) -> String {
+    if resource.group.is_empty() {
+        resource.plural.clone()
+    } else {
+        format!("{}.{}", resource.plural, resource.group)
+    }
+}

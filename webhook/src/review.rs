@@ -1,0 +1,216 @@
+//! One admission review: which resource and operation, whether the spec changed, validation (shared
+//! with the controller), the default destination name (mutating endpoint) and the source policy
+//! (validating endpoint). No HTTP here.
+//!
+//! The mutating endpoint validates too: the apiserver checks a custom resource against its CRD
+//! schema after mutating webhooks and before validating ones, so only a denial from the mutating
+//! webhook reaches the user before the schema's terser messages.
+
+use crate::{
+    cluster::Cluster,
+    error::PolicyError,
+    policy::{PolicySettings, PolicyVerdict, check_source},
+};
+use kube::core::{
+    DynamicObject,
+    admission::{AdmissionRequest, AdmissionResponse, Operation},
+};
+use serde_json::{Value, json};
+use shared::{
+    crd::SourceRef,
+    validation::{check_cluster_projection, check_projection},
+};
+
+/// The two endpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// Validation and source policy.
+    Validate,
+    /// Validation and defaulting.
+    Mutate,
+}
+
+impl Endpoint {
+    /// Metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Validate => "validate",
+            Self::Mutate => "mutate",
+        }
+    }
+}
+
+/// Settings of the review.
+#[derive(Clone, Copy, Debug)]
+pub struct ReviewSettings {
+    /// `--tenant-mode`: ClusterProjection creates and spec changes are denied.
+    pub tenant_mode: bool,
+    /// Source policy.
+    pub policy: PolicySettings,
+}
+
+/// How a review ended, for metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Admitted (maybe with a patch or warnings).
+    Allowed,
+    /// Denied by a rule.
+    Denied,
+    /// Denied because a policy could not be checked.
+    Error,
+}
+
+impl Verdict {
+    /// Metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Denied => "denied",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// The reviewed resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reviewed {
+    Projection,
+    ClusterProjection,
+}
+
+/// Metric label of a request's resource.
+pub fn resource_label(request: &AdmissionRequest<DynamicObject>) -> &'static str {
+    match reviewed(request) {
+        Some(Reviewed::Projection) => "projections",
+        Some(Reviewed::ClusterProjection) => "clusterprojections",
+        None => "other",
+    }
+}
+
+/// Metric label of a request's operation.
+pub fn operation_label(request: &AdmissionRequest<DynamicObject>) -> &'static str {
+    match request.operation {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+        Operation::Connect => "CONNECT",
+    }
+}
+
+fn reviewed(request: &AdmissionRequest<DynamicObject>) -> Option<Reviewed> {
+    let resource = &request.resource;
+    if resource.group != "projection.sh" || request.sub_resource.is_some() {
+        return None;
+    }
+    match resource.resource.as_str() {
+        "projections" => Some(Reviewed::Projection),
+        "clusterprojections" => Some(Reviewed::ClusterProjection),
+        _ => None,
+    }
+}
+
+fn spec_of(object: Option<&DynamicObject>) -> Option<&Value> {
+    object.and_then(|o| o.data.get("spec"))
+}
+
+/// Reviews one request at `endpoint`.
+pub async fn review<C: Cluster>(
+    endpoint: Endpoint,
+    settings: ReviewSettings,
+    cluster: &C,
+    request: &AdmissionRequest<DynamicObject>,
+) -> (AdmissionResponse, Verdict) {
+    let allow = AdmissionResponse::from(request);
+    let deny = |message: String| (AdmissionResponse::from(request).deny(message), Verdict::Denied);
+    let Some(kind) = reviewed(request) else {
+        let r = &request.resource;
+        return deny(format!(
+            "projection-webhook reviews only projection.sh projections and clusterprojections, not {}/{}",
+            r.group, r.resource
+        ));
+    };
+    if !matches!(request.operation, Operation::Create | Operation::Update) {
+        return (allow, Verdict::Allowed);
+    }
+    let spec = spec_of(request.object.as_ref());
+    let old_spec = spec_of(request.old_object.as_ref());
+    // Metadata-only updates (finalizers, labels) must always pass, or an object admitted before a
+    // rule existed could never finish its deletion.
+    if request.operation == Operation::Update && spec == old_spec {
+        return (allow, Verdict::Allowed);
+    }
+    if settings.tenant_mode && kind == Reviewed::ClusterProjection {
+        return deny(
+            "tenant mode: ClusterProjections cannot be created or changed here; use a Projection in \
+             your own namespace"
+                .to_owned(),
+        );
+    }
+    let checked = match kind {
+        Reviewed::Projection => {
+            let namespace = request.namespace.as_deref().unwrap_or_default();
+            check_projection(namespace, spec).map(|s| (s.source, s.destination.and_then(|d| d.name)))
+        }
+        Reviewed::ClusterProjection => check_cluster_projection(spec).map(|s| (s.source, s.destination.name)),
+    };
+    let (source, destination_name) = match checked {
+        Ok(checked) => checked,
+        Err(invalid) => return deny(invalid.to_string()),
+    };
+    match endpoint {
+        Endpoint::Mutate => (
+            default_destination_name(allow, spec, &source, destination_name.as_deref()),
+            Verdict::Allowed,
+        ),
+        Endpoint::Validate => {
+            let source_changed = old_spec.and_then(|s| s.get("source")) != spec.and_then(|s| s.get("source"));
+            if !source_changed {
+                return (allow, Verdict::Allowed);
+            }
+            match check_source(cluster, settings.policy, &request.user_info, &source).await {
+                Ok(PolicyVerdict::Allow { warnings }) => {
+                    let mut response = allow;
+                    response.warnings = (!warnings.is_empty()).then_some(warnings);
+                    (response, Verdict::Allowed)
+                }
+                Ok(PolicyVerdict::Deny(message)) => deny(message),
+                Err(error) => (
+                    AdmissionResponse::from(request).deny(policy_failure(&error)),
+                    Verdict::Error,
+                ),
+            }
+        }
+    }
+}
+
+fn policy_failure(error: &PolicyError) -> String {
+    format!("cannot check the source right now ({error}); try again")
+}
+
+/// Adds `spec.destination.name` (the source's name) when absent; nothing else is changed.
+fn default_destination_name(
+    response: AdmissionResponse,
+    spec: Option<&Value>,
+    source: &SourceRef,
+    destination_name: Option<&str>,
+) -> AdmissionResponse {
+    if destination_name.is_some() {
+        return response;
+    }
+    let has_destination = spec
+        .and_then(|s| s.get("destination"))
+        .is_some_and(Value::is_object);
+    let operation = if has_destination {
+        json!({"op": "add", "path": "/spec/destination/name", "value": source.name})
+    } else {
+        json!({"op": "add", "path": "/spec/destination", "value": {"name": source.name}})
+    };
+    let patch: json_patch::Patch = match serde_json::from_value(json!([operation])) {
+        Ok(patch) => patch,
+        Err(e) => return response.deny(format!("internal error building the default patch: {e}")),
+    };
+    match response.clone().with_patch(patch) {
+        Ok(patched) => patched,
+        Err(e) => response.deny(format!("internal error encoding the default patch: {e}")),
+    }
+}

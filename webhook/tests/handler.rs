@@ -1,0 +1,457 @@
+//! The admission handler in-process: AdmissionReview JSON fixtures through the axum router, against
+//! a fixed cluster. Covers verdicts, messages, the defaulting patch, unreadable input, and a
+//! property test over random and truncated bodies.
+
+use axum::{
+    Router,
+    body::Body,
+    http::{Request, StatusCode},
+};
+use http_body_util::BodyExt;
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+use shared::{crd::SourceRef, policy::SourceMode};
+use std::{collections::BTreeMap, sync::Arc};
+use tower::ServiceExt;
+use webhook::{
+    cluster::{Cluster, KindScope, UserInfo},
+    error::PolicyError,
+    handler::{App, MAX_BODY_BYTES, router},
+    metrics::Metrics,
+    policy::PolicySettings,
+    review::ReviewSettings,
+};
+
+/// A cluster with fixed answers: ConfigMaps and Secrets are namespaced, Namespaces cluster-scoped,
+/// anything else unknown; `sources` maps `namespace/name` to annotations; only alice (group tenants)
+/// may read, and not what is `unreadable`.
+#[derive(Default)]
+struct FixedCluster {
+    sources: BTreeMap<String, BTreeMap<String, String>>,
+    unreadable: Vec<String>,
+}
+
+impl Cluster for FixedCluster {
+    async fn resolve(&self, source: &SourceRef) -> Result<KindScope, PolicyError> {
+        Ok(match (source.group.as_str(), source.kind.as_str()) {
+            ("", "ConfigMap") => KindScope::Namespaced(ApiResource {
+                group: String::new(),
+                version: "v1".into(),
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                plural: "configmaps".into(),
+            }),
+            ("", "Namespace") => KindScope::Cluster,
+            _ => KindScope::Unknown,
+        })
+    }
+
+    async fn can_get(
+        &self,
+        user: &UserInfo,
+        _: &ApiResource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<bool, PolicyError> {
+        // Only alice in group tenants reads anything: proves userInfo reaches the access review.
+        let alice =
+            user.username.as_deref() == Some("alice") && user.groups.iter().flatten().any(|g| g == "tenants");
+        Ok(alice && !self.unreadable.contains(&format!("{namespace}/{name}")))
+    }
+
+    async fn annotations(
+        &self,
+        _: &ApiResource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, String>>, PolicyError> {
+        Ok(self.sources.get(&format!("{namespace}/{name}")).cloned())
+    }
+}
+
+fn settings(tenant_mode: bool) -> ReviewSettings {
+    ReviewSettings {
+        tenant_mode,
+        policy: PolicySettings {
+            source_mode: SourceMode::Allowlist,
+            check_source_access: true,
+        },
+    }
+}
+
+fn projectable(value: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([("projection.sh/projectable".to_owned(), value.to_owned())])
+}
+
+fn app_with(cluster: FixedCluster, settings: ReviewSettings) -> Router {
+    router(Arc::new(App {
+        settings,
+        cluster,
+        metrics: Arc::new(Metrics::unregistered()),
+    }))
+}
+
+/// The standard cluster: platform/shared-settings exists and opted in.
+fn app() -> Router {
+    let cluster = FixedCluster {
+        sources: BTreeMap::from([("platform/shared-settings".to_owned(), projectable("true"))]),
+        ..Default::default()
+    };
+    app_with(cluster, settings(false))
+}
+
+fn fixture() -> Value {
+    serde_json::from_str(include_str!("fixtures/projection-create.json")).expect("fixture is JSON")
+}
+
+/// The fixture with `spec` replaced.
+fn with_spec(spec: Value) -> Value {
+    let mut review = fixture();
+    review["request"]["object"]["spec"] = spec;
+    review
+}
+
+async fn post_raw(app: &Router, path: &str, body: impl Into<Body>) -> (StatusCode, Value) {
+    let request = Request::post(path)
+        .header("content-type", "application/json")
+        .body(body.into())
+        .expect("request");
+    let response = app.clone().oneshot(request).await.expect("infallible");
+    let status = response.status();
+    let bytes = response.into_body().collect().await.expect("body").to_bytes();
+    let body = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|e| panic!("response is not JSON ({e}): {}", String::from_utf8_lossy(&bytes)));
+    (status, body)
+}
+
+/// Posts a review and returns its `response`.
+async fn post(app: &Router, path: &str, review: &Value) -> Value {
+    let (status, body) = post_raw(app, path, review.to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(body["kind"], "AdmissionReview");
+    assert_eq!(body["response"]["uid"], review["request"]["uid"], "uid echoed");
+    body["response"].clone()
+}
+
+fn denial(response: &Value) -> &str {
+    assert_eq!(response["allowed"], false, "{response}");
+    response["status"]["message"].as_str().expect("message")
+}
+
+#[tokio::test]
+async fn a_valid_projection_is_admitted_without_warnings() {
+    let response = post(&app(), "/validate", &fixture()).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert!(response.get("warnings").is_none(), "{response}");
+    assert!(response.get("patch").is_none(), "validation never patches");
+}
+
+#[tokio::test]
+async fn mutation_defaults_the_destination_name_and_nothing_else() {
+    let response = post(&app(), "/mutate", &fixture()).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert_eq!(response["patchType"], "JSONPatch");
+    assert_eq!(
+        patch_of(&response),
+        json!([{"op": "add", "path": "/spec/destination", "value": {"name": "shared-settings"}}])
+    );
+
+    let existing = with_spec(
+        json!({"source": {"kind": "ConfigMap", "namespace": "platform", "name": "s"}, "destination": {}}),
+    );
+    let response = post(&app(), "/mutate", &existing).await;
+    assert_eq!(
+        patch_of(&response),
+        json!([{"op": "add", "path": "/spec/destination/name", "value": "s"}])
+    );
+
+    let named = with_spec(
+        json!({"source": {"kind": "ConfigMap", "namespace": "platform", "name": "s"}, "destination": {"name": "t"}}),
+    );
+    let response = post(&app(), "/mutate", &named).await;
+    assert_eq!(response["allowed"], true);
+    assert!(
+        response.get("patch").is_none(),
+        "a given name is kept: {response}"
+    );
+}
+
+#[tokio::test]
+async fn both_endpoints_deny_an_invalid_spec_with_every_error() {
+    let review = with_spec(json!({"source": {"kind": "configmap", "namespace": "Platform", "name": "s"}}));
+    for path in ["/mutate", "/validate"] {
+        let response = post(&app(), path, &review).await;
+        let message = denial(&response);
+        assert!(
+            message.contains(
+                "spec.source.kind: must match ^[A-Z][a-zA-Z0-9]*$ (PascalCase kind, e.g. ConfigMap)"
+            ),
+            "{message}"
+        );
+        assert!(message.contains("spec.source.namespace: must match"), "{message}");
+    }
+}
+
+#[tokio::test]
+async fn metadata_only_updates_pass_even_when_the_spec_is_invalid() {
+    let mut review = with_spec(json!({"source": {"kind": "bad"}}));
+    review["request"]["operation"] = json!("UPDATE");
+    review["request"]["oldObject"] = review["request"]["object"].clone();
+    review["request"]["object"]["metadata"]["finalizers"] = json!(["projection.sh/finalizer"]);
+    for path in ["/mutate", "/validate"] {
+        assert_eq!(post(&app(), path, &review).await["allowed"], true);
+    }
+}
+
+#[tokio::test]
+async fn source_policy_runs_only_when_the_source_changes() {
+    let cluster = FixedCluster::default(); // the source is missing: a warning when checked
+    let mut review = fixture();
+    review["request"]["operation"] = json!("UPDATE");
+    review["request"]["oldObject"] = review["request"]["object"].clone();
+    review["request"]["object"]["spec"]["overlay"] = json!({"labels": {"a": "b"}});
+    let response = post(&app_with(cluster, settings(false)), "/validate", &review).await;
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("warnings").is_none(), "no source check: {response}");
+}
+
+#[tokio::test]
+async fn source_policy_verdicts() {
+    let cluster = || FixedCluster {
+        sources: BTreeMap::from([
+            ("platform/vetoed".to_owned(), projectable("false")),
+            ("platform/plain".to_owned(), BTreeMap::new()),
+            ("platform/secret".to_owned(), projectable("true")),
+        ]),
+        unreadable: vec!["platform/secret".to_owned()],
+    };
+    let source = |kind: &str, name: &str| {
+        with_spec(json!({"source": {"kind": kind, "namespace": "platform", "name": name}}))
+    };
+
+    let app = app_with(cluster(), settings(false));
+    let vetoed = post(&app, "/validate", &source("ConfigMap", "vetoed")).await;
+    assert_eq!(
+        denial(&vetoed),
+        r#"source platform/vetoed has projection.sh/projectable="false"; owner has opted out of projection"#
+    );
+    let plain = post(&app, "/validate", &source("ConfigMap", "plain")).await;
+    assert_eq!(
+        denial(&plain),
+        r#"source-mode=allowlist requires annotation projection.sh/projectable="true" on source platform/plain; its owner can opt in with: kubectl annotate configmaps/plain -n platform projection.sh/projectable=true"#
+    );
+    let secret = post(&app, "/validate", &source("ConfigMap", "secret")).await;
+    assert!(
+        denial(&secret)
+            .starts_with("alice may not get configmaps platform/secret; a projection would expose"),
+        "{secret}"
+    );
+    let mut bob = source("ConfigMap", "plain");
+    bob["request"]["userInfo"] = json!({"username": "bob", "groups": ["tenants"]});
+    assert!(
+        denial(&post(&app, "/validate", &bob).await).starts_with("bob may not get configmaps platform/plain")
+    );
+    let missing = post(&app, "/validate", &source("ConfigMap", "missing")).await;
+    assert_eq!(missing["allowed"], true);
+    assert_eq!(
+        missing["warnings"],
+        json!(["source ConfigMap platform/missing does not exist (yet); the copy is made once it does"])
+    );
+    let unknown = post(&app, "/validate", &source("Widget", "w")).await;
+    assert_eq!(unknown["allowed"], true);
+    assert_eq!(
+        unknown["warnings"],
+        json!(["source kind */Widget is not served by this cluster (yet); the copy is made once it is"])
+    );
+    let namespace = post(&app, "/validate", &source("Namespace", "n")).await;
+    assert_eq!(
+        denial(&namespace),
+        "*/Namespace is cluster-scoped; projection only mirrors namespaced resources"
+    );
+
+    let permissive = app_with(
+        cluster(),
+        ReviewSettings {
+            tenant_mode: false,
+            policy: PolicySettings {
+                source_mode: SourceMode::Permissive,
+                check_source_access: false,
+            },
+        },
+    );
+    assert_eq!(
+        post(&permissive, "/validate", &source("ConfigMap", "plain")).await["allowed"],
+        true
+    );
+    assert_eq!(
+        post(&permissive, "/validate", &source("ConfigMap", "secret")).await["allowed"],
+        true,
+        "access check off"
+    );
+    assert_eq!(
+        post(&permissive, "/validate", &source("ConfigMap", "vetoed")).await["allowed"],
+        false,
+        "false always wins"
+    );
+}
+
+fn cluster_projection_review(operation: &str) -> Value {
+    let mut review = fixture();
+    let request = &mut review["request"];
+    request["operation"] = json!(operation);
+    request["kind"] = json!({"group": "projection.sh", "version": "v1", "kind": "ClusterProjection"});
+    request["resource"] =
+        json!({"group": "projection.sh", "version": "v1", "resource": "clusterprojections"});
+    request["namespace"] = Value::Null;
+    request["object"] = json!({
+        "apiVersion": "projection.sh/v1", "kind": "ClusterProjection", "metadata": {"name": "fanout"},
+        "spec": {"source": {"kind": "ConfigMap", "namespace": "platform", "name": "shared-settings"}, "destination": {"namespaces": ["a", "b"]}}
+    });
+    review
+}
+
+#[tokio::test]
+async fn tenant_mode_denies_cluster_projection_writes_only() {
+    let tenant = app_with(
+        FixedCluster {
+            sources: BTreeMap::from([("platform/shared-settings".to_owned(), projectable("true"))]),
+            ..Default::default()
+        },
+        settings(true),
+    );
+    let create = post(&tenant, "/validate", &cluster_projection_review("CREATE")).await;
+    assert!(
+        denial(&create).starts_with("tenant mode: ClusterProjections cannot be created or changed"),
+        "{create}"
+    );
+    let delete = post(&tenant, "/validate", &cluster_projection_review("DELETE")).await;
+    assert_eq!(delete["allowed"], true);
+    assert_eq!(
+        post(&tenant, "/validate", &fixture()).await["allowed"],
+        true,
+        "Projections still pass"
+    );
+    let normal = post(&app(), "/mutate", &cluster_projection_review("CREATE")).await;
+    assert_eq!(normal["allowed"], true, "{normal}");
+    assert_eq!(
+        patch_of(&normal),
+        json!([{"op": "add", "path": "/spec/destination/name", "value": "shared-settings"}])
+    );
+}
+
+#[tokio::test]
+async fn other_resources_and_missing_specs_are_denied_with_a_reason() {
+    let mut other = fixture();
+    other["request"]["resource"] = json!({"group": "", "version": "v1", "resource": "configmaps"});
+    assert_eq!(
+        denial(&post(&app(), "/validate", &other).await),
+        "projection-webhook reviews only projection.sh projections and clusterprojections, not /configmaps"
+    );
+    let mut no_spec = fixture();
+    no_spec["request"]["object"]
+        .as_object_mut()
+        .unwrap()
+        .remove("spec");
+    assert_eq!(
+        denial(&post(&app(), "/validate", &no_spec).await),
+        "spec: required"
+    );
+    let mut no_object = fixture();
+    no_object["request"]["object"] = Value::Null;
+    assert_eq!(
+        denial(&post(&app(), "/mutate", &no_object).await),
+        "spec: required"
+    );
+}
+
+#[tokio::test]
+async fn unreadable_requests_get_a_4xx_with_a_well_formed_review() {
+    for (body, status) in [
+        ("not json".to_owned(), StatusCode::BAD_REQUEST),
+        ("{}".to_owned(), StatusCode::BAD_REQUEST),
+        (
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).to_string(),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            with_apiversion("admission.k8s.io/v1beta1").to_string(),
+            StatusCode::BAD_REQUEST,
+        ),
+        ("x".repeat(MAX_BODY_BYTES + 1), StatusCode::PAYLOAD_TOO_LARGE),
+    ] {
+        let (got, body) = post_raw(&app(), "/validate", body).await;
+        assert_eq!(got, status, "{body}");
+        assert_eq!(body["response"]["allowed"], false);
+        assert!(
+            !body["response"]["status"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .is_empty(),
+            "{body}"
+        );
+    }
+}
+
+fn with_apiversion(api_version: &str) -> Value {
+    let mut review = fixture();
+    review["apiVersion"] = json!(api_version);
+    review
+}
+
+/// A small deterministic generator (xorshift), so failures reproduce without a seed file.
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+#[tokio::test]
+async fn random_truncated_and_mangled_bodies_always_get_a_well_formed_answer() {
+    let app = app();
+    let valid = fixture().to_string().into_bytes();
+    let mut random = Random(0x9E37_79B9_7F4A_7C15);
+    for round in 0..1500 {
+        let body: Vec<u8> = match round % 3 {
+            0 => valid[..random.below(valid.len() + 1)].to_vec(),
+            1 => {
+                let mut mangled = valid.clone();
+                for _ in 0..=random.below(8) {
+                    let at = random.below(mangled.len());
+                    const NOISE: &[u8] = b"{}[]\":,0a\\\x00\xff";
+                    mangled[at] = NOISE[random.below(NOISE.len())];
+                }
+                mangled
+            }
+            _ => (0..random.below(512)).map(|_| random.next() as u8).collect(),
+        };
+        for path in ["/validate", "/mutate"] {
+            let (status, answer) = post_raw(&app, path, body.clone()).await;
+            assert!(
+                status == StatusCode::OK || status == StatusCode::BAD_REQUEST,
+                "round {round}: {status}"
+            );
+            assert_eq!(answer["kind"], "AdmissionReview", "round {round}");
+            assert_eq!(answer["apiVersion"], "admission.k8s.io/v1", "round {round}");
+            assert!(
+                answer["response"]["allowed"].is_boolean(),
+                "round {round}: {answer}"
+            );
+        }
+    }
+}
+
+/// The JSONPatch of a response. kube encodes the patch bytes as a JSON array of numbers, which the
+/// apiserver's decoder accepts like a base64 string.
+fn patch_of(response: &Value) -> Value {
+    let bytes: Vec<u8> = serde_json::from_value(response["patch"].clone()).expect("patch bytes");
+    serde_json::from_slice(&bytes).expect("patch is JSON")
+}
