@@ -21,7 +21,7 @@ kubectl wait --for=condition=Established crd/projections.projection.sh crd/clust
 say "Building and starting projection-controller"
 cargo build --locked -q -p controller --bin projection-controller
 source tests/control-plane/common.sh
-if pid_alive projection-controller; then kill "$(cat "$TESTENV_DIR/projection-controller.pid")"; sleep 1; fi
+stop_process projection-controller
 nohup target/debug/projection-controller --metrics-bind-address 127.0.0.1:18080 \
   --health-probe-bind-address 127.0.0.1:18081 > "$LOGS/projection-controller.log" 2>&1 &
 echo $! > "$TESTENV_DIR/projection-controller.pid"
@@ -67,7 +67,7 @@ kubectl get configmaps -A -l projection.sh/owned-by-cluster-projection-uid
 say "Building and starting projection-webhook (certificates from certs/generate.sh)"
 cargo build --locked -q -p webhook --bin projection-webhook
 certs/generate.sh "$TESTENV_DIR/webhook-certs" >/dev/null
-if pid_alive projection-webhook; then kill "$(cat "$TESTENV_DIR/projection-webhook.pid")"; sleep 1; fi
+stop_process projection-webhook
 nohup target/debug/projection-webhook --bind-address 127.0.0.1:19443 \
   --tls-cert-file "$TESTENV_DIR/webhook-certs/tls.crt" --tls-key-file "$TESTENV_DIR/webhook-certs/tls.key" \
   --metrics-bind-address 127.0.0.1:19080 --health-probe-bind-address 127.0.0.1:19080 \

@@ -14,10 +14,7 @@ if ! { pid_alive kube-apiserver && pid_alive kube-controller-manager; }; then
   fi
 fi
 tests/control-plane/up.sh >/dev/null
-# Tests run controllers of their own; the demo's would reconcile their objects too.
-if pid_alive projection-controller; then
-  echo "stopping the demo controller (pid $(cat "$TESTENV_DIR/projection-controller.pid")) for the tests" >&2
-  kill "$(cat "$TESTENV_DIR/projection-controller.pid")"; rm -f "$TESTENV_DIR/projection-controller.pid"
-fi
+# Tests run controllers and webhooks of their own; the demo's would act on their objects too.
+stop_demo_services
 
 cargo test --workspace --locked --no-fail-fast "$@"

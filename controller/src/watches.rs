@@ -107,15 +107,39 @@ impl Wake {
     }
 }
 
-/// What we last did to a copy, so the watch events our own writes cause wake nothing.
-enum Mark {
-    /// A write is on its way: events seen meanwhile (their resourceVersion, `None` for a delete) are
-    /// held until it answers, since its resourceVersion is not known yet.
-    InFlight(Vec<Option<String>>),
-    /// Our last write produced this resourceVersion.
-    Wrote(String),
+/// How many of our own recent writes per copy are remembered: a watch lagging behind a burst of
+/// writes still recognises each of them.
+const REMEMBERED_WRITES: usize = 4;
+
+/// What we did to a copy, so the watch events our own writes cause wake nothing.
+#[derive(Default)]
+struct Mark {
+    /// The resourceVersions our recent writes produced, newest last.
+    ours: std::collections::VecDeque<String>,
+    /// A write is on its way: events seen meanwhile that are not known to be ours (their
+    /// resourceVersion, `None` for a delete) are held until it answers.
+    in_flight: Option<Vec<Option<String>>>,
     /// We deleted it.
-    Deleted,
+    deleted: bool,
+}
+
+impl Mark {
+    /// Whether a watch event is one of ours (or held until our write answers).
+    fn absorbs(&mut self, resource_version: Option<&String>, deleted: bool) -> bool {
+        if deleted && self.deleted {
+            return true;
+        }
+        if !deleted && resource_version.is_some_and(|rv| self.ours.contains(rv)) {
+            return true;
+        }
+        match &mut self.in_flight {
+            Some(held) => {
+                held.push(if deleted { None } else { resource_version.cloned() });
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -309,31 +333,42 @@ impl WatchRegistry {
 
     /// Records that we are about to write a copy.
     pub fn begin_write(&self, key: ObjectKey) {
-        self.indexes().written.insert(key, Mark::InFlight(Vec::new()));
+        let mut ix = self.indexes();
+        let mark = ix.written.entry(key).or_default();
+        mark.in_flight = Some(Vec::new());
+        mark.deleted = false;
     }
 
     /// Records how our write of a copy ended (its resourceVersion, or `None` if it failed). Events
     /// held meanwhile that were not ours wake `owner`.
     pub fn finish_write(&self, key: ObjectKey, owner: &Owner, resource_version: Option<String>) {
-        let held = {
+        let foreign = {
             let mut ix = self.indexes();
-            let held = match ix.written.remove(&key) {
-                Some(Mark::InFlight(held)) => held,
-                _ => Vec::new(),
-            };
-            if let Some(rv) = &resource_version {
-                ix.written.insert(key, Mark::Wrote(rv.clone()));
+            let mark = ix.written.entry(key).or_default();
+            let held = mark.in_flight.take().unwrap_or_default();
+            if let Some(rv) = resource_version {
+                mark.ours.push_back(rv);
+                if mark.ours.len() > REMEMBERED_WRITES {
+                    mark.ours.pop_front();
+                }
             }
-            held
+            held.iter()
+                .any(|rv| rv.as_ref().is_none_or(|rv| !mark.ours.contains(rv)))
         };
-        if held.iter().any(|rv| rv.is_none() || *rv != resource_version) {
+        if foreign {
             self.wake.send(Waker::of(owner));
         }
     }
 
     /// Records that we are deleting a copy, so its delete event wakes nothing.
     pub fn record_delete(&self, key: ObjectKey) {
-        self.indexes().written.insert(key, Mark::Deleted);
+        self.indexes().written.insert(
+            key,
+            Mark {
+                deleted: true,
+                ..Mark::default()
+            },
+        );
     }
 }
 
@@ -397,22 +432,14 @@ fn route(
         wakers.extend(ix.readers.get(&source).into_iter().flatten().cloned());
         wakers.extend(ix.waiters.get(&key).into_iter().flatten().cloned());
         if let Some(owner) = annotated_owner(meta) {
-            let ours = match (ix.written.get_mut(&key), deleted) {
-                (Some(Mark::InFlight(held)), _) => {
-                    held.push(if deleted {
-                        None
-                    } else {
-                        meta.resource_version.clone()
-                    });
-                    true
-                }
-                (Some(Mark::Wrote(rv)), false) => Some(&*rv) == meta.resource_version.as_ref(),
-                (Some(Mark::Deleted), true) => {
-                    ix.written.remove(&key);
-                    true
-                }
-                _ => false,
-            };
+            let ours = ix
+                .written
+                .get_mut(&key)
+                .is_some_and(|mark| mark.absorbs(meta.resource_version.as_ref(), deleted));
+            if deleted && ix.written.get(&key).is_some_and(|mark| mark.deleted) {
+                // The copy is gone for good: nothing more to recognise.
+                ix.written.remove(&key);
+            }
             if !ours {
                 wakers.push(owner);
             }

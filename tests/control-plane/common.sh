@@ -21,3 +21,28 @@ pid_alive() {
 
 # port_busy PORT: something listens on 127.0.0.1:PORT.
 port_busy() { ss -Hltn "sport = :$1" | grep -q .; }
+
+# stop_process NAME: stops the process recorded in NAME.pid (TERM, then KILL after 10 s).
+stop_process() {
+  local name=$1 f="$TESTENV_DIR/$1.pid" pid
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null; fi
+    cp_log "stopped $name (pid $pid)"
+  fi
+  rm -f "$f"
+}
+
+# stop_demo_services: stops what scripts/demo.sh left running. The demo webhook's registration goes
+# first: with failurePolicy Fail it would block Projection writes once its server is gone.
+stop_demo_services() {
+  if [ -f "$TESTENV_DIR/projection-webhook.pid" ] && [ -x "$TESTENV_DIR/bin/kubectl" ]; then
+    "$TESTENV_DIR/bin/kubectl" --kubeconfig "$KUBECONFIG_FILE" --request-timeout=5s delete \
+      mutatingwebhookconfiguration,validatingwebhookconfiguration projection-webhook-demo --ignore-not-found >/dev/null 2>&1
+  fi
+  stop_process projection-webhook
+  stop_process projection-controller
+}
