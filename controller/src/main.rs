@@ -82,7 +82,7 @@ async fn main() -> anyhow::Result<()> {
         stopped(),
     ));
 
-    let client = Client::try_default().await?;
+    let client = shared::client::infer().await?;
     let mut leadership = None;
     if args.leader_elect {
         let namespace = args.leader_election_namespace.clone();

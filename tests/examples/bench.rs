@@ -65,6 +65,10 @@ struct Args {
     /// Length of the idle window (requests per idle minute are scaled from it).
     #[arg(long, default_value_t = 60)]
     idle_seconds: u64,
+    /// Start this controller binary against the local control plane for the run (its pid and
+    /// metrics are then measured too).
+    #[arg(long, conflicts_with_all = ["controller_pid", "controller_metrics", "kubeconfig"])]
+    start_controller: Option<PathBuf>,
     /// The controller's process id, for memory and CPU from /proc.
     #[arg(long)]
     controller_pid: Option<u32>,
@@ -131,7 +135,7 @@ async fn connect(args: &Args) -> anyhow::Result<Client> {
     };
     let kubeconfig = Kubeconfig::read_from(&path).with_context(|| format!("reading {}", path.display()))?;
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    let client = Client::try_from(config)?;
+    let client = shared::client::client_for(config)?;
     client
         .apiserver_version()
         .await
@@ -454,7 +458,19 @@ async fn main() -> anyhow::Result<()> {
             % 100_000_000
     );
     eprintln!("run {run}: {plan:?}");
-    let sampler = args.controller_pid.map(ProcessSampler::start);
+    let mut started_controller = None;
+    let (pid, metrics) = match &args.start_controller {
+        Some(binary) => {
+            let mut process = projection_tests::ServiceProcess::start(binary, &[]);
+            process.wait_ready().await;
+            let endpoint = format!("127.0.0.1:{}", process.http_port);
+            let pid = process.pid();
+            started_controller = Some(process);
+            (Some(pid), Some(endpoint))
+        }
+        None => (args.controller_pid, args.controller_metrics.clone()),
+    };
+    let sampler = pid.map(ProcessSampler::start);
     let started = Instant::now();
     let result = measure(&client, &args, &plan, &run, sampler.as_ref()).await;
     if !args.keep {
@@ -462,7 +478,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let mut report = result?;
     report["elapsed_seconds"] = json!(started.elapsed().as_secs_f64().round());
-    if let Some(endpoint) = &args.controller_metrics
+    if let Some(endpoint) = &metrics
         && let Some((code, body)) = endpoint
             .rsplit_once(':')
             .and_then(|(_, port)| port.parse().ok())
@@ -484,6 +500,7 @@ async fn main() -> anyhow::Result<()> {
         std::fs::create_dir_all(dir)?;
     }
     std::fs::write(&output, serde_json::to_string_pretty(&report)?)?;
+    drop(started_controller);
     print_table(&args.profile, &report);
     eprintln!("JSON written to {}", output.display());
     Ok(())
@@ -500,6 +517,32 @@ async fn measure(
     let source_ns = format!("{run}-src");
     create_namespace(client, &source_ns, json!({RUN_LABEL: run})).await?;
     install_kinds(client, plan.kinds).await?;
+
+    // The floor: how long the apiserver takes to deliver a write to a watcher, with no controller
+    // involved. Propagation through a controller costs at least two of these.
+    // Watches here, as below, are namespace-wide without field selectors: a field-selected watch
+    // took about 40 ms longer to deliver on the local control plane.
+    let probe_ns = format!("{run}-probe");
+    create_namespace(client, &probe_ns, json!({RUN_LABEL: run})).await?;
+    let probes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &probe_ns, &kind_resource(0));
+    probes
+        .create(
+            &PostParams::default(),
+            &source_object(&kind_resource(0), &probe_ns, "round-trip")?,
+        )
+        .await?;
+    let mut round_trips = Vec::new();
+    for _ in 0..args.samples {
+        let value = now_nanos();
+        let observer =
+            Observer::start(probes.clone(), watcher::Config::default(), stamped(value.clone())).await;
+        let t = Instant::now();
+        stamp(&probes, "round-trip", &value).await?;
+        if let Some(at) = observer.wait(1, Duration::from_secs(30)).await.first() {
+            round_trips.push(at.duration_since(t).as_secs_f64());
+        }
+    }
+    report["apiserver_write_to_watch"] = json!(summarize(round_trips));
 
     // Unrelated objects: the controller must not pay for them.
     if plan.unrelated > 0 {
@@ -570,7 +613,7 @@ async fn measure(
             let (name, dest_ns) = (format!("s-{i}"), dest[i % dest.len()].clone());
             let copies = Api::<DynamicObject>::namespaced_with(client.clone(), &dest_ns, &resource);
             let value = now_nanos();
-            let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+            let config = watcher::Config::default();
             let observer = Observer::start(copies.clone(), config.clone(), stamped(value.clone())).await;
             let t = Instant::now();
             stamp(
@@ -584,8 +627,9 @@ async fn measure(
             }
             drop(observer);
             let old_uid = copies.get(&name).await?.uid();
+            let wanted = name.clone();
             let observer = Observer::start(copies.clone(), config, move |event| match event {
-                Event::Apply(o) if o.uid() != old_uid => Some(o.name_any()),
+                Event::Apply(o) if o.name_any() == wanted && o.uid() != old_uid => Some(o.name_any()),
                 _ => None,
             })
             .await;
@@ -617,7 +661,9 @@ async fn measure(
         measure_fan_out(client, args, plan, run, &source_ns, &mut report).await?;
     }
 
-    // Idle: nothing changes; the controller should make no request.
+    // Idle: nothing changes; the controller should make no request. Let the last changes settle
+    // first (reconciles of the last namespace events, kube-controller-manager seeding namespaces).
+    tokio::time::sleep(Duration::from_secs(5)).await;
     let idle_start = Instant::now();
     let before = request_counts(client).await?;
     tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
@@ -825,6 +871,7 @@ fn print_table(profile: &str, report: &Value) {
     println!("| measurement | samples | p50 ms | p95 ms | p99 ms |");
     println!("|---|---|---|---|---|");
     for key in [
+        "apiserver_write_to_watch",
         "source_edit_to_copy",
         "copy_deleted_to_restored",
         "fan_out_edit_first_copy",

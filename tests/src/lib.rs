@@ -63,7 +63,7 @@ async fn try_client() -> anyhow::Result<Client> {
     let kubeconfig =
         Kubeconfig::read_from(&path).with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    let client = Client::try_from(config)?;
+    let client = shared::client::client_for(config)?;
     tokio::time::timeout(Duration::from_secs(10), client.apiserver_version())
         .await
         .context("the apiserver did not answer within 10s")?

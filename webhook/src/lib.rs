@@ -64,7 +64,7 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
         stop_all.clone().cancelled_owned(),
     ));
 
-    let client = kube::Client::try_default()
+    let client = shared::client::infer()
         .await
         .context("building the Kubernetes client")?;
     let cluster = cluster::KubeCluster::new(client);
