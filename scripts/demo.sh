@@ -79,14 +79,14 @@ scripts/register-webhook.sh 19443 "$TESTENV_DIR/webhook-certs/ca.crt" projection
 echo "running (pid $(cat "$TESTENV_DIR/projection-webhook.pid")), logs in $LOGS/projection-webhook.log"
 
 say "A bad spec is rejected at kubectl apply"
-cat <<'YAML' | tee /dev/stderr | kubectl apply -f - || true
-apiVersion: projection.sh/v1
+bad_spec='apiVersion: projection.sh/v1
 kind: Projection
 metadata: {name: broken, namespace: team-a}
 spec:
   source: {kind: configmap, namespace: platform-config, name: shared_settings}
-  overlay: {labels: {projection.sh/owned-by-projection: me}}
-YAML
+  overlay: {labels: {projection.sh/owned-by-projection: me}}'
+echo "$bad_spec"
+echo "$bad_spec" | kubectl apply -f - || true
 
 say "A source that has not opted in is rejected, with how to opt in"
 kubectl create configmap private-settings -n platform-config --from-literal=k=v --dry-run=client -o yaml | kubectl apply -f -
