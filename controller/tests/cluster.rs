@@ -18,7 +18,8 @@ mod common;
 use common::*;
 
 /// One test's world: its namespaces, its ClusterProjections (deleted at the end while the
-/// controller still runs), and the controller.
+/// controller still runs), and the controller. Fields drop in order: the controller stops before
+/// `env` releases the exclusive right to run one.
 struct World {
     client: Client,
     namespaces: NamespaceSet,

@@ -59,8 +59,9 @@ impl Env {
     }
 
     /// Deletes the test's Projections while the controller still runs (so their finalizers
-    /// complete), then lets the namespaces go.
-    pub async fn finish(self) {
+    /// complete). Takes `&self`: the namespaces and the exclusive right to run a controller go only
+    /// when the `Env` is dropped, after the test's controller (declared later) has stopped.
+    pub async fn finish(&self) {
         for namespace in [self.dest.name(), self.source.name()] {
             let api: Api<Projection> = self.api(namespace);
             let _ = api
