@@ -429,6 +429,37 @@ fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTree
         .collect()
 }
 
+/// The apiserver requests (all clients) in the 3 s after one stamp of the ConfigMap `name`, minus
+/// the stamp itself.
+async fn requests_for_one_edit(
+    client: &Client,
+    sources: &Api<DynamicObject>,
+    name: &str,
+) -> anyhow::Result<BTreeMap<String, f64>> {
+    let before = request_counts(client).await?;
+    stamp(sources, name, &now_nanos()).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut per_edit = delta(&before, &request_counts(client).await?);
+    if let Some(v) = per_edit.get_mut("PATCH configmaps") {
+        *v -= 1.0;
+    }
+    per_edit.retain(|_, v| *v > 0.0);
+    Ok(per_edit)
+}
+
+/// Sets (`Some`) or removes (`None`) the target label of a namespace.
+async fn set_target_label(
+    namespaces: &Api<Namespace>,
+    name: &str,
+    value: Option<&str>,
+) -> anyhow::Result<()> {
+    let patch = json!({"metadata": {"labels": {TARGET_LABEL: value}}});
+    namespaces
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await?;
+    Ok(())
+}
+
 async fn wait_until<F, Fut>(what: &str, limit: Duration, mut probe: F) -> anyhow::Result<Duration>
 where
     F: FnMut() -> Fut,
@@ -645,15 +676,7 @@ async fn measure(
         // Requests caused by one source edit.
         let resource = kind_resource(0);
         let sources = Api::<DynamicObject>::namespaced_with(client.clone(), &source_ns, &resource);
-        let before = request_counts(client).await?;
-        stamp(&sources, "s-0", &now_nanos()).await?;
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let mut per_edit = delta(&before, &request_counts(client).await?);
-        if let Some(v) = per_edit.get_mut("PATCH configmaps") {
-            *v -= 1.0; // the edit itself
-        }
-        per_edit.retain(|_, v| *v > 0.0);
-        report["requests_per_source_edit"] = json!(per_edit);
+        report["requests_per_source_edit"] = json!(requests_for_one_edit(client, &sources, "s-0").await?);
     }
 
     // ClusterProjection fan-out.
@@ -763,15 +786,8 @@ async fn measure_fan_out(
     report["fan_out_edit_first_copy"] = json!(summarize(first));
     report["fan_out_edit_last_copy"] = json!(summarize(last));
 
-    let before = request_counts(client).await?;
-    stamp(&source, "fanout", &now_nanos()).await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let mut per_edit = delta(&before, &request_counts(client).await?);
-    if let Some(v) = per_edit.get_mut("PATCH configmaps") {
-        *v -= 1.0;
-    }
-    per_edit.retain(|_, v| *v > 0.0);
-    report["fan_out_requests_per_source_edit"] = json!(per_edit);
+    report["fan_out_requests_per_source_edit"] =
+        json!(requests_for_one_edit(client, &source, "fanout").await?);
 
     if plan.by_selector {
         // Label flips and a new namespace.
@@ -786,13 +802,7 @@ async fn measure_fan_out(
             })
             .await;
             let t = Instant::now();
-            namespaces
-                .patch(
-                    &ns,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"metadata": {"labels": {TARGET_LABEL: null}}})),
-                )
-                .await?;
+            set_target_label(&namespaces, &ns, None).await?;
             if let Some(at) = gone.wait(1, Duration::from_secs(30)).await.first() {
                 removed.push(at.duration_since(t).as_secs_f64());
             }
@@ -802,13 +812,7 @@ async fn measure_fan_out(
             })
             .await;
             let t = Instant::now();
-            namespaces
-                .patch(
-                    &ns,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"metadata": {"labels": {TARGET_LABEL: run}}})),
-                )
-                .await?;
+            set_target_label(&namespaces, &ns, Some(run)).await?;
             if let Some(at) = back.wait(1, Duration::from_secs(30)).await.first() {
                 added.push(at.duration_since(t).as_secs_f64());
             }

@@ -580,23 +580,15 @@ impl NamespaceSet {
     /// Creates the member `suffix` with `labels` (plus the run label); returns its name.
     pub async fn create(&mut self, client: &Client, suffix: &str, labels: &[(&str, &str)]) -> String {
         let name = self.name(suffix);
-        let mut all: serde_json::Map<String, serde_json::Value> = labels
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), serde_json::Value::String((*v).to_owned())))
-            .collect();
-        all.insert("projection.test/run".into(), self.run.clone().into());
-        let ns: Namespace =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": all}}))
-                .expect("namespace object");
         Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &ns)
+            .create(&PostParams::default(), &self.namespace_object(&name, labels))
             .await
             .unwrap_or_else(|e| panic!("cannot create namespace {name}: {e}"));
         self.names.push(name.clone());
         name
     }
 
-    /// Creates `count` members named `<prefix>-<i>`, `parallel` at a time.
+    /// Creates `count` members named `<prefix>-<i>`, 16 at a time.
     pub async fn create_many(
         &mut self,
         client: &Client,
@@ -605,20 +597,13 @@ impl NamespaceSet {
         labels: &[(&str, &str)],
     ) -> Vec<String> {
         use futures::StreamExt;
-        let run = self.run.clone();
-        let names: Vec<String> = (0..count).map(|i| format!("{run}-{prefix}-{i:04}")).collect();
+        let names: Vec<String> = (0..count)
+            .map(|i| self.name(&format!("{prefix}-{i:04}")))
+            .collect();
         let api = Api::<Namespace>::all(client.clone());
-        let results: Vec<Result<Namespace, kube::Error>> = futures::stream::iter(names.clone())
+        let results: Vec<Result<Namespace, kube::Error>> = futures::stream::iter(&names)
             .map(|name| {
-                let mut all: serde_json::Map<String, serde_json::Value> = labels
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), serde_json::Value::String((*v).to_owned())))
-                    .collect();
-                all.insert("projection.test/run".into(), run.clone().into());
-                let ns: Namespace =
-                    serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": all}}))
-                        .expect("namespace object");
-                let api = api.clone();
+                let (api, ns) = (api.clone(), self.namespace_object(name, labels));
                 async move { api.create(&PostParams::default(), &ns).await }
             })
             .buffer_unordered(16)
@@ -629,6 +614,16 @@ impl NamespaceSet {
         }
         self.names.extend(names.iter().cloned());
         names
+    }
+
+    fn namespace_object(&self, name: &str, labels: &[(&str, &str)]) -> Namespace {
+        let mut all: serde_json::Map<String, serde_json::Value> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), serde_json::Value::String((*v).to_owned())))
+            .collect();
+        all.insert("projection.test/run".into(), self.run.clone().into());
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": all}}))
+            .expect("namespace object")
     }
 }
 
