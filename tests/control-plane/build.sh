@@ -52,5 +52,18 @@ if [ ! -x "$helm_bin/helm" ]; then
 fi
 ln -sf "$helm_bin/helm" "$bin/helm"
 
+# cert-manager's CRDs, for the chart's cert-manager mode: its Go module carries them as plain YAML.
+crds="$cache_root/cert-manager-${CERT_MANAGER_VERSION}"
+if [ ! -s "$crds/cert-manager.io_certificates.yaml" ]; then
+  log "fetching cert-manager ${CERT_MANAGER_VERSION} CRDs from its Go module"
+  module_dir=$(cd "$(mktemp -d)" && go mod download -json "github.com/cert-manager/cert-manager@${CERT_MANAGER_VERSION}" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$module_dir/deploy/crds" ] || { log "cert-manager module has no deploy/crds"; exit 1; }
+  mkdir -p "$crds.tmp"
+  cp "$module_dir"/deploy/crds/cert-manager.io_*.yaml "$crds.tmp/"
+  rm -rf "$crds" && mv "$crds.tmp" "$crds"
+fi
+ln -sfn "$crds" "$bin/cert-manager-crds"
+
 "$bin/kube-apiserver" --version >&2
 echo "$bin"

@@ -101,11 +101,14 @@ wait_for 60 etcd "$LOGS/etcd.log" curl -fsS --max-time 2 "http://127.0.0.1:$ETCD
 # --- kube-apiserver ----------------------------------------------------------------------------
 # --advertise-address=127.0.0.1 stops the apiserver from advertising a non-loopback interface, and
 # --endpoint-reconciler-type=none stops it from writing a loopback Endpoints (refused by validation).
+# --enable-aggregator-routing makes the apiserver call webhook Services at an EndpointSlice address
+# rather than the ClusterIP (no kube-proxy here), so tests can route the chart's webhook Service to a
+# webhook process on this host.
 cp_log "starting kube-apiserver on https://127.0.0.1:$API_PORT"
 start kube-apiserver "$bin/kube-apiserver" \
   --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
   --bind-address=127.0.0.1 --secure-port="$API_PORT" \
-  --advertise-address=127.0.0.1 --endpoint-reconciler-type=none \
+  --advertise-address=127.0.0.1 --endpoint-reconciler-type=none --enable-aggregator-routing=true \
   --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
   --cert-dir="$TESTENV_DIR/apiserver-certs" \
   --client-ca-file="$PKI/ca.crt" \

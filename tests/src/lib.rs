@@ -5,6 +5,8 @@
 //! Tests never read the user's `KUBECONFIG`: they only ever talk to the local control plane (or to
 //! the kubeconfig named by `PROJECTION_TEST_KUBECONFIG`), because they create and delete objects.
 
+pub mod chart;
+
 use anyhow::Context as _;
 use k8s_openapi::{
     api::core::v1::Namespace, apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
@@ -377,6 +379,12 @@ impl ServiceProcess {
     /// Starts `binary` with `args` plus the test kubeconfig and an HTTP port for probes and
     /// metrics (passed as `--metrics-bind-address` and `--health-probe-bind-address`).
     pub fn start(binary: &Path, args: &[&str]) -> Self {
+        Self::start_as(binary, args, &kubeconfig_path(), &[])
+    }
+
+    /// Like [`ServiceProcess::start`], authenticated by `kubeconfig` (e.g. a ServiceAccount's) and
+    /// with extra environment variables.
+    pub fn start_as(binary: &Path, args: &[&str], kubeconfig: &Path, env: &[(&str, &str)]) -> Self {
         let http_port = free_port();
         let address = format!("127.0.0.1:{http_port}");
         let name = binary
@@ -396,8 +404,9 @@ impl ServiceProcess {
                 &address,
             ])
             .args(args)
-            .env("KUBECONFIG", kubeconfig_path())
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,kube=warn")
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::null())
             .stderr(file)
             .spawn()

@@ -9,11 +9,11 @@ Base name of every object: the release name when it already says "projection", e
 */}}
 {{- define "projection.fullname" -}}
 {{- if .Values.fullnameOverride }}
-{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" }}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
 {{- else if contains (include "projection.name" .) .Release.Name }}
-{{- .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- .Release.Name | trunc 40 | trimSuffix "-" }}
 {{- else }}
-{{- printf "%s-%s" .Release.Name (include "projection.name" .) | trunc 50 | trimSuffix "-" }}
+{{- printf "%s-%s" .Release.Name (include "projection.name" .) | trunc 40 | trimSuffix "-" }}
 {{- end }}
 {{- end }}
 

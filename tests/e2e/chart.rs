@@ -1,0 +1,815 @@
+//! The Helm chart. Without a cluster: `helm lint`, the values schema, and assertions on what
+//! `helm template` renders (and that the Dockerfiles agree with it). On the local control plane:
+//! install, upgrade and uninstall in every certificate mode; the controller and the webhook run as
+//! local processes authenticated as the chart's ServiceAccounts through a scenario suite; cert-manager
+//! mode with a stand-in issuer; and the RBAC matrix through SubjectAccessReviews.
+
+mod chart_cluster;
+
+use projection_tests::{
+    chart::{Rendered, args_of, container, flag_value, helm, render},
+    repo_root,
+};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+
+const NS: &str = "projection-system";
+
+fn rendered(values: &[(&str, Value)]) -> Rendered {
+    render("projection", NS, values).unwrap_or_else(|e| panic!("helm template failed: {e}"))
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|s| s.as_str().expect("strings").to_owned())
+        .collect()
+}
+
+/// Every value set a certificate mode needs, so each mode renders on its own.
+fn mode_values(mode: &str) -> Vec<(&'static str, Value)> {
+    let mut values = vec![("webhook.certificate.mode", json!(mode))];
+    if mode == "provided" {
+        values.push(("webhook.certificate.provided.secretName", json!("my-webhook-tls")));
+        values.push((
+            "webhook.certificate.provided.caBundle",
+            json!("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"),
+        ));
+    }
+    values
+}
+
+const MODES: [&str; 3] = ["self-managed", "cert-manager", "provided"];
+
+#[test]
+fn lint_is_clean_in_every_mode() {
+    let chart = repo_root().join("charts/projection");
+    for mode in MODES {
+        let mut args = vec![
+            "lint".to_owned(),
+            chart.to_string_lossy().into_owned(),
+            "--strict".to_owned(),
+        ];
+        for (key, value) in mode_values(mode) {
+            args.extend(["--set-json".to_owned(), format!("{key}={value}")]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = helm(&args);
+        assert!(
+            out.status.success(),
+            "helm lint ({mode}) failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn values_schema_rejects_typos_and_bad_values_naming_the_field() {
+    let cases: Vec<(&str, Value, &str)> = vec![
+        ("controller.replcias", json!(2), "replcias"),
+        ("webhok", json!({}), "webhok"),
+        ("sourceMode", json!("open"), "/sourceMode"),
+        (
+            "webhook.certificate.mode",
+            json!("certmanager"),
+            "/webhook/certificate/mode",
+        ),
+        (
+            "webhook.failurePolicy",
+            json!("Sometimes"),
+            "/webhook/failurePolicy",
+        ),
+        (
+            "controller.requeueInterval",
+            json!("soon"),
+            "/controller/requeueInterval",
+        ),
+        (
+            "controller.selectorWriteConcurrency",
+            json!(0),
+            "/controller/selectorWriteConcurrency",
+        ),
+        ("supportedKinds", json!([{"apiGroup": ""}]), "resources"),
+        (
+            "supportedKinds",
+            json!([{"apiGroup": "", "resources": []}]),
+            "/supportedKinds/0/resources",
+        ),
+        ("webhook.port", json!(70000), "/webhook/port"),
+        (
+            "webhook.podDisruptionBudget.minAvailable",
+            json!("150%"),
+            "minAvailable",
+        ),
+        (
+            "webhook.certificate.provided.caBundle",
+            json!("not a PEM"),
+            "caBundle",
+        ),
+        (
+            "controller.resources",
+            json!({"limits": {"memory": "lots"}}),
+            "memory",
+        ),
+        (
+            "networkPolicy.apiServer.ports",
+            json!([]),
+            "/networkPolicy/apiServer/ports",
+        ),
+        ("controller.extraArgs", json!(["-v"]), "extraArgs"),
+    ];
+    for (key, value, expected) in cases {
+        let err = render("projection", NS, &[(key, value.clone())])
+            .err()
+            .unwrap_or_else(|| panic!("{key}={value} was accepted"));
+        assert!(
+            err.contains(expected),
+            "{key}={value}: the error should name {expected:?}:\n{err}"
+        );
+    }
+}
+
+#[test]
+fn template_refuses_inconsistent_values_with_a_clear_message() {
+    let cases: Vec<(Vec<(&str, Value)>, &str)> = vec![
+        (
+            vec![
+                ("controller.replicas", json!(2)),
+                ("controller.leaderElection.enabled", json!(false)),
+            ],
+            "controller.leaderElection.enabled",
+        ),
+        (
+            vec![("webhook.certificate.mode", json!("provided"))],
+            "webhook.certificate.provided.secretName is required",
+        ),
+        (
+            vec![
+                ("webhook.certificate.mode", json!("provided")),
+                ("webhook.certificate.provided.secretName", json!("tls")),
+            ],
+            "webhook.certificate.provided.caBundle is required",
+        ),
+    ];
+    for (values, expected) in cases {
+        let err = render("projection", NS, &values)
+            .err()
+            .unwrap_or_else(|| panic!("{values:?} was accepted"));
+        assert!(err.contains(expected), "{values:?}: {err}");
+    }
+}
+
+#[test]
+fn deployments_are_hardened_and_probe_the_right_ports() {
+    for mode in MODES {
+        let r = rendered(&mode_values(mode));
+        for (name, replicas) in [("projection-controller", 1), ("projection-webhook", 2)] {
+            let deployment = r.get("Deployment", name);
+            assert_eq!(deployment["spec"]["replicas"], replicas, "{name}");
+            let pod = &deployment["spec"]["template"]["spec"];
+            assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{name}");
+            assert_eq!(pod["securityContext"]["runAsUser"], 65532, "{name}");
+            assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+            let c = container(deployment);
+            assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true, "{name}");
+            assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false, "{name}");
+            assert_eq!(
+                c["securityContext"]["capabilities"]["drop"],
+                json!(["ALL"]),
+                "{name}"
+            );
+            assert!(
+                c["resources"]["requests"]["memory"].is_string(),
+                "{name} has requests"
+            );
+            assert!(
+                c["resources"]["limits"]["memory"].is_string(),
+                "{name} has a memory limit"
+            );
+            // Probes hit the port the binary is told to serve them on.
+            let health_port = container_port(c, "health");
+            assert_eq!(
+                flag_value(deployment, "--health-probe-bind-address"),
+                Some(format!(":{health_port}")),
+                "{name}"
+            );
+            assert_eq!(
+                flag_value(deployment, "--metrics-bind-address"),
+                Some(format!(":{}", container_port(c, "metrics")))
+            );
+            assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+            assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+            assert_eq!(c["readinessProbe"]["httpGet"]["port"], "health");
+            // POD_NAMESPACE feeds the leader Lease namespace and the webhook's Secret namespace.
+            assert!(
+                c["env"]
+                    .as_array()
+                    .expect("env")
+                    .iter()
+                    .any(|e| e["name"] == "POD_NAMESPACE"
+                        && e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"),
+                "{name}"
+            );
+        }
+        let controller = r.get("Deployment", "projection-controller");
+        let args = args_of(controller);
+        assert!(args.contains(&"--leader-elect".to_owned()), "{args:?}");
+        assert!(args.contains(&"--source-mode=allowlist".to_owned()), "{args:?}");
+        assert_eq!(
+            controller["spec"]["template"]["spec"]["serviceAccountName"],
+            "projection-controller"
+        );
+
+        let webhook = r.get("Deployment", "projection-webhook");
+        let pod = &webhook["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], "projection-webhook");
+        let anti = &pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0];
+        assert_eq!(anti["podAffinityTerm"]["topologyKey"], "kubernetes.io/hostname");
+        let pod_labels = &webhook["spec"]["template"]["metadata"]["labels"];
+        assert_labels_select(
+            &anti["podAffinityTerm"]["labelSelector"]["matchLabels"],
+            pod_labels,
+        );
+
+        // The Service and the PDB select the webhook pods, and the Service reaches the HTTPS port.
+        let service = r.get("Service", "projection-webhook");
+        assert_labels_select(&service["spec"]["selector"], pod_labels);
+        assert_eq!(service["spec"]["ports"][0]["targetPort"], "https");
+        assert_eq!(service["spec"]["ports"][0]["name"], "https");
+        assert_eq!(
+            flag_value(webhook, "--bind-address"),
+            Some(format!("0.0.0.0:{}", container_port(container(webhook), "https")))
+        );
+        let pdb = r.get("PodDisruptionBudget", "projection-webhook");
+        assert_eq!(pdb["spec"]["minAvailable"], 1);
+        assert_labels_select(&pdb["spec"]["selector"]["matchLabels"], pod_labels);
+        // The controller's pods are not selected by the webhook Service.
+        let controller_labels = &controller["spec"]["template"]["metadata"]["labels"];
+        assert!(!selects(&service["spec"]["selector"], controller_labels));
+    }
+}
+
+fn container_port(container: &Value, name: &str) -> u64 {
+    container["ports"]
+        .as_array()
+        .expect("ports")
+        .iter()
+        .find(|p| p["name"] == name)
+        .and_then(|p| p["containerPort"].as_u64())
+        .unwrap_or_else(|| panic!("no container port {name}"))
+}
+
+fn selects(selector: &Value, labels: &Value) -> bool {
+    selector
+        .as_object()
+        .is_some_and(|s| !s.is_empty() && s.iter().all(|(k, v)| labels[k] == *v))
+}
+
+fn assert_labels_select(selector: &Value, labels: &Value) {
+    assert!(selects(selector, labels), "{selector} does not select {labels}");
+}
+
+#[test]
+fn webhook_configurations_match_each_certificate_mode() {
+    for mode in MODES {
+        let r = rendered(&mode_values(mode));
+        let webhook = r.get("Deployment", "projection-webhook");
+        let volumes = &webhook["spec"]["template"]["spec"]["volumes"];
+        for kind in ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"] {
+            let config = r.get(kind, "projection-webhook");
+            let hooks = config["webhooks"].as_array().expect("webhooks");
+            assert_eq!(hooks.len(), 1, "{kind}");
+            let hook = &hooks[0];
+            assert_eq!(hook["failurePolicy"], "Fail", "{mode} {kind}");
+            assert_eq!(hook["sideEffects"], "None");
+            assert_eq!(
+                hook["rules"],
+                json!([{"apiGroups": ["projection.sh"], "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["projections", "clusterprojections"], "scope": "*"}]),
+                "scoped to the two resources"
+            );
+            assert!(
+                hook["matchConditions"][0]["expression"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("object.spec != oldObject.spec")),
+                "metadata-only updates skip the webhook"
+            );
+            let service = &hook["clientConfig"]["service"];
+            assert_eq!(service["name"], "projection-webhook");
+            assert_eq!(service["namespace"], NS);
+            let path = if kind.starts_with("Validating") {
+                "/validate"
+            } else {
+                "/mutate"
+            };
+            assert_eq!(service["path"], path);
+            let annotation = &config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"];
+            let ca_bundle = &hook["clientConfig"]["caBundle"];
+            match mode {
+                "cert-manager" => {
+                    let certificate = r.get("Certificate", "projection-webhook");
+                    assert_eq!(*annotation, format!("{NS}/projection-webhook"));
+                    assert!(ca_bundle.is_null(), "cainjector fills it");
+                    let dns = strings(&certificate["spec"]["dnsNames"]);
+                    assert!(dns.contains(&format!("projection-webhook.{NS}.svc")), "{dns:?}");
+                    assert_eq!(
+                        volumes[0]["secret"]["secretName"],
+                        certificate["spec"]["secretName"]
+                    );
+                    let issuer = r.get("Issuer", "projection-webhook-selfsigned");
+                    assert!(issuer["spec"]["selfSigned"].is_object());
+                    assert_eq!(
+                        certificate["spec"]["issuerRef"]["name"],
+                        "projection-webhook-selfsigned"
+                    );
+                }
+                "provided" => {
+                    assert!(annotation.is_null());
+                    let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+                    use base64::Engine as _;
+                    assert_eq!(*ca_bundle, base64::engine::general_purpose::STANDARD.encode(pem));
+                    assert_eq!(volumes[0]["secret"]["secretName"], "my-webhook-tls");
+                    assert!(r.of_kind("Certificate").is_empty() && r.of_kind("Issuer").is_empty());
+                }
+                _ => {
+                    assert!(annotation.is_null());
+                    assert!(ca_bundle.is_null(), "the webhook patches it");
+                    assert!(volumes.is_null(), "no mounted certificate");
+                    assert_eq!(
+                        flag_value(webhook, "--validating-webhook-configuration").as_deref(),
+                        Some("projection-webhook")
+                    );
+                    assert_eq!(
+                        flag_value(webhook, "--mutating-webhook-configuration").as_deref(),
+                        Some("projection-webhook")
+                    );
+                    assert_eq!(
+                        flag_value(webhook, "--service-name").as_deref(),
+                        Some("projection-webhook")
+                    );
+                    assert_eq!(
+                        flag_value(webhook, "--self-managed-certificate-secret").as_deref(),
+                        Some("projection-webhook-tls")
+                    );
+                }
+            }
+        }
+        if mode != "self-managed" {
+            assert_eq!(
+                flag_value(webhook, "--tls-cert-file").as_deref(),
+                Some("/tls/tls.crt")
+            );
+            let mount = &container(webhook)["volumeMounts"][0];
+            assert_eq!(mount["mountPath"], "/tls");
+            assert_eq!(mount["readOnly"], true);
+        }
+    }
+    // A named issuer is used as given; no self-signed Issuer then.
+    let r = rendered(&[
+        ("webhook.certificate.mode", json!("cert-manager")),
+        (
+            "webhook.certificate.certManager.issuerRef",
+            json!({"name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}),
+        ),
+    ]);
+    assert!(r.of_kind("Issuer").is_empty());
+    assert_eq!(
+        r.get("Certificate", "projection-webhook")["spec"]["issuerRef"],
+        json!({"name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"})
+    );
+}
+
+/// The rules of a rendered (Cluster)Role as (apiGroups, resources, verbs) triples.
+fn rules(role: &Value) -> Vec<(Vec<String>, Vec<String>, Vec<String>)> {
+    role["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .map(|r| {
+            (
+                strings(&r["apiGroups"]),
+                strings(&r["resources"]),
+                strings(&r["verbs"]),
+            )
+        })
+        .collect()
+}
+
+/// The verbs a role grants on `group`/`resource` (wildcards honoured).
+fn verbs_on(role: &Value, group: &str, resource: &str) -> BTreeSet<String> {
+    rules(role)
+        .into_iter()
+        .filter(|(groups, resources, _)| {
+            groups.iter().any(|g| g == group || g == "*")
+                && resources.iter().any(|r| r == resource || r == "*")
+        })
+        .flat_map(|(_, _, verbs)| verbs)
+        .collect()
+}
+
+fn set(verbs: &[&str]) -> BTreeSet<String> {
+    verbs.iter().map(|v| (*v).to_owned()).collect()
+}
+
+#[test]
+fn controller_rbac_follows_supported_kinds_and_keeps_what_it_needs() {
+    let narrowed = json!([{"apiGroup": "", "resources": ["configmaps"]}, {"apiGroup": "apps", "resources": ["deployments"]}]);
+    for (kinds, wildcard) in [
+        (json!([{"apiGroup": "*", "resources": ["*"]}]), true),
+        (narrowed, false),
+        (json!([]), false),
+    ] {
+        let r = rendered(&[("supportedKinds", kinds.clone())]);
+        let role = r.get("ClusterRole", "projection-controller");
+        let write = set(&["get", "list", "watch", "create", "update", "patch", "delete"]);
+        // Always kept, whatever supportedKinds says.
+        assert!(verbs_on(role, "events.k8s.io", "events").is_superset(&set(&["create", "patch"])));
+        assert!(verbs_on(role, "", "namespaces").is_superset(&set(&["get", "list", "watch"])));
+        assert!(
+            verbs_on(role, "apiextensions.k8s.io", "customresourcedefinitions")
+                .is_superset(&set(&["list", "watch"]))
+        );
+        assert!(
+            verbs_on(role, "projection.sh", "projections")
+                .is_superset(&set(&["get", "list", "watch", "patch"]))
+        );
+        assert!(verbs_on(role, "projection.sh", "clusterprojections/status").contains("patch"));
+        let lease = r.get("Role", "projection-controller-leader-election");
+        assert_eq!(lease["metadata"]["namespace"], NS);
+        assert!(
+            verbs_on(lease, "coordination.k8s.io", "leases").is_superset(&set(&["get", "create", "update"]))
+        );
+        // What supportedKinds grants, and nothing else.
+        assert_eq!(verbs_on(role, "", "secrets") == write, wildcard, "{kinds}");
+        if kinds.as_array().is_some_and(|k| k.len() == 2) {
+            assert_eq!(verbs_on(role, "", "configmaps"), write);
+            assert_eq!(verbs_on(role, "apps", "deployments"), write);
+            assert!(verbs_on(role, "apps", "statefulsets").is_empty());
+        }
+        let binding = r.get("ClusterRoleBinding", "projection-controller");
+        assert_eq!(binding["roleRef"]["name"], "projection-controller");
+        assert_eq!(
+            binding["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "projection-controller", "namespace": NS}])
+        );
+    }
+}
+
+#[test]
+fn webhook_rbac_is_minimal() {
+    for mode in MODES {
+        let mut values = mode_values(mode);
+        values.push((
+            "supportedKinds",
+            json!([{"apiGroup": "", "resources": ["configmaps"]}]),
+        ));
+        let r = rendered(&values);
+        let role = r.get("ClusterRole", "projection-webhook");
+        assert_eq!(
+            verbs_on(role, "authorization.k8s.io", "subjectaccessreviews"),
+            set(&["create"])
+        );
+        assert_eq!(
+            verbs_on(role, "", "configmaps"),
+            set(&["get"]),
+            "sources: get only"
+        );
+        assert!(verbs_on(role, "", "secrets").is_empty(), "only supportedKinds");
+        let self_managed = mode == "self-managed";
+        assert_eq!(
+            r.has("Role", "projection-webhook-certificate"),
+            self_managed,
+            "{mode}"
+        );
+        let webhook_configs = verbs_on(
+            role,
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations",
+        );
+        assert_eq!(webhook_configs.contains("patch"), self_managed, "{mode}");
+        if self_managed {
+            let config_rule = role["rules"]
+                .as_array()
+                .expect("rules")
+                .iter()
+                .find(|r| r["apiGroups"][0] == "admissionregistration.k8s.io")
+                .expect("a rule for its webhook configurations");
+            assert_eq!(config_rule["resourceNames"], json!(["projection-webhook"]));
+            let secrets = r.get("Role", "projection-webhook-certificate");
+            for rule in secrets["rules"].as_array().expect("rules") {
+                let verbs = strings(&rule["verbs"]);
+                if verbs != ["create"] {
+                    assert_eq!(rule["resourceNames"], json!(["projection-webhook-tls"]), "{rule}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn user_roles_aggregate_projections_but_never_clusterprojections() {
+    let r = rendered(&[]);
+    let edit = r.get("ClusterRole", "projection-projections-edit");
+    let labels = &edit["metadata"]["labels"];
+    assert_eq!(labels["rbac.authorization.k8s.io/aggregate-to-edit"], "true");
+    assert_eq!(labels["rbac.authorization.k8s.io/aggregate-to-admin"], "true");
+    assert!(labels["rbac.authorization.k8s.io/aggregate-to-view"].is_null());
+    assert!(verbs_on(edit, "projection.sh", "projections").contains("deletecollection"));
+    assert_eq!(
+        verbs_on(edit, "projection.sh", "projections/status"),
+        set(&["get"])
+    );
+    assert!(verbs_on(edit, "projection.sh", "clusterprojections").is_empty());
+
+    let view = r.get("ClusterRole", "projection-projections-view");
+    assert_eq!(
+        view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"],
+        "true"
+    );
+    assert_eq!(
+        verbs_on(view, "projection.sh", "projections"),
+        set(&["get", "list", "watch"])
+    );
+
+    let admin = r.get("ClusterRole", "projection-clusterprojections-admin");
+    assert!(
+        admin["metadata"]["labels"]
+            .as_object()
+            .expect("labels")
+            .keys()
+            .all(|k| !k.starts_with("rbac.authorization.k8s.io/aggregate")),
+        "never aggregated"
+    );
+    assert!(verbs_on(admin, "projection.sh", "clusterprojections").contains("create"));
+    assert!(verbs_on(admin, "projection.sh", "projections").is_empty());
+
+    let r = rendered(&[("rbac.aggregate", json!(false))]);
+    assert!(!r.has("ClusterRole", "projection-projections-edit"));
+    assert!(!r.has("ClusterRole", "projection-projections-view"));
+    assert!(r.has("ClusterRole", "projection-clusterprojections-admin"));
+}
+
+#[test]
+fn optional_objects_appear_only_when_asked() {
+    let r = rendered(&[]);
+    for kind in ["ServiceMonitor", "NetworkPolicy"] {
+        assert!(r.of_kind(kind).is_empty(), "no {kind} by default");
+    }
+    assert!(!r.has("Service", "projection-controller-metrics"));
+
+    let r = rendered(&[("webhook.podDisruptionBudget.enabled", json!(false))]);
+    assert!(r.of_kind("PodDisruptionBudget").is_empty());
+    let r = rendered(&[("webhook.podDisruptionBudget.maxUnavailable", json!(1))]);
+    let pdb = r.get("PodDisruptionBudget", "projection-webhook");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert!(pdb["spec"]["minAvailable"].is_null(), "one of the two only");
+
+    let r = rendered(&[
+        ("metrics.serviceMonitor.enabled", json!(true)),
+        ("networkPolicy.enabled", json!(true)),
+    ]);
+    for component in ["controller", "webhook"] {
+        let deployment = r.get("Deployment", &format!("projection-{component}"));
+        let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+        let service = r.get("Service", &format!("projection-{component}-metrics"));
+        assert_labels_select(&service["spec"]["selector"], pod_labels);
+        assert_eq!(service["spec"]["ports"][0]["targetPort"], "metrics");
+        let monitor = r.get("ServiceMonitor", &format!("projection-{component}-metrics"));
+        assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+        assert_eq!(monitor["spec"]["namespaceSelector"]["matchNames"], json!([NS]));
+        assert!(selects(
+            &monitor["spec"]["selector"]["matchLabels"],
+            &service["metadata"]["labels"]
+        ));
+
+        let policy = r.get("NetworkPolicy", &format!("projection-{component}"));
+        assert_labels_select(&policy["spec"]["podSelector"]["matchLabels"], pod_labels);
+        let api = &policy["spec"]["egress"][0];
+        let ports: Vec<u64> = api["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .filter_map(|p| p["port"].as_u64())
+            .collect();
+        assert_eq!(ports, [443, 6443], "the apiserver on both usual ports");
+        let dns = &policy["spec"]["egress"][1];
+        assert_eq!(
+            dns["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+            "kube-system"
+        );
+        let ingress_ports: BTreeSet<u64> = policy["spec"]["ingress"]
+            .as_array()
+            .expect("ingress")
+            .iter()
+            .flat_map(|rule| rule["ports"].as_array().cloned().unwrap_or_default())
+            .filter_map(|p| p["port"].as_u64())
+            .collect();
+        let container = container(deployment);
+        let expected: BTreeSet<u64> = container["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .filter_map(|p| p["containerPort"].as_u64())
+            .collect();
+        assert_eq!(
+            ingress_ports, expected,
+            "{component}: every served port, nothing else"
+        );
+    }
+    let r = rendered(&[
+        ("networkPolicy.enabled", json!(true)),
+        ("networkPolicy.apiServer.ports", json!([8443])),
+    ]);
+    assert_eq!(
+        r.get("NetworkPolicy", "projection-controller")["spec"]["egress"][0]["ports"],
+        json!([{"port": 8443, "protocol": "TCP"}])
+    );
+}
+
+#[test]
+fn names_follow_the_release_and_fit_kubernetes_limits() {
+    let r = render("acme", NS, &[]).expect("renders");
+    assert!(r.has("Deployment", "acme-projection-controller"));
+    assert!(r.has("ValidatingWebhookConfiguration", "acme-projection-webhook"));
+    let long = "a-very-long-release-name-that-goes-on-and-on-and-on";
+    let r = render(long, NS, &[]).expect("renders");
+    for object in &r.0 {
+        let name = object["metadata"]["name"].as_str().expect("named");
+        // Service names are DNS labels (63); other names may be longer, but stay readable.
+        let limit = if object["kind"] == "Service" { 63 } else { 253 };
+        assert!(name.len() <= limit, "{name} is longer than {limit} characters");
+        let labels = object["metadata"]["labels"].as_object().expect("labelled");
+        for value in labels.values() {
+            assert!(value.as_str().is_some_and(|v| v.len() <= 63), "label {value}");
+        }
+    }
+    // Images default to the chart's appVersion and can be pinned by digest.
+    let r = rendered(&[]);
+    let image = container(r.get("Deployment", "projection-controller"))["image"].clone();
+    assert_eq!(image, "projection-sh/projection-controller:0.1.0");
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let r = rendered(&[("webhook.image.digest", json!(digest))]);
+    assert_eq!(
+        container(r.get("Deployment", "projection-webhook"))["image"],
+        format!("projection-sh/projection-webhook@{digest}")
+    );
+}
+
+/// One Dockerfile's facts, read from its text.
+struct Dockerfile {
+    build_bin: String,
+    runtime_base: String,
+    runtime_runs: bool,
+    user: String,
+    exposed: BTreeSet<u64>,
+    entrypoint: Vec<String>,
+    copied: String,
+}
+
+fn read_dockerfile(name: &str) -> Dockerfile {
+    let text = std::fs::read_to_string(repo_root().join(name)).expect("Dockerfile exists");
+    let stages: Vec<&str> = text.split("\nFROM ").collect();
+    assert!(stages.len() >= 2, "{name} is multi-stage");
+    let build = stages[stages.len() - 2];
+    let runtime = stages[stages.len() - 1];
+    let build_line = build
+        .lines()
+        .find(|l| l.starts_with("RUN cargo build"))
+        .unwrap_or_else(|| panic!("{name} builds with cargo"));
+    assert!(
+        build_line.contains("--locked"),
+        "{name}: reproducible builds use --locked"
+    );
+    assert!(build_line.contains("--release"), "{name}");
+    let build_bin = build_line
+        .split_whitespace()
+        .skip_while(|w| *w != "--bin")
+        .nth(1)
+        .expect("--bin names the binary")
+        .to_owned();
+    let value = |directive: &str| {
+        runtime
+            .lines()
+            .find_map(|l| l.strip_prefix(directive))
+            .unwrap_or_else(|| panic!("{name}: no {directive}in the runtime stage"))
+            .trim()
+            .to_owned()
+    };
+    Dockerfile {
+        build_bin,
+        runtime_base: runtime.lines().next().expect("FROM line").trim().to_owned(),
+        runtime_runs: runtime.lines().any(|l| l.starts_with("RUN ")),
+        user: value("USER "),
+        exposed: value("EXPOSE ")
+            .split_whitespace()
+            .map(|p| p.parse().expect("numeric port"))
+            .collect(),
+        entrypoint: serde_json::from_str(&value("ENTRYPOINT ")).expect("exec-form ENTRYPOINT"),
+        copied: value("COPY "),
+    }
+}
+
+#[test]
+fn dockerfiles_match_the_workspace_and_the_chart() {
+    let r = rendered(&[]);
+    let pod_security =
+        &r.get("Deployment", "projection-controller")["spec"]["template"]["spec"]["securityContext"];
+    for (component, crate_dir) in [("controller", "controller"), ("webhook", "webhook")] {
+        let file = read_dockerfile(&format!("Dockerfile.{component}"));
+        let binary = format!("projection-{component}");
+        // The binary is one the workspace builds.
+        let manifest =
+            std::fs::read_to_string(repo_root().join(crate_dir).join("Cargo.toml")).expect("manifest");
+        assert!(
+            manifest.contains(&format!("name = \"{binary}\"")),
+            "{crate_dir}/Cargo.toml declares {binary}"
+        );
+        assert_eq!(file.build_bin, binary);
+        assert!(
+            file.copied
+                .ends_with(&format!("/target/release/{binary} /{binary}")),
+            "{}",
+            file.copied
+        );
+        assert_eq!(
+            file.entrypoint,
+            [format!("/{binary}")],
+            "only the binary, no shell"
+        );
+        // Nothing but the binary at runtime: scratch (or distroless), no RUN, non-root.
+        assert!(
+            file.runtime_base == "scratch" || file.runtime_base.contains("distroless"),
+            "{}",
+            file.runtime_base
+        );
+        assert!(!file.runtime_runs, "no RUN in the runtime stage (no shell there)");
+        assert_eq!(
+            file.user,
+            format!("{}:{}", pod_security["runAsUser"], pod_security["runAsGroup"]),
+            "the image user is the chart's"
+        );
+        // The exposed ports are exactly the ports the chart's container declares.
+        let deployment = r.get("Deployment", &binary);
+        let c = container(deployment);
+        assert!(c["command"].is_null(), "the chart relies on the image ENTRYPOINT");
+        assert!(
+            c["image"].as_str().is_some_and(|i| i.contains(&binary)),
+            "{}",
+            c["image"]
+        );
+        let ports: BTreeSet<u64> = c["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .filter_map(|p| p["containerPort"].as_u64())
+            .collect();
+        assert_eq!(file.exposed, ports, "{component}: EXPOSE and the chart's ports");
+    }
+    // The build image's Rust is not older than the workspace's rust-version.
+    let manifest = std::fs::read_to_string(repo_root().join("Cargo.toml")).expect("manifest");
+    let required = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .expect("rust-version")
+        .trim_matches('"')
+        .to_owned();
+    for component in ["controller", "webhook"] {
+        let text =
+            std::fs::read_to_string(repo_root().join(format!("Dockerfile.{component}"))).expect("read");
+        let image = text
+            .lines()
+            .find_map(|l| l.strip_prefix("FROM rust:"))
+            .expect("a rust build image");
+        let version = image.split('-').next().expect("version tag");
+        assert!(
+            version_at_least(version, &required),
+            "Dockerfile.{component} builds with Rust {version}, the workspace needs {required}"
+        );
+    }
+}
+
+fn version_at_least(have: &str, need: &str) -> bool {
+    let parse = |v: &str| -> Vec<u64> { v.split('.').map(|p| p.parse().unwrap_or(0)).collect() };
+    parse(have) >= parse(need)
+}
+
+#[test]
+fn chart_crds_are_the_generated_ones() {
+    // The staleness test in `shared` regenerates them; here: the chart ships both, nothing else.
+    let dir = repo_root().join("charts/projection/crds");
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .expect("crds/")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "clusterprojections.projection.sh.yaml",
+            "projections.projection.sh.yaml"
+        ]
+    );
+}

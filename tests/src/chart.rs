@@ -1,0 +1,503 @@
+//! Support for the Helm chart's tests: rendering and installing the chart, kubeconfigs that
+//! authenticate as the chart's ServiceAccounts, routing the chart's webhook Service to a process on
+//! this host, and a stand-in for cert-manager (no cert-manager controller can run here).
+
+use crate::{control_plane_bin, kubeconfig_path, kubectl, kubectl_ok, kubectl_stdin, repo_root, testenv_dir};
+use base64::{Engine as _, engine::general_purpose::STANDARD};
+use serde_json::{Value, json};
+
+fn encode(bytes: &[u8]) -> String {
+    STANDARD.encode(bytes)
+}
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    sync::atomic::{AtomicU32, Ordering},
+};
+
+/// The chart's folder.
+pub fn chart_dir() -> PathBuf {
+    repo_root().join("charts/projection")
+}
+
+/// A command for the control plane's helm, bound to the test kubeconfig, with its caches and
+/// configuration in the test environment (never the user's).
+pub fn helm_command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(control_plane_bin().join("helm"));
+    let home = testenv_dir().join("helm");
+    cmd.env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig_path())
+        .args(args);
+    cmd
+}
+
+/// Runs helm and returns its output.
+pub fn helm(args: &[&str]) -> Output {
+    helm_command(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run helm (built by tests/control-plane/build.sh): {e}"))
+}
+
+/// Like [`helm`], but panics with its stderr unless it succeeds; returns stdout.
+pub fn helm_ok(args: &[&str]) -> String {
+    let out = helm(args);
+    assert!(
+        out.status.success(),
+        "helm {} failed ({}):\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `--set`-style values, each passed as `--set-json key=json` so types are exact.
+pub type Values<'a> = &'a [(&'a str, Value)];
+
+fn value_args(values: Values<'_>) -> Vec<String> {
+    values
+        .iter()
+        .flat_map(|(key, value)| ["--set-json".to_owned(), format!("{key}={value}")])
+        .collect()
+}
+
+/// The objects `helm template` renders, or helm's error text.
+pub fn render(release: &str, namespace: &str, values: Values<'_>) -> Result<Rendered, String> {
+    let chart = chart_dir();
+    let mut args = vec![
+        "template".to_owned(),
+        release.to_owned(),
+        chart.to_string_lossy().into_owned(),
+        "--namespace".to_owned(),
+        namespace.to_owned(),
+    ];
+    args.extend(value_args(values));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = helm(&args);
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(Rendered::parse(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// Rendered manifests, as JSON values.
+#[derive(Debug, Clone)]
+pub struct Rendered(pub Vec<Value>);
+
+impl Rendered {
+    /// Parses a multi-document YAML stream (empty documents dropped).
+    pub fn parse(yaml: &str) -> Self {
+        use serde::Deserialize;
+        let objects = serde_yaml::Deserializer::from_str(yaml)
+            .map(|doc| Value::deserialize(doc).expect("helm renders valid YAML"))
+            .filter(|v| !v.is_null())
+            .collect();
+        Self(objects)
+    }
+
+    /// Every object of `kind`.
+    pub fn of_kind(&self, kind: &str) -> Vec<&Value> {
+        self.0.iter().filter(|o| o["kind"] == kind).collect()
+    }
+
+    /// The object of `kind` named `name`; panics naming what is there otherwise.
+    pub fn get(&self, kind: &str, name: &str) -> &Value {
+        self.0
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| {
+                let names: Vec<_> = self
+                    .of_kind(kind)
+                    .iter()
+                    .map(|o| o["metadata"]["name"].clone())
+                    .collect();
+                panic!("no {kind} {name} rendered; the {kind}s are {names:?}")
+            })
+    }
+
+    /// Whether an object of `kind` named `name` is rendered.
+    pub fn has(&self, kind: &str, name: &str) -> bool {
+        self.0
+            .iter()
+            .any(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+    }
+}
+
+/// The first container of a rendered Deployment.
+pub fn container(deployment: &Value) -> &Value {
+    &deployment["spec"]["template"]["spec"]["containers"][0]
+}
+
+/// A container's args as strings.
+pub fn args_of(deployment: &Value) -> Vec<String> {
+    container(deployment)["args"]
+        .as_array()
+        .expect("the container has args")
+        .iter()
+        .map(|a| a.as_str().expect("args are strings").to_owned())
+        .collect()
+}
+
+/// The value of `--flag=value` among a Deployment's args.
+pub fn flag_value(deployment: &Value, flag: &str) -> Option<String> {
+    let prefix = format!("{flag}=");
+    args_of(deployment)
+        .into_iter()
+        .find_map(|a| a.strip_prefix(&prefix).map(str::to_owned))
+}
+
+/// A Helm release installed by a test, uninstalled when dropped.
+pub struct Release {
+    /// The release name.
+    pub name: String,
+    /// The release namespace.
+    pub namespace: String,
+    uninstalled: bool,
+}
+
+impl Release {
+    /// `helm install` of the chart (not waiting for pods: no kubelet runs them here).
+    pub fn install(name: &str, namespace: &str, values: Values<'_>) -> Self {
+        let release = Self {
+            name: name.to_owned(),
+            namespace: namespace.to_owned(),
+            uninstalled: false,
+        };
+        release.run("install", values);
+        release
+    }
+
+    /// `helm upgrade` with new values (replacing the previous ones).
+    pub fn upgrade(&self, values: Values<'_>) {
+        self.run("upgrade", values);
+    }
+
+    fn run(&self, verb: &str, values: Values<'_>) {
+        let chart = chart_dir();
+        let mut args = vec![
+            verb.to_owned(),
+            self.name.clone(),
+            chart.to_string_lossy().into_owned(),
+            "--namespace".to_owned(),
+            self.namespace.clone(),
+        ];
+        args.extend(value_args(values));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        helm_ok(&args);
+    }
+
+    /// `helm uninstall`, asserting it succeeds.
+    pub fn uninstall(mut self) {
+        self.uninstalled = true;
+        helm_ok(&["uninstall", &self.name, "--namespace", &self.namespace, "--wait"]);
+    }
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        if !self.uninstalled {
+            let _ = helm(&["uninstall", &self.name, "--namespace", &self.namespace]);
+        }
+    }
+}
+
+static KUBECONFIG_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Writes a kubeconfig that authenticates as ServiceAccount `namespace/name` with a token from
+/// `kubectl create token` (the TokenRequest API, as a pod's projected token), against the local
+/// control plane; returns its path.
+pub fn service_account_kubeconfig(namespace: &str, name: &str) -> PathBuf {
+    let token = kubectl_ok(&["create", "token", name, "-n", namespace, "--duration=2h"]);
+    let admin: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(kubeconfig_path()).expect("the test kubeconfig is readable"),
+    )
+    .expect("the test kubeconfig is YAML");
+    let cluster = admin["clusters"][0]["cluster"].clone();
+    let config = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": cluster}],
+        "users": [{"name": name, "user": {"token": token.trim()}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": name, "namespace": namespace}}],
+        "current-context": "sa",
+    });
+    let n = KUBECONFIG_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let path = testenv_dir().join(format!(
+        "sa-{namespace}-{name}-{}-{n}.kubeconfig",
+        std::process::id()
+    ));
+    std::fs::write(
+        &path,
+        serde_json::to_string(&config).expect("kubeconfig serialises"),
+    )
+    .expect("kubeconfig written");
+    path
+}
+
+/// An IPv4 address of this host that is not loopback: EndpointSlices refuse loopback addresses, and
+/// the apiserver must reach the webhook at it.
+pub fn host_address() -> String {
+    let out = Command::new("ip")
+        .args(["-o", "-4", "addr", "show", "scope", "global"])
+        .output()
+        .expect("ip (iproute2, installed by scripts/prereqs.sh) runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|line| {
+            let mut words = line.split_whitespace();
+            words.find(|w| *w == "inet")?;
+            Some(words.next()?.split('/').next()?.to_owned())
+        })
+        .expect("this host has a non-loopback IPv4 address for the webhook's EndpointSlice")
+}
+
+/// Routes Service `namespace/service` (port named `port_name`) to `address:port` with an
+/// EndpointSlice of our own: the apiserver (with aggregator routing on) then calls a webhook
+/// process on this host through the chart's Service, with the Service's DNS name as TLS server
+/// name, as it would call the webhook pods.
+pub fn route_service_to(namespace: &str, service: &str, port_name: &str, address: &str, port: u16) {
+    let slice = json!({
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": format!("{service}-local"),
+            "namespace": namespace,
+            "labels": {
+                "kubernetes.io/service-name": service,
+                "endpointslice.kubernetes.io/managed-by": "projection-tests",
+            },
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [address], "conditions": {"ready": true}}],
+        "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],
+    });
+    let out = kubectl_stdin(&["apply", "-f", "-"], &slice.to_string());
+    assert!(
+        out.status.success(),
+        "cannot create the EndpointSlice: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Plays cert-manager for one Certificate, **in tests only**: it issues what cert-manager's
+/// SelfSigned issuer would (a self-signed certificate for the Certificate's DNS names, stored in its
+/// `secretName` with `tls.crt`, `tls.key` and `ca.crt`), marks the Certificate Ready, and does
+/// cainjector's job: copies `ca.crt` into the caBundle of every webhook of every webhook
+/// configuration whose `cert-manager.io/inject-ca-from` annotation names this Certificate.
+pub struct StandInCertManager;
+
+/// What the stand-in issued.
+pub struct Issued {
+    /// The Secret it wrote.
+    pub secret_name: String,
+    /// PEM of the certificate, key and CA (the certificate itself: self-signed).
+    pub cert_pem: String,
+    pub key_pem: String,
+    /// The webhook configurations it injected the CA into, as `kind/name`.
+    pub injected: Vec<String>,
+}
+
+impl StandInCertManager {
+    /// Issues the Certificate `namespace/name` and injects its CA; panics if the Certificate is
+    /// not there or names no DNS names.
+    pub fn issue(namespace: &str, name: &str, work_dir: &Path) -> Issued {
+        let certificate: Value = serde_json::from_str(&kubectl_ok(&[
+            "get",
+            "certificate",
+            name,
+            "-n",
+            namespace,
+            "-o",
+            "json",
+        ]))
+        .expect("kubectl prints JSON");
+        let secret_name = certificate["spec"]["secretName"]
+            .as_str()
+            .expect("the Certificate names its Secret")
+            .to_owned();
+        let dns_names: Vec<String> = certificate["spec"]["dnsNames"]
+            .as_array()
+            .expect("the Certificate lists DNS names")
+            .iter()
+            .map(|n| n.as_str().expect("DNS names are strings").to_owned())
+            .collect();
+        let (cert_pem, key_pem) = self_signed(work_dir, &dns_names);
+        write_tls_secret(namespace, &secret_name, &cert_pem, &key_pem, &cert_pem);
+        let ready = json!({"status": {"conditions": [{
+            "type": "Ready", "status": "True", "reason": "Issued",
+            "message": "issued by the test stand-in for cert-manager",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }]}});
+        kubectl_ok(&[
+            "patch",
+            "certificate",
+            name,
+            "-n",
+            namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &ready.to_string(),
+        ]);
+        let injected = inject_ca(&format!("{namespace}/{name}"), &cert_pem);
+        Issued {
+            secret_name,
+            cert_pem,
+            key_pem,
+            injected,
+        }
+    }
+}
+
+/// Sets the caBundle of every webhook in configurations annotated
+/// `cert-manager.io/inject-ca-from: <certificate>`; returns them as `kind/name`.
+fn inject_ca(certificate: &str, ca_pem: &str) -> Vec<String> {
+    let mut injected = Vec::new();
+    for kind in ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"] {
+        let list: Value =
+            serde_json::from_str(&kubectl_ok(&["get", kind, "-o", "json"])).expect("kubectl prints JSON");
+        for config in list["items"].as_array().into_iter().flatten() {
+            if config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] != certificate {
+                continue;
+            }
+            let name = config["metadata"]["name"].as_str().expect("named").to_owned();
+            let count = config["webhooks"].as_array().map_or(0, Vec::len);
+            let patch: Vec<Value> = (0..count)
+                .map(|i| {
+                    json!({"op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"),
+                           "value": encode(ca_pem.as_bytes())})
+                })
+                .collect();
+            kubectl_ok(&[
+                "patch",
+                kind,
+                &name,
+                "--type=json",
+                "-p",
+                &Value::from(patch).to_string(),
+            ]);
+            injected.push(format!("{kind}/{name}"));
+        }
+    }
+    injected
+}
+
+/// Writes (or replaces) a `kubernetes.io/tls` Secret.
+pub fn write_tls_secret(namespace: &str, name: &str, cert_pem: &str, key_pem: &str, ca_pem: &str) {
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {
+            "tls.crt": encode(cert_pem.as_bytes()),
+            "tls.key": encode(key_pem.as_bytes()),
+            "ca.crt": encode(ca_pem.as_bytes()),
+        },
+    });
+    let out = kubectl_stdin(&["apply", "-f", "-"], &secret.to_string());
+    assert!(
+        out.status.success(),
+        "cannot write Secret {namespace}/{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A self-signed ECDSA P-256 serving certificate for `dns_names` (what cert-manager's SelfSigned
+/// issuer produces), made with openssl; returns the certificate and key PEM.
+pub fn self_signed(work_dir: &Path, dns_names: &[String]) -> (String, String) {
+    std::fs::create_dir_all(work_dir).expect("work folder");
+    let key = work_dir.join("stand-in.key");
+    let cert = work_dir.join("stand-in.crt");
+    let san = dns_names
+        .iter()
+        .map(|n| format!("DNS:{n}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let status = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .args(["-days", "2", "-subj", &format!("/CN={}", dns_names[0])])
+        .args(["-addext", &format!("subjectAltName={san}")])
+        .args(["-addext", "basicConstraints=critical,CA:TRUE"])
+        .args(["-addext", "keyUsage=critical,digitalSignature,keyCertSign"])
+        .args(["-addext", "extendedKeyUsage=serverAuth"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("openssl runs");
+    assert!(
+        status.success(),
+        "openssl could not issue the stand-in certificate"
+    );
+    (
+        std::fs::read_to_string(cert).expect("certificate written"),
+        std::fs::read_to_string(key).expect("key written"),
+    )
+}
+
+/// Whether `user` (with `groups`) may `verb` `resource` (`plural` or `plural/subresource`,
+/// optionally in `namespace`), as the apiserver's authorizer answers a SubjectAccessReview.
+pub fn can(
+    user: &str,
+    groups: &[&str],
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: Option<&str>,
+) -> bool {
+    can_named(user, groups, verb, group, resource, namespace, None)
+}
+
+/// Like [`can`], for one object by name (RBAC `resourceNames`).
+pub fn can_named(
+    user: &str,
+    groups: &[&str],
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: Option<&str>,
+    name: Option<&str>,
+) -> bool {
+    let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+    let review = json!({
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": user,
+            "groups": groups,
+            "resourceAttributes": {
+                "verb": verb, "group": group, "resource": resource, "subresource": subresource,
+                "namespace": namespace.unwrap_or(""), "name": name.unwrap_or(""),
+            },
+        },
+    });
+    let out = kubectl_stdin(&["create", "-f", "-", "-o", "json"], &review.to_string());
+    assert!(
+        out.status.success(),
+        "SubjectAccessReview failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("kubectl prints JSON");
+    answer["status"]["allowed"] == true
+}
+
+/// Whether an object exists (`kubectl get` succeeds).
+pub fn exists(kind: &str, name: &str, namespace: Option<&str>) -> bool {
+    let mut args = vec!["get", kind, name, "-o", "name"];
+    if let Some(ns) = namespace {
+        args.extend(["-n", ns]);
+    }
+    kubectl(&args).status.success()
+}
