@@ -208,7 +208,7 @@ async fn install_upgrade_uninstall_in_every_certificate_mode() {
             "-o",
             "jsonpath={.spec.template.spec.containers[0].args}",
         ]);
-        assert!(args.contains("--tenant-mode=true"), "{args}");
+        assert!(args.contains("\"--tenant-mode\""), "{args}");
         assert!(args.contains("--source-mode=permissive"), "{args}");
 
         release.uninstall();
@@ -231,14 +231,9 @@ async fn install_upgrade_uninstall_in_every_certificate_mode() {
 }
 
 async fn install_cert_manager_crds(client: &kube::Client) {
-    let dir = control_plane_bin().join("cert-manager-crds");
-    kubectl_ok(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "-f",
-        &dir.to_string_lossy(),
-    ]);
+    // The trailing slash makes kubectl follow the link to the folder (the cache keeps the files).
+    let dir = format!("{}/", control_plane_bin().join("cert-manager-crds").display());
+    kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", &dir]);
     for crd in ["certificates.cert-manager.io", "issuers.cert-manager.io"] {
         wait_crd_established(client, crd).await;
     }
@@ -555,8 +550,9 @@ async fn cert_manager_mode_serves_the_issued_certificate_through_the_service() {
     // A good spec is admitted (with the webhook's warning that the source is not there yet).
     let out = apply(&format!(
         "apiVersion: projection.sh/v1\nkind: Projection\nmetadata: {{name: good, namespace: {0}}}\n\
-         spec:\n  source: {{version: v1, kind: ConfigMap, namespace: {0}, name: not-yet}}\n",
-        team.name()
+         spec:\n  source: {{version: v1, kind: ConfigMap, namespace: {1}, name: not-yet}}\n",
+        team.name(),
+        system.name()
     ));
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("does not exist (yet)"), "{}", stderr(&out));
