@@ -64,7 +64,18 @@ pub async fn check_source<C: Cluster>(
             resource_name(&resource)
         )));
     }
-    let Some(annotations) = cluster.annotations(&resource, namespace, name).await? else {
+    let annotations = match cluster.annotations(&resource, namespace, name).await {
+        // Permanent until an admin widens the operator's RBAC: say so rather than "try again".
+        Err(PolicyError::SourceRead(kube::Error::Api(status))) if status.is_forbidden() => {
+            return Ok(PolicyVerdict::Deny(format!(
+                "projection may not read {kind} (forbidden to its ServiceAccount): {kind} is not among \
+                 the kinds this installation supports (Helm value supportedKinds); a cluster admin can add it",
+                kind = resource_name(&resource)
+            )));
+        }
+        read => read?,
+    };
+    let Some(annotations) = annotations else {
         return Ok(PolicyVerdict::Allow {
             warnings: vec![format!(
                 "source {} {namespace}/{name} does not exist (yet); the copy is made once it does",
