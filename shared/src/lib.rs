@@ -1,5 +1,6 @@
 //! Types and pure logic shared by `projection-controller` and `projection-webhook`.
 
+pub mod api_reference;
 pub mod client;
 pub mod crd;
 pub mod crdgen;
