@@ -377,6 +377,12 @@ impl ServiceProcess {
     /// Starts `binary` with `args` plus the test kubeconfig and an HTTP port for probes and
     /// metrics (passed as `--metrics-bind-address` and `--health-probe-bind-address`).
     pub fn start(binary: &Path, args: &[&str]) -> Self {
+        Self::start_with_kubeconfig(binary, args, &kubeconfig_path())
+    }
+
+    /// Like [`Self::start`], with another identity: `kubeconfig` (e.g. a ServiceAccount token's,
+    /// to prove which permissions a service needs).
+    pub fn start_with_kubeconfig(binary: &Path, args: &[&str], kubeconfig: &Path) -> Self {
         let http_port = free_port();
         let address = format!("127.0.0.1:{http_port}");
         let name = binary
@@ -396,7 +402,7 @@ impl ServiceProcess {
                 &address,
             ])
             .args(args)
-            .env("KUBECONFIG", kubeconfig_path())
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,kube=warn")
             .stdout(std::process::Stdio::null())
             .stderr(file)

@@ -16,7 +16,7 @@ use kube::{
 };
 use projection_tests::{
     ClusterScopedGuard, ServiceProcess, TestNamespace, client, exclusive, free_port, http_get, install_crds,
-    kubectl, kubectl_stdin, metric_value, wait_for,
+    kubeconfig_path, kubectl, kubectl_ok, kubectl_stdin, metric_value, testenv_dir, wait_for,
 };
 use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
 use serde_json::{Value, json};
@@ -126,6 +126,11 @@ impl Fixture {
 
     /// Starts a replica in self-managed mode on `port` (not waiting for it to be ready).
     fn start(&mut self, port: u16, extra: &[&str]) {
+        self.start_as(port, extra, &kubeconfig_path());
+    }
+
+    /// Like [`Self::start`], with the identity of `kubeconfig`.
+    fn start_as(&mut self, port: u16, extra: &[&str], kubeconfig: &Path) {
         let bind = format!("127.0.0.1:{port}");
         let mut args = vec![
             "--bind-address",
@@ -148,7 +153,7 @@ impl Fixture {
             "0s",
         ];
         args.extend_from_slice(extra);
-        let process = ServiceProcess::start(binary(), &args);
+        let process = ServiceProcess::start_with_kubeconfig(binary(), &args, kubeconfig);
         self.replicas.push(Replica { process, port });
     }
 
@@ -613,6 +618,118 @@ async fn a_secret_that_is_not_ours_is_left_untouched_and_the_webhook_stays_unrea
         Some(MANAGED_BY.1)
     );
     fixture.wait_bundles(&data(&ours, "ca.crt")).await;
+}
+
+/// A kubeconfig for the ServiceAccount `account` in `namespace` (a fresh token), next to the
+/// control plane's.
+fn service_account_kubeconfig(namespace: &str, account: &str) -> std::path::PathBuf {
+    let token = kubectl_ok(&["create", "token", account, "-n", namespace, "--duration", "10m"]);
+    let admin: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(kubeconfig_path()).expect("kubeconfig")).expect("YAML");
+    let cluster = &admin["clusters"][0]["cluster"];
+    let config = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": account, "user": {"token": token.trim()}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": account}}],
+        "current-context": "c",
+    });
+    let path = testenv_dir().join(format!("{namespace}-{account}.kubeconfig"));
+    std::fs::write(&path, config.to_string()).expect("write kubeconfig");
+    path
+}
+
+#[tokio::test]
+async fn the_mode_needs_no_more_than_the_documented_rbac() {
+    let _serial = exclusive().await;
+    let (mut fixture, ports) = Fixture::new("selfcert-rbac", 2).await;
+    let ns = fixture.ns.name().to_owned();
+    let role = format!("{ns}-webhook");
+    let _cluster_rbac = [
+        ClusterScopedGuard::new("clusterrolebindings", &role),
+        ClusterScopedGuard::new("clusterroles", &role),
+    ];
+    let subject = json!([{"kind": "ServiceAccount", "name": "projection-webhook", "namespace": ns}]);
+    // Exactly the verbs the mode uses (docs/webhook.md), narrowed to the names it touches.
+    let rbac = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "projection-webhook", "namespace": ns}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "projection-webhook", "namespace": ns},
+         "rules": [
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [SECRET],
+             "verbs": ["get", "list", "watch", "update"]}
+         ]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "projection-webhook", "namespace": ns},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "projection-webhook"},
+         "subjects": subject},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": role},
+         "rules": [
+            {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations"],
+             "resourceNames": [fixture.validating], "verbs": ["list", "watch", "patch"]},
+            {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
+             "resourceNames": [fixture.mutating], "verbs": ["list", "watch", "patch"]},
+            {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}
+         ]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": role},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+         "subjects": subject},
+    ]});
+    let applied = kubectl_stdin(&["apply", "-f", "-"], &rbac.to_string());
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    let kubeconfig = service_account_kubeconfig(&ns, "projection-webhook");
+
+    // Two replicas (a create race, an update race) renewing every 10 s.
+    for port in &ports {
+        fixture.start_as(
+            *port,
+            &[
+                "--certificate-validity",
+                "30s",
+                "--certificate-renew-before",
+                "20s",
+            ],
+            &kubeconfig,
+        );
+    }
+    fixture.wait_all_ready().await;
+    let first = fixture.secret().await;
+    let ca_crt = data(&first, "ca.crt");
+    fixture.wait_bundles(&ca_crt).await;
+    fixture.wait_admission_works().await;
+    let reset = kubectl(&[
+        "patch",
+        "mutatingwebhookconfiguration",
+        &fixture.mutating,
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/webhooks/1/clientConfig/caBundle"}]"#,
+    ]);
+    assert!(
+        reset.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reset.stderr)
+    );
+    fixture.wait_bundles(&ca_crt).await;
+    wait_for("a renewal written under that RBAC", TIMEOUT, || async {
+        let crt = data(&fixture.secret().await, "tls.crt");
+        (crt != data(&first, "tls.crt"))
+            .then_some(())
+            .ok_or_else(|| "not yet".to_owned())
+    })
+    .await;
+    for replica in &fixture.replicas {
+        let log = std::fs::read_to_string(&replica.process.log).unwrap_or_default();
+        assert!(!log.to_lowercase().contains("forbidden"), "{log}");
+    }
+    let _ = std::fs::remove_file(kubeconfig);
 }
 
 #[test]
