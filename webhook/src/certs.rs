@@ -41,6 +41,11 @@ pub const BACKDATE: Duration = Duration::from_secs(5 * 60);
 /// webhook configurations and for the apiserver to pick them up.
 pub const CA_PUBLISH_DELAY: Duration = Duration::from_secs(60);
 
+/// A serving certificate with more names than the flags ask for is issued anew for exactly those
+/// this long after its issue: long enough that replicas of two versions (a rollout changing the
+/// names) do not take turns rewriting it, short enough that a removed name goes soon after.
+pub const NAMES_SETTLE: Duration = Duration::from_secs(10 * 60);
+
 /// The names the serving certificate carries.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SubjectNames {
@@ -83,6 +88,19 @@ impl SubjectNames {
             }
         }
         Ok(names)
+    }
+
+    /// Whether every name of `self` is one of `other`'s.
+    pub fn is_subset(&self, other: &Self) -> bool {
+        self.dns.is_subset(&other.dns) && self.ips.is_subset(&other.ips)
+    }
+
+    /// The names of both.
+    pub fn union(&self, other: &Self) -> Self {
+        Self {
+            dns: self.dns.union(&other.dns).cloned().collect(),
+            ips: self.ips.union(&other.ips).copied().collect(),
+        }
     }
 
     fn subject_alt_names(&self) -> Result<Vec<SanType>, CertError> {
@@ -149,8 +167,12 @@ pub enum Reason {
     Invalid(String),
     /// Inside its renewal window (or past its end).
     Expiring,
-    /// The serving certificate's names differ from the flags.
-    NamesChanged,
+    /// The serving certificate lacks a name of the flags: it is issued for its names and the
+    /// flags' (so replicas of two versions during a rollout agree instead of taking turns).
+    NamesMissing,
+    /// The serving certificate has names the flags do not ask for (any more), and was issued more
+    /// than [`NAMES_SETTLE`] ago: it is issued for exactly the flags' names.
+    NamesExtra,
     /// The serving certificate was not issued by any CA of `ca.crt`.
     NotIssuedByCa,
     /// The CA it was issued by is about to expire.
@@ -168,7 +190,8 @@ impl Reason {
             Self::Missing => "missing",
             Self::Invalid(_) => "invalid",
             Self::Expiring => "expiring",
-            Self::NamesChanged => "names_changed",
+            Self::NamesMissing => "names_missing",
+            Self::NamesExtra => "names_extra",
             Self::NotIssuedByCa => "not_issued_by_ca",
             Self::IssuerExpiring => "issuer_expiring",
             Self::IssuedByPreviousCa => "issued_by_previous_ca",
@@ -411,8 +434,8 @@ fn assess_serving(
     let ders = pem_certificates(&material.tls_crt).map_err(Reason::Invalid)?;
     let leaf = cert_facts(&ders[0]).map_err(Reason::Invalid)?;
     key_for(&material.tls_key, &leaf.public_key).map_err(Reason::Invalid)?;
-    if &leaf.names != names {
-        return Err(Reason::NamesChanged);
+    if !names.is_subset(&leaf.names) {
+        return Err(Reason::NamesMissing);
     }
     let issuer = std::iter::once(&ca.current)
         .chain(&ca.previous)
@@ -434,6 +457,13 @@ fn assess_serving(
         return Err(Reason::IssuerExpiring);
     }
     let mut next = renew.min(issuer_due);
+    if &leaf.names != names {
+        let settled = leaf.not_before + BACKDATE + NAMES_SETTLE;
+        if settled <= now {
+            return Err(Reason::NamesExtra);
+        }
+        next = next.min(settled);
+    }
     if issuer.der != ca.current.der && *ca_plan == CaPlan::Keep {
         let published = ca.current.not_before + BACKDATE + lifetimes.ca_publish_delay;
         if published <= now {
@@ -556,10 +586,17 @@ pub fn renew(
         .map(|der| pem_of(der))
         .collect::<String>()
         .into_bytes();
-    if let ServingPlan::Issue(_) = assessment.serving {
+    if let ServingPlan::Issue(reason) = &assessment.serving {
         let key = std::str::from_utf8(&next.ca_key)
             .map_err(|_| CertError::Inconsistent("ca.key is not UTF-8".into()))?;
-        let (crt, key) = new_serving(now, lifetimes.validity, names, &current, key)?;
+        let names = match reason {
+            Reason::NamesMissing => pem_certificates(&material.tls_crt)
+                .ok()
+                .and_then(|ders| cert_facts(&ders[0]).ok())
+                .map_or_else(|| names.clone(), |leaf| names.union(&leaf.names)),
+            _ => names.clone(),
+        };
+        let (crt, key) = new_serving(now, lifetimes.validity, &names, &current, key)?;
         next.tls_crt = crt.into_bytes();
         next.tls_key = key.into_bytes();
     }
@@ -733,7 +770,7 @@ mod tests {
         let other = SubjectNames::for_service("webhook", "elsewhere", "cluster.local", &[]).expect("names");
         assert_eq!(
             assess(t0(), &material, &other, &lifetimes()).serving,
-            ServingPlan::Issue(Reason::NamesChanged)
+            ServingPlan::Issue(Reason::NamesMissing)
         );
 
         let mut missing = material.clone();
@@ -771,6 +808,33 @@ mod tests {
             assess(t0(), &foreign, &names(), &lifetimes()).serving,
             ServingPlan::Issue(Reason::NotIssuedByCa)
         );
+    }
+
+    #[test]
+    fn replicas_wanting_other_names_agree_and_extra_names_go_once_settled() {
+        // A rollout: the old version wants `old`, the new one `new`.
+        let old = names();
+        let new = SubjectNames::for_service("webhook", "system", "corp.internal", &[]).expect("names");
+        let material = fresh(t0());
+        let a = assess(t0(), &material, &new, &lifetimes());
+        assert_eq!(a.serving, ServingPlan::Issue(Reason::NamesMissing));
+        let both = renew(t0(), &material, &a, &new, &lifetimes()).expect("renewed");
+        let leaf = cert_facts(&pem_certificates(&both.tls_crt).expect("PEM")[0]).expect("parses");
+        assert_eq!(leaf.names, old.union(&new), "issued for both versions' names");
+        // Neither version renews it again while both run...
+        for wanted in [&old, &new] {
+            let verdict = assess(t0() + HOUR / 60, &both, wanted, &lifetimes());
+            assert!(verdict.is_current(), "{verdict:?}");
+            assert_eq!(verdict.next_check, t0() + NAMES_SETTLE);
+        }
+        // ...and once settled, the names of whoever is left are issued exactly.
+        let later = t0() + NAMES_SETTLE;
+        let a = assess(later, &both, &new, &lifetimes());
+        assert_eq!(a.serving, ServingPlan::Issue(Reason::NamesExtra));
+        let exact = renew(later, &both, &a, &new, &lifetimes()).expect("renewed");
+        let leaf = cert_facts(&pem_certificates(&exact.tls_crt).expect("PEM")[0]).expect("parses");
+        assert_eq!(leaf.names, new);
+        assert!(assess(later, &exact, &new, &lifetimes()).is_current());
     }
 
     #[test]

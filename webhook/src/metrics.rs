@@ -39,7 +39,7 @@ pub struct ReloadLabels {
 pub struct IssueLabels {
     /// `ca` or `serving`.
     pub certificate: &'static str,
-    /// Why: `missing`, `invalid`, `expiring`, `names_changed`, `not_issued_by_ca`,
+    /// Why: `missing`, `invalid`, `expiring`, `names_missing`, `names_extra`, `not_issued_by_ca`,
     /// `issuer_expiring`, `issued_by_previous_ca` or `ca_replaced`.
     pub reason: &'static str,
 }
