@@ -45,6 +45,16 @@ pub const MANAGED_BY_LABEL: &str = "projection.sh/managed-by";
 /// The value of [`MANAGED_BY_LABEL`].
 pub const MANAGED_BY_VALUE: &str = "projection-webhook";
 
+/// The field manager of every write (so `managedFields` say who set the caBundle).
+pub const FIELD_MANAGER: &str = "projection-webhook";
+
+fn post_params() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PostParams::default()
+    }
+}
+
 /// The Secret is re-examined at least this often even when nothing changes.
 const MAX_WAKE: Duration = Duration::from_secs(3600);
 /// Tries of one reconciliation against other writers before backing off.
@@ -192,7 +202,7 @@ impl SecretKeeper {
                 let assessment = certs::assess(now, &Material::default(), names, lifetimes);
                 let material = certs::renew(now, &Material::default(), &assessment, names, lifetimes)?;
                 let object = self.secret_object(None, &material);
-                match self.api.create(&PostParams::default(), &object).await {
+                match self.api.create(&post_params(), &object).await {
                     Ok(created) => {
                         self.count_write("secret_create", "success");
                         self.count_issues(&assessment);
@@ -243,7 +253,7 @@ impl SecretKeeper {
             let object = self.secret_object(Some(&secret), &renewed);
             let name = self.settings.secret.clone();
             // The object carries the resourceVersion read: a write in between makes this a Conflict.
-            match self.api.replace(&name, &PostParams::default(), &object).await {
+            match self.api.replace(&name, &post_params(), &object).await {
                 Ok(written) => {
                     self.count_write("secret_update", "success");
                     self.count_issues(&assessment);
@@ -499,7 +509,14 @@ async fn publish_bundle<K: WebhookConfiguration>(
         last_patch = Some(now);
         not_before = now + backoff;
         match api
-            .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .patch(
+                &name,
+                &PatchParams {
+                    field_manager: Some(FIELD_MANAGER.to_owned()),
+                    ..PatchParams::default()
+                },
+                &Patch::<()>::Json(patch),
+            )
             .await
         {
             Ok(patched) => {

@@ -362,6 +362,17 @@ async fn two_replicas_share_one_secret_and_the_apiserver_trusts_the_bundle_they_
 
     // The caBundle is on every entry of both configurations, and the apiserver trusts it.
     fixture.wait_bundles(&ca_crt).await;
+    let managers: Vec<String> = Api::<MutatingWebhookConfiguration>::all(fixture.client.clone())
+        .get(&fixture.mutating)
+        .await
+        .expect("mutating configuration")
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|f| f.manager)
+        .collect();
+    assert!(managers.iter().any(|m| m == "projection-webhook"), "{managers:?}");
     fixture.wait_admission_works().await;
     let out = fixture.apply_bad_projection("bad");
     let err = String::from_utf8_lossy(&out.stderr);
