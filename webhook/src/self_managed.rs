@@ -179,7 +179,7 @@ impl SecretKeeper {
                     failures = failures.saturating_add(1);
                     let delay = Duration::from_secs(1 << failures.min(6)).min(Duration::from_secs(60));
                     if matches!(e, SelfManagedError::NotOurs { .. }) {
-                        tracing::error!(error = %e, "self-managed certificate: not ready; will not serve");
+                        tracing::error!(error = %e, "self-managed certificate Secret is not ours; not touching it");
                     } else {
                         tracing::warn!(error = %e, ?delay, "self-managed certificate Secret not updated; retrying");
                     }
@@ -195,7 +195,8 @@ impl SecretKeeper {
         &mut self,
         mut current: Option<Secret>,
     ) -> Result<(Option<Secret>, SystemTime), SelfManagedError> {
-        let (names, lifetimes) = (&self.settings.names.clone(), &self.settings.lifetimes.clone());
+        // Owned copies: `self` is borrowed mutably below.
+        let (names, lifetimes) = (&self.settings.names.clone(), &{ self.settings.lifetimes });
         for _ in 0..MAX_ATTEMPTS {
             let now = SystemTime::now();
             let Some(secret) = current else {
