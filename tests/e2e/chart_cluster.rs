@@ -11,10 +11,10 @@ use projection_tests::{
     ServiceProcess, TestNamespace,
     chart::{
         Release, Rendered, StandInCertManager, args_of, can, can_named, exists, helm_ok, host_address,
-        render, route_service_to, self_signed, service_account_kubeconfig, write_tls_secret,
+        render, route_service_to, self_signed, write_tls_secret,
     },
     client, control_plane_bin, exclusive, free_port, install_crds, kubectl, kubectl_ok, kubectl_stdin,
-    testenv_dir, wait_crd_established, wait_for, wait_for_event,
+    service_account_kubeconfig, testenv_dir, wait_crd_established, wait_for, wait_for_event,
 };
 use serde_json::{Value, json};
 use std::{

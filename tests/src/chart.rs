@@ -12,7 +12,6 @@ fn encode(bytes: &[u8]) -> String {
 use std::{
     path::{Path, PathBuf},
     process::{Command, Output},
-    sync::atomic::{AtomicU32, Ordering},
 };
 
 /// The chart's folder.
@@ -202,39 +201,6 @@ impl Drop for Release {
             let _ = helm(&["uninstall", &self.name, "--namespace", &self.namespace]);
         }
     }
-}
-
-static KUBECONFIG_COUNTER: AtomicU32 = AtomicU32::new(0);
-
-/// Writes a kubeconfig that authenticates as ServiceAccount `namespace/name` with a token from
-/// `kubectl create token` (the TokenRequest API, as a pod's projected token), against the local
-/// control plane; returns its path.
-pub fn service_account_kubeconfig(namespace: &str, name: &str) -> PathBuf {
-    let token = kubectl_ok(&["create", "token", name, "-n", namespace, "--duration=2h"]);
-    let admin: Value = serde_yaml::from_str(
-        &std::fs::read_to_string(kubeconfig_path()).expect("the test kubeconfig is readable"),
-    )
-    .expect("the test kubeconfig is YAML");
-    let cluster = admin["clusters"][0]["cluster"].clone();
-    let config = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "local", "cluster": cluster}],
-        "users": [{"name": name, "user": {"token": token.trim()}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": name, "namespace": namespace}}],
-        "current-context": "sa",
-    });
-    let n = KUBECONFIG_COUNTER.fetch_add(1, Ordering::Relaxed);
-    let path = testenv_dir().join(format!(
-        "sa-{namespace}-{name}-{}-{n}.kubeconfig",
-        std::process::id()
-    ));
-    std::fs::write(
-        &path,
-        serde_json::to_string(&config).expect("kubeconfig serialises"),
-    )
-    .expect("kubeconfig written");
-    path
 }
 
 /// An IPv4 address of this host that is not loopback: EndpointSlices refuse loopback addresses, and

@@ -650,3 +650,36 @@ impl Drop for NamespaceSet {
         .output();
     }
 }
+
+static KUBECONFIG_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Writes a kubeconfig that authenticates as ServiceAccount `namespace/name` with a token from
+/// `kubectl create token` (the TokenRequest API, as a pod's projected token), against the local
+/// control plane; returns its path.
+pub fn service_account_kubeconfig(namespace: &str, name: &str) -> PathBuf {
+    let token = kubectl_ok(&["create", "token", name, "-n", namespace, "--duration=2h"]);
+    let admin: serde_json::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(kubeconfig_path()).expect("the test kubeconfig is readable"),
+    )
+    .expect("the test kubeconfig is YAML");
+    let cluster = admin["clusters"][0]["cluster"].clone();
+    let config = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": cluster}],
+        "users": [{"name": name, "user": {"token": token.trim()}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": name, "namespace": namespace}}],
+        "current-context": "sa",
+    });
+    let n = KUBECONFIG_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let path = testenv_dir().join(format!(
+        "sa-{namespace}-{name}-{}-{n}.kubeconfig",
+        std::process::id()
+    ));
+    std::fs::write(
+        &path,
+        serde_json::to_string(&config).expect("kubeconfig serialises"),
+    )
+    .expect("kubeconfig written");
+    path
+}

@@ -1,6 +1,7 @@
 //! Command-line flags of the admission webhook. The probe and metrics flags have the controller's
 //! (and the Go operator's) names.
 
+use crate::error::ConfigError;
 use clap::Parser;
 use shared::policy::SourceMode;
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
@@ -13,17 +14,73 @@ pub struct Args {
     #[arg(long, default_value = "0.0.0.0:9443")]
     pub bind_address: SocketAddr,
 
-    /// PEM certificate chain served to the apiserver; reloaded when it changes.
+    /// PEM certificate chain served to the apiserver; reloaded when it changes. Ignored with
+    /// --self-managed-certificate-secret.
     #[arg(long, default_value = "/tls/tls.crt")]
     pub tls_cert_file: PathBuf,
 
-    /// PEM private key of the serving certificate; reloaded when it changes.
+    /// PEM private key of the serving certificate; reloaded when it changes. Ignored with
+    /// --self-managed-certificate-secret.
     #[arg(long, default_value = "/tls/tls.key")]
     pub tls_key_file: PathBuf,
 
-    /// How often the certificate files are re-read to pick up a rotation.
+    /// How often the certificate files are re-read to pick up a rotation. Ignored with
+    /// --self-managed-certificate-secret.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub tls_reload_interval: Duration,
+
+    /// Self-managed certificate mode: the webhook creates and rotates its own CA and serving
+    /// certificate, keeps them in this Secret (type kubernetes.io/tls; tls.crt, tls.key, ca.crt,
+    /// ca.key) in --namespace, and sets the CA as caBundle of the webhook configurations named by
+    /// --validating-webhook-configuration / --mutating-webhook-configuration. The TLS file flags are
+    /// ignored in this mode.
+    #[arg(long, value_name = "NAME")]
+    pub self_managed_certificate_secret: Option<String>,
+
+    /// Namespace of the self-managed certificate Secret and of the webhook Service (required with
+    /// --self-managed-certificate-secret).
+    #[arg(long, env = "POD_NAMESPACE", value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// Name of the webhook's Service: the serving certificate is valid for NAME, NAME.NS,
+    /// NAME.NS.svc and NAME.NS.svc.<cluster-domain> (required with
+    /// --self-managed-certificate-secret).
+    #[arg(long, value_name = "NAME")]
+    pub service_name: Option<String>,
+
+    /// The cluster's DNS domain, for the serving certificate's longest name.
+    #[arg(long, default_value = "cluster.local")]
+    pub cluster_domain: String,
+
+    /// Further names of the serving certificate, DNS names or IP addresses (repeatable or
+    /// comma-separated), e.g. 127.0.0.1 for a webhook registered by URL on this host.
+    #[arg(long, value_name = "SAN", value_delimiter = ',')]
+    pub extra_san: Vec<String>,
+
+    /// ValidatingWebhookConfiguration whose webhooks get the self-managed CA as caBundle.
+    #[arg(long, value_name = "NAME")]
+    pub validating_webhook_configuration: Option<String>,
+
+    /// MutatingWebhookConfiguration whose webhooks get the self-managed CA as caBundle.
+    #[arg(long, value_name = "NAME")]
+    pub mutating_webhook_configuration: Option<String>,
+
+    /// Validity of a self-managed serving certificate.
+    #[arg(long, default_value = "8760h", value_parser = humantime::parse_duration)]
+    pub certificate_validity: Duration,
+
+    /// A self-managed certificate (and the CA) is renewed this long before it expires.
+    #[arg(long, default_value = "720h", value_parser = humantime::parse_duration)]
+    pub certificate_renew_before: Duration,
+
+    /// Validity of a self-managed CA (tests shorten it to exercise a CA rotation).
+    #[arg(long, default_value = "87600h", value_parser = humantime::parse_duration, hide = true)]
+    pub ca_validity: Duration,
+
+    /// How long a new CA is only published in the caBundle before serving certificates are issued
+    /// by it (tests shorten it).
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, hide = true)]
+    pub ca_publish_delay: Duration,
 
     /// Deny ClusterProjection creates and spec changes (namespace tenants only).
     #[arg(long, default_value_t = false)]
@@ -57,6 +114,110 @@ pub struct Args {
     pub drain_timeout: Duration,
 }
 
+/// What the self-managed certificate mode needs, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SelfManagedArgs {
+    /// The Secret holding the CA and the serving pair.
+    pub secret: String,
+    /// Its namespace, and the Service's.
+    pub namespace: String,
+    /// The names and addresses the serving certificate must carry.
+    pub names: crate::certs::SubjectNames,
+    /// The webhook configurations whose caBundle is kept current.
+    pub validating_configuration: Option<String>,
+    /// See `validating_configuration`.
+    pub mutating_configuration: Option<String>,
+    /// Lifetimes.
+    pub lifetimes: crate::certs::Lifetimes,
+}
+
+impl Args {
+    /// The self-managed certificate settings, `None` when the mode is off; an error names the
+    /// missing or wrong flag.
+    pub fn self_managed(&self) -> Result<Option<SelfManagedArgs>, ConfigError> {
+        let Some(secret) = self.self_managed_certificate_secret.clone() else {
+            return Ok(None);
+        };
+        let required = |value: &Option<String>, flag: &'static str| {
+            value
+                .clone()
+                .filter(|v| !v.is_empty())
+                .ok_or(ConfigError::Missing { flag })
+        };
+        let namespace = required(
+            &self.namespace,
+            "--namespace (or the POD_NAMESPACE environment variable)",
+        )?;
+        let service = required(&self.service_name, "--service-name")?;
+        check_dns_label("--self-managed-certificate-secret", &secret, 253)?;
+        check_dns_label("--namespace", &namespace, 63)?;
+        check_dns_label("--service-name", &service, 63)?;
+        if self.validating_webhook_configuration.is_none() && self.mutating_webhook_configuration.is_none() {
+            return Err(ConfigError::NoWebhookConfiguration);
+        }
+        let lifetimes = crate::certs::Lifetimes {
+            validity: self.certificate_validity,
+            renew_before: self.certificate_renew_before,
+            ca_validity: self.ca_validity,
+            ca_publish_delay: self.ca_publish_delay,
+        };
+        if lifetimes.renew_before >= lifetimes.validity {
+            return Err(ConfigError::RenewBeforeTooLong {
+                flag: "--certificate-validity",
+                renew_before: lifetimes.renew_before,
+                validity: lifetimes.validity,
+            });
+        }
+        if lifetimes.renew_before >= lifetimes.ca_validity {
+            return Err(ConfigError::RenewBeforeTooLong {
+                flag: "--ca-validity",
+                renew_before: lifetimes.renew_before,
+                validity: lifetimes.ca_validity,
+            });
+        }
+        let names = crate::certs::SubjectNames::for_service(
+            &service,
+            &namespace,
+            &self.cluster_domain,
+            &self.extra_san,
+        )
+        .map_err(|value| ConfigError::BadName {
+            flag: "--extra-san or --cluster-domain",
+            value,
+        })?;
+        Ok(Some(SelfManagedArgs {
+            secret,
+            namespace,
+            names,
+            validating_configuration: self.validating_webhook_configuration.clone(),
+            mutating_configuration: self.mutating_webhook_configuration.clone(),
+            lifetimes,
+        }))
+    }
+}
+
+/// A Kubernetes object name of at most `max` lowercase alphanumerics, `-` and `.`, starting and
+/// ending with an alphanumeric (a DNS-1123 label when `max` is 63 and there is no dot).
+fn check_dns_label(flag: &'static str, value: &str, max: usize) -> Result<(), ConfigError> {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let dots_allowed = max > 63;
+    let ok = !value.is_empty()
+        && value.len() <= max
+        && value.starts_with(alnum)
+        && value.ends_with(alnum)
+        && value
+            .chars()
+            .all(|c| alnum(c) || c == '-' || (dots_allowed && c == '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::BadName {
+            flag,
+            value: value.to_owned(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,6 +230,124 @@ mod tests {
         assert!(args.check_source_access);
         assert_eq!(args.source_mode, SourceMode::Allowlist);
         assert_eq!(args.tls_reload_interval, Duration::from_secs(1));
+        assert_eq!(args.self_managed_certificate_secret, None);
+        assert_eq!(args.cluster_domain, "cluster.local");
+        assert_eq!(args.certificate_validity, Duration::from_secs(8760 * 3600));
+        assert_eq!(args.certificate_renew_before, Duration::from_secs(720 * 3600));
+        assert_eq!(args.ca_validity, Duration::from_secs(87600 * 3600));
+        assert!(args.extra_san.is_empty());
+        assert_eq!(args.self_managed().expect("file mode"), None);
+    }
+
+    /// A self-managed command line: the required flags, with `changes` replacing (or, with an
+    /// empty value, removing) some and adding others.
+    fn self_managed_args(changes: &[(&str, &str)]) -> Args {
+        let mut flags = vec![
+            ("--self-managed-certificate-secret", "projection-webhook-tls"),
+            ("--namespace", "projection-system"),
+            ("--service-name", "projection-webhook"),
+            ("--validating-webhook-configuration", "projection-validating"),
+        ];
+        for (flag, value) in changes {
+            flags.retain(|(f, _)| f != flag);
+            if !value.is_empty() {
+                flags.push((flag, value));
+            }
+        }
+        let argv = flags.iter().map(|(flag, value)| format!("{flag}={value}"));
+        Args::parse_from(std::iter::once("projection-webhook".to_owned()).chain(argv))
+    }
+
+    #[test]
+    fn self_managed_mode_collects_its_settings() {
+        let args = self_managed_args(&[
+            ("--mutating-webhook-configuration", "projection-mutating"),
+            ("--cluster-domain", "corp.internal"),
+            ("--certificate-validity", "30s"),
+            ("--certificate-renew-before", "20s"),
+        ]);
+        let repeated = Args::parse_from([
+            "projection-webhook",
+            "--extra-san",
+            "127.0.0.1,webhook.example.com",
+            "--extra-san=::1",
+        ]);
+        let args = Args {
+            extra_san: repeated.extra_san,
+            ..args
+        };
+        let settings = args.self_managed().expect("valid").expect("self-managed");
+        assert_eq!(settings.secret, "projection-webhook-tls");
+        assert_eq!(settings.namespace, "projection-system");
+        assert_eq!(
+            settings.validating_configuration.as_deref(),
+            Some("projection-validating")
+        );
+        assert_eq!(
+            settings.mutating_configuration.as_deref(),
+            Some("projection-mutating")
+        );
+        assert_eq!(settings.lifetimes.validity, Duration::from_secs(30));
+        assert_eq!(settings.lifetimes.renew_before, Duration::from_secs(20));
+        let dns: Vec<&str> = settings.names.dns.iter().map(String::as_str).collect();
+        assert_eq!(
+            dns,
+            [
+                "projection-webhook",
+                "projection-webhook.projection-system",
+                "projection-webhook.projection-system.svc",
+                "projection-webhook.projection-system.svc.corp.internal",
+                "webhook.example.com",
+            ]
+        );
+        let ips: Vec<String> = settings.names.ips.iter().map(ToString::to_string).collect();
+        assert_eq!(ips, ["127.0.0.1", "::1"]);
+    }
+
+    #[test]
+    fn self_managed_mode_names_each_missing_flag() {
+        for flag in [
+            "--service-name",
+            "--validating-webhook-configuration",
+            "--namespace",
+        ] {
+            let args = self_managed_args(&[(flag, "")]);
+            if flag == "--namespace" && args.namespace.is_some() {
+                continue; // POD_NAMESPACE is set where this runs: the flag is not missing
+            }
+            let err = args.self_managed().expect_err("incomplete settings are refused");
+            assert!(err.to_string().contains(flag), "{flag}: {err}");
+        }
+        // Either configuration will do.
+        let args = self_managed_args(&[
+            ("--validating-webhook-configuration", ""),
+            ("--mutating-webhook-configuration", "m"),
+        ]);
+        assert!(args.self_managed().is_ok());
+    }
+
+    #[test]
+    fn self_managed_mode_refuses_bad_values_naming_the_flag() {
+        for (flag, value, named) in [
+            ("--certificate-renew-before", "9000h", "--certificate-validity"),
+            ("--certificate-renew-before", "87600h", "--certificate-validity"),
+            ("--service-name", "Web_Hook", "--service-name"),
+            ("--namespace", "-x", "--namespace"),
+            ("--extra-san", "not a name", "--extra-san"),
+            ("--cluster-domain", "bad_domain", "--cluster-domain"),
+        ] {
+            let args = self_managed_args(&[(flag, value)]);
+            let err = args.self_managed().expect_err("refused");
+            assert!(err.to_string().contains(named), "{flag}={value}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_tls_file_flags_say_they_are_ignored_in_self_managed_mode() {
+        use clap::CommandFactory;
+        let help = Args::command().render_long_help().to_string();
+        assert_eq!(help.matches("Ignored with").count(), 3, "{help}");
+        assert!(!help.contains("--ca-validity"), "hidden");
     }
 
     #[test]
@@ -85,6 +364,8 @@ mod tests {
             vec!["--bind-address", "nowhere"],
             vec!["--source-mode", "open"],
             vec!["--shutdown-delay", "soon"],
+            vec!["--certificate-validity", "a year"],
+            vec!["--certificate-renew-before", "a fortnight"],
         ] {
             let err = Args::try_parse_from(std::iter::once("projection-webhook").chain(bad.clone()))
                 .expect_err("bad value must be refused");

@@ -115,3 +115,98 @@ impl TlsError {
         }
     }
 }
+
+/// A flag, or a combination of flags, the webhook cannot start with.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// A flag the self-managed certificate mode needs is missing.
+    #[error("{flag} is required with --self-managed-certificate-secret")]
+    Missing {
+        /// The flag.
+        flag: &'static str,
+    },
+    /// Neither webhook configuration is named.
+    #[error(
+        "--self-managed-certificate-secret needs --validating-webhook-configuration or \
+         --mutating-webhook-configuration (or both): the webhook configurations whose caBundle it keeps"
+    )]
+    NoWebhookConfiguration,
+    /// A certificate would be renewed as soon as it is issued.
+    #[error("--certificate-renew-before ({renew_before:?}) must be shorter than {flag} ({validity:?})")]
+    RenewBeforeTooLong {
+        /// The validity flag.
+        flag: &'static str,
+        /// `--certificate-renew-before`.
+        renew_before: std::time::Duration,
+        /// The validity.
+        validity: std::time::Duration,
+    },
+    /// A name that is not a valid DNS name, Kubernetes name or IP address.
+    #[error("{flag}: {value:?} is not a valid name")]
+    BadName {
+        /// The flag.
+        flag: &'static str,
+        /// The value.
+        value: String,
+    },
+}
+
+/// Why a certificate could not be issued.
+#[derive(Debug, Error)]
+pub enum CertError {
+    /// rcgen refused (a name it cannot encode, a key it cannot read).
+    #[error("generating a certificate: {0}")]
+    Generate(String),
+    /// The material to build on contradicts itself.
+    #[error("inconsistent certificate material: {0}")]
+    Inconsistent(String),
+}
+
+/// Why the self-managed certificate Secret or a webhook configuration could not be brought up to
+/// date (retried; the served pair stays).
+#[derive(Debug, Error)]
+pub enum SelfManagedError {
+    /// The Secret exists but is not ours: it is never overwritten.
+    #[error(
+        "Secret {namespace}/{name} exists but was not created by projection-webhook (no label \
+         {label}={value}); refusing to overwrite it: delete it, or choose another name with \
+         --self-managed-certificate-secret"
+    )]
+    NotOurs {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// The ownership label.
+        label: &'static str,
+        /// Its expected value.
+        value: &'static str,
+    },
+    /// Issuing failed.
+    #[error(transparent)]
+    Cert(#[from] CertError),
+    /// An apiserver call failed.
+    #[error("{action}: {source}")]
+    Api {
+        /// What was attempted.
+        action: &'static str,
+        /// The error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Another writer kept winning; retried later.
+    #[error("the Secret kept changing under us ({0} attempts); retrying")]
+    Contended(usize),
+}
+
+impl SelfManagedError {
+    /// A bounded label for metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::NotOurs { .. } => "not_ours",
+            Self::Cert(_) => "generate",
+            Self::Api { .. } => "api",
+            Self::Contended(_) => "contended",
+        }
+    }
+}

@@ -1,6 +1,7 @@
 //! projection-webhook: the admission webhook for `projection.sh` resources, as a library so the
 //! handler can be tested in-process and benchmarked.
 
+pub mod certs;
 pub mod cli;
 pub mod cluster;
 pub mod error;
@@ -8,6 +9,7 @@ pub mod handler;
 pub mod metrics;
 pub mod policy;
 pub mod review;
+pub mod self_managed;
 pub mod server;
 pub mod tls;
 
@@ -20,10 +22,12 @@ use tokio_util::sync::CancellationToken;
 /// How often the discovery snapshot is refreshed in the background (misses refresh at once).
 const DISCOVERY_REFRESH: Duration = Duration::from_secs(60);
 
-/// Runs the webhook until SIGTERM/SIGINT: ready once the certificate is loaded, discovery is warm
+/// Runs the webhook until SIGTERM/SIGINT: ready once the certificate is loaded (from the files, or
+/// in the self-managed mode from its Secret, which may take until the Secret is usable), discovery is warm
 /// and the HTTPS listener is bound; on the signal, not ready, keep serving for the shutdown delay,
 /// then drain in-flight requests.
 pub async fn run(args: cli::Args) -> anyhow::Result<()> {
+    let self_managed = args.self_managed()?;
     let metrics_addr = bind_address(&args.metrics_bind_address).context("--metrics-bind-address")?;
     let probe_addr = bind_address(&args.health_probe_bind_address).context("--health-probe-bind-address")?;
     let mut registry = Registry::default();
@@ -55,18 +59,44 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
         });
     }
 
-    let certs = tls::CertStore::load(&args.tls_cert_file, &args.tls_key_file)
-        .context("loading the serving certificate")?;
+    let certs = tls::CertStore::new(metrics.clone());
     let tls_config = certs.server_config()?;
-    tokio::spawn(certs.watch(
-        args.tls_reload_interval,
-        metrics.clone(),
-        stop_all.clone().cancelled_owned(),
-    ));
-
+    if self_managed.is_none() {
+        let files = tls::CertFiles::new(&args.tls_cert_file, &args.tls_key_file);
+        files
+            .load_into(&certs)
+            .context("loading the serving certificate")?;
+        tokio::spawn(files.watch(
+            certs.clone(),
+            args.tls_reload_interval,
+            stop_all.clone().cancelled_owned(),
+        ));
+    }
     let client = shared::client::infer()
         .await
         .context("building the Kubernetes client")?;
+    if let Some(settings) = self_managed {
+        tracing::info!(
+            secret = %settings.secret,
+            namespace = %settings.namespace,
+            "self-managed certificate: waiting for the Secret's pair"
+        );
+        tokio::spawn(self_managed::run(
+            client.clone(),
+            settings,
+            certs.clone(),
+            metrics.clone(),
+            stop_all.clone(),
+        ));
+        tokio::select! {
+            () = certs.wait_loaded() => {}
+            () = stop_accepting.cancelled() => {
+                stop_all.cancel();
+                return probes.await?;
+            }
+        }
+    }
+
     let cluster = cluster::KubeCluster::new(client);
     tokio::select! {
         warmed = warm_discovery(&cluster) => warmed,

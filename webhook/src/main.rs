@@ -10,6 +10,7 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(
         bind_address = %args.bind_address,
         tls_cert_file = %args.tls_cert_file.display(),
+        self_managed_certificate_secret = args.self_managed_certificate_secret.as_deref().unwrap_or(""),
         tenant_mode = args.tenant_mode,
         source_mode = %args.source_mode,
         check_source_access = args.check_source_access,

@@ -3,7 +3,7 @@
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family, histogram::Histogram},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
 
@@ -34,12 +34,35 @@ pub struct ReloadLabels {
     pub result: &'static str,
 }
 
+/// Labels of the self-managed certificate issue counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IssueLabels {
+    /// `ca` or `serving`.
+    pub certificate: &'static str,
+    /// Why: `missing`, `invalid`, `expiring`, `names_missing`, `names_extra`, `not_issued_by_ca`,
+    /// `issuer_expiring`, `issued_by_previous_ca` or `ca_replaced`.
+    pub reason: &'static str,
+}
+
+/// Labels of the apiserver writes of the self-managed certificate mode.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    /// `secret_create`, `secret_update`, `validating_configuration` or `mutating_configuration`.
+    pub target: &'static str,
+    /// `success`, `conflict` (another replica won; re-read) or `error`.
+    pub result: &'static str,
+}
+
 /// Every metric of the webhook.
 pub struct Metrics {
     pub requests_total: Family<RequestLabels, Counter>,
     pub request_duration_seconds: Family<RequestLabels, Histogram>,
     pub errors_total: Family<CategoryLabels, Counter>,
     pub cert_reloads_total: Family<ReloadLabels, Counter>,
+    /// Expiry (Unix seconds) of the serving certificate in use, whatever its source.
+    pub certificate_expiry_timestamp_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub certificates_issued_total: Family<IssueLabels, Counter>,
+    pub self_managed_writes_total: Family<WriteLabels, Counter>,
 }
 
 impl Metrics {
@@ -66,6 +89,21 @@ impl Metrics {
             "Serving certificate reloads after a change on disk, by result",
             metrics.cert_reloads_total.clone(),
         );
+        registry.register(
+            "projection_webhook_certificate_expiry_timestamp_seconds",
+            "Expiry of the serving certificate in use, in seconds since the Unix epoch",
+            metrics.certificate_expiry_timestamp_seconds.clone(),
+        );
+        registry.register(
+            "projection_webhook_certificates_issued",
+            "Certificates the self-managed certificate mode issued, by certificate and reason",
+            metrics.certificates_issued_total.clone(),
+        );
+        registry.register(
+            "projection_webhook_self_managed_writes",
+            "Writes of the self-managed certificate mode (Secret, caBundle patches), by target and result",
+            metrics.self_managed_writes_total.clone(),
+        );
         registry.register_collector(Box::new(shared::process::ProcessCollector::default()));
         metrics
     }
@@ -82,6 +120,9 @@ impl Metrics {
             }),
             errors_total: Family::default(),
             cert_reloads_total: Family::default(),
+            certificate_expiry_timestamp_seconds: Gauge::default(),
+            certificates_issued_total: Family::default(),
+            self_managed_writes_total: Family::default(),
         }
     }
 }

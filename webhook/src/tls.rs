@@ -1,6 +1,6 @@
 //! The serving certificate, hot-reloaded. A resolver hands every new TLS handshake the current
-//! certificate from an `ArcSwap`; a poller re-reads the files and swaps in a new pair when their
-//! content changes. Reading through the paths on every poll follows Kubernetes' atomic `..data`
+//! certificate from an `ArcSwap`, fed either by the self-managed Secret (`self_managed`) or by
+//! the files: a poller re-reads them and swaps in a new pair when their content changes. Reading through the paths on every poll follows Kubernetes' atomic `..data`
 //! symlink swaps of mounted Secrets (which inotify on the files misses). A pair that fails to parse,
 //! or whose key does not match the certificate (a rotation caught half-written), is not used: the
 //! previous certificate keeps serving until the files are consistent.
@@ -9,7 +9,7 @@ use crate::{
     error::TlsError,
     metrics::{Metrics, ReloadLabels},
 };
-use arc_swap::ArcSwap;
+use arc_swap::ArcSwapOption;
 use rustls::{
     ServerConfig,
     crypto::CryptoProvider,
@@ -23,30 +23,70 @@ use std::{
     time::Duration,
 };
 
-/// The current serving certificate and where it comes from.
-#[derive(Debug)]
+/// The current serving certificate, handed to every new TLS handshake. Empty until a first pair is
+/// installed (handshakes fail until then; the webhook is not ready either).
 pub struct CertStore {
-    current: ArcSwap<CertifiedKey>,
-    cert_path: PathBuf,
-    key_path: PathBuf,
+    current: ArcSwapOption<CertifiedKey>,
     provider: Arc<CryptoProvider>,
+    metrics: Arc<Metrics>,
+    loaded: tokio::sync::watch::Sender<bool>,
 }
 
-/// The bytes of a certificate and key file pair, to notice changes.
-type FilePair = (Vec<u8>, Vec<u8>);
+impl std::fmt::Debug for CertStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertStore")
+            .field("loaded", &self.is_loaded())
+            .finish_non_exhaustive()
+    }
+}
 
 impl CertStore {
-    /// Loads the pair once; fails if it is unusable (the server cannot start without one).
-    pub fn load(cert_path: &Path, key_path: &Path) -> Result<Arc<Self>, TlsError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let files = read_pair(cert_path, key_path)?;
-        let key = certified_key(&files, &provider)?;
-        Ok(Arc::new(Self {
-            current: ArcSwap::from_pointee(key),
-            cert_path: cert_path.to_owned(),
-            key_path: key_path.to_owned(),
-            provider,
-        }))
+    /// An empty store.
+    pub fn new(metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Self {
+            current: ArcSwapOption::empty(),
+            provider: Arc::new(rustls::crypto::ring::default_provider()),
+            metrics,
+            loaded: tokio::sync::watch::channel(false).0,
+        })
+    }
+
+    /// Serves the PEM pair from now on, if it parses and the key belongs to the certificate;
+    /// otherwise the previous pair stays. Sets the expiry metric.
+    pub fn install(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), TlsError> {
+        let key = certified_key(cert_pem, key_pem, &self.provider)?;
+        let expiry = key
+            .cert
+            .first()
+            .and_then(|leaf| crate::certs::cert_facts(leaf).ok())
+            .and_then(|facts| facts.not_after.duration_since(std::time::UNIX_EPOCH).ok());
+        self.current.store(Some(Arc::new(key)));
+        if let Some(expiry) = expiry {
+            self.metrics
+                .certificate_expiry_timestamp_seconds
+                .set(expiry.as_secs_f64());
+        }
+        self.loaded.send_replace(true);
+        Ok(())
+    }
+
+    /// Whether a pair is being served.
+    pub fn is_loaded(&self) -> bool {
+        *self.loaded.borrow()
+    }
+
+    /// Resolves once a pair is being served.
+    pub async fn wait_loaded(&self) {
+        let mut loaded = self.loaded.subscribe();
+        // The sender lives as long as `self`, so this only ends when a pair is installed.
+        let _ = loaded.wait_for(|loaded| *loaded).await;
+    }
+
+    /// The DER of the certificate being served.
+    pub fn served_certificate(&self) -> Option<Vec<u8>> {
+        self.current
+            .load_full()
+            .and_then(|key| key.cert.first().map(|c| c.to_vec()))
     }
 
     /// A TLS 1.2/1.3 server configuration (ALPN h2 and http/1.1) serving the current certificate.
@@ -58,13 +98,40 @@ impl CertStore {
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(Arc::new(config))
     }
+}
+
+/// A certificate and key file pair (a mounted Secret), re-read to follow rotations.
+#[derive(Clone, Debug)]
+pub struct CertFiles {
+    cert_path: PathBuf,
+    key_path: PathBuf,
+}
+
+/// The bytes of a certificate and key file pair, to notice changes.
+type FilePair = (Vec<u8>, Vec<u8>);
+
+impl CertFiles {
+    /// The pair at these paths.
+    pub fn new(cert_path: &Path, key_path: &Path) -> Self {
+        Self {
+            cert_path: cert_path.to_owned(),
+            key_path: key_path.to_owned(),
+        }
+    }
+
+    /// Loads the pair into `store` once; fails if it is unusable (the server cannot start without
+    /// one).
+    pub fn load_into(&self, store: &CertStore) -> Result<(), TlsError> {
+        let (cert, key) = read_pair(&self.cert_path, &self.key_path)?;
+        store.install(&cert, &key)
+    }
 
     /// Re-reads the files every `interval` until `stop` resolves, swapping in a changed pair once it
     /// loads.
     pub async fn watch(
-        self: Arc<Self>,
+        self,
+        store: Arc<CertStore>,
         interval: Duration,
-        metrics: Arc<Metrics>,
         stop: impl std::future::Future<Output = ()>,
     ) {
         let mut last = read_pair(&self.cert_path, &self.key_path).ok();
@@ -87,9 +154,8 @@ impl CertStore {
             if last.as_ref() == Some(&files) {
                 continue;
             }
-            let result = match certified_key(&files, &self.provider) {
-                Ok(key) => {
-                    self.current.store(Arc::new(key));
+            let result = match store.install(&files.0, &files.1) {
+                Ok(()) => {
                     tracing::info!(cert = %self.cert_path.display(), "serving certificate reloaded");
                     "success"
                 }
@@ -98,7 +164,8 @@ impl CertStore {
                     e.category()
                 }
             };
-            metrics
+            store
+                .metrics
                 .cert_reloads_total
                 .get_or_create(&ReloadLabels { result })
                 .inc();
@@ -109,7 +176,7 @@ impl CertStore {
 
 impl ResolvesServerCert for CertStore {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.current.load_full())
+        self.current.load_full()
     }
 }
 
@@ -124,7 +191,8 @@ fn read_pair(cert: &Path, key: &Path) -> Result<FilePair, TlsError> {
 }
 
 fn certified_key(
-    (cert_pem, key_pem): &FilePair,
+    cert_pem: &[u8],
+    key_pem: &[u8],
     provider: &CryptoProvider,
 ) -> Result<CertifiedKey, TlsError> {
     let chain = CertificateDer::pem_slice_iter(cert_pem)

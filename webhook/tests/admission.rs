@@ -578,6 +578,20 @@ async fn a_rotated_certificate_is_served_to_new_handshakes_without_a_restart() {
         second
     );
     let metrics = webhook.process.metrics();
+    let not_after = webhook::certs::cert_facts(&second)
+        .expect("certificate")
+        .not_after
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64();
+    assert_eq!(
+        metric_value(
+            &metrics,
+            "projection_webhook_certificate_expiry_timestamp_seconds"
+        ),
+        Some(not_after),
+        "the expiry of the certificate served from the files:\n{metrics}"
+    );
     assert_eq!(
         metric_value(
             &metrics,
