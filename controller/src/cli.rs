@@ -30,7 +30,9 @@ pub struct Args {
     pub health_probe_bind_address: String,
 
     /// Elect a leader through a Lease so several replicas can run; only the leader writes.
-    #[arg(long, default_value_t = false)]
+    /// `--leader-elect` alone means true; `--leader-elect=true|false` (the Go operator's form) works.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", value_parser = parse_go_bool)]
     pub leader_elect: bool,
 
     /// Duration of the leader Lease.
@@ -43,6 +45,16 @@ pub struct Args {
 }
 
 pub use shared::http::bind_address;
+
+/// A boolean as Go's `strconv.ParseBool` reads it (the Go operator's flag package uses it), so
+/// `--leader-elect=True` or `=1` in an existing manifest keeps working.
+fn parse_go_bool(value: &str) -> Result<bool, String> {
+    match value {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        other => Err(format!("invalid boolean {other:?} (use true or false)")),
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -61,6 +73,37 @@ mod tests {
             bind_address(&args.health_probe_bind_address),
             Ok(Some("0.0.0.0:8081".parse().unwrap()))
         );
+    }
+
+    #[test]
+    fn leader_elect_takes_an_optional_value_like_the_go_flag() {
+        let parse = |extra: &[&str]| {
+            Args::try_parse_from(std::iter::once("projection-controller").chain(extra.iter().copied()))
+                .map(|a| a.leader_elect)
+        };
+        assert_eq!(parse(&[]).ok(), Some(false));
+        assert_eq!(parse(&["--leader-elect"]).ok(), Some(true));
+        for (flag, expected) in [
+            ("--leader-elect=true", true),
+            ("--leader-elect=false", false),
+            ("--leader-elect=True", true),
+            ("--leader-elect=1", true),
+            ("--leader-elect=0", false),
+            ("--leader-elect=F", false),
+        ] {
+            assert_eq!(parse(&[flag]).ok(), Some(expected), "{flag}");
+        }
+        // A flag right after it is not taken as its value.
+        let args = Args::parse_from([
+            "projection-controller",
+            "--leader-elect",
+            "--leader-election-lease-duration",
+            "4s",
+        ]);
+        assert!(args.leader_elect);
+        assert_eq!(args.leader_election_lease_duration, Duration::from_secs(4));
+        let err = parse(&["--leader-elect=yes"]).expect_err("not a boolean");
+        assert!(err.to_string().contains("--leader-elect"), "{err}");
     }
 
     #[test]

@@ -570,7 +570,7 @@ async fn cleanup(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error>
     let cp_ref = ObjectRef::from_obj(cp);
     ctx.namespaces.forget(&cp_ref);
     ctx.watches.forget(&Waker::Cluster(cp_ref));
-    ctx.backoff.reset(&cp.uid().unwrap_or_default());
+    // The backoff is reset by `reconcile` once the finalizer is removed too.
     Ok(Action::await_change())
 }
 

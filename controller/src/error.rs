@@ -1,12 +1,13 @@
 //! The controller's errors. Each has a fixed category, used as a metric label and in logs.
 
+use kube::{api::ApiResource, runtime::finalizer};
 use thiserror::Error;
 
 /// What can make a reconcile fail (and be retried with backoff).
 #[derive(Debug, Error)]
 pub enum Error {
     /// A call to the apiserver failed.
-    #[error("{action}: {source}")]
+    #[error("{action}: {}", describe(source))]
     Api {
         /// What was being done, e.g. `patching status`.
         action: &'static str,
@@ -15,8 +16,8 @@ pub enum Error {
         source: kube::Error,
     },
     /// The finalizer helper failed (adding, removing, or the cleanup it ran).
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    #[error("{}", describe_finalizer(.0))]
+    Finalizer(#[source] Box<finalizer::Error<Error>>),
     /// The reconcile ended with a handled failure that is already in status; retry with backoff.
     #[error("{reason}: {message}")]
     Retry {
@@ -28,17 +29,210 @@ pub enum Error {
 }
 
 impl Error {
-    /// A bounded label for metrics.
+    /// A bounded label for metrics: `handled`, `api` or `finalizer`. An error of the apply or
+    /// cleanup that the finalizer helper ran is counted under its own category; `finalizer` is left
+    /// for the helper's own failures (adding or removing the finalizer).
     pub fn category(&self) -> &'static str {
         match self {
             Self::Api { .. } => "api",
-            Self::Finalizer(_) => "finalizer",
+            Self::Finalizer(wrapped) => match wrapped.as_ref() {
+                finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => {
+                    inner.category()
+                }
+                _ => "finalizer",
+            },
             Self::Retry { .. } => "handled",
         }
+    }
+}
+
+/// A finalizer helper error: the apply or cleanup error it wraps as that error displays itself,
+/// a failed finalizer patch with the apiserver's message.
+fn describe_finalizer(error: &finalizer::Error<Error>) -> String {
+    match error {
+        finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => inner.to_string(),
+        finalizer::Error::AddFinalizer(e) => format!("adding the finalizer: {}", describe(e)),
+        finalizer::Error::RemoveFinalizer(e) => format!("removing the finalizer: {}", describe(e)),
+        other => format!("finalizer: {other}"),
     }
 }
 
 /// Shorthand for a failed API call.
 pub fn api_error(action: &'static str) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Api { action, source }
+}
+
+/// A client error as a person should read it in a condition or an event: for an error answered by
+/// the apiserver, its own message (`configmaps "x" is forbidden: User "..." cannot get resource
+/// ...`), not the debug dump of the whole `Status`; any other error as it displays itself.
+pub fn describe(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => describe_status(status),
+        other => other.to_string(),
+    }
+}
+
+/// The message of an apiserver `Status`, or its reason and code when it carries no message.
+pub fn describe_status(status: &kube::core::Status) -> String {
+    let message = status.message.trim();
+    let reason = status.reason.trim();
+    match (message.is_empty(), reason.is_empty()) {
+        (false, _) => message.to_owned(),
+        (true, false) => format!("{reason} (HTTP {})", status.code),
+        (true, true) => format!("the apiserver answered HTTP {}", status.code),
+    }
+}
+
+/// The message of `SourceForbidden`: the controller may not `verbs` the source's kind (or, with
+/// `object`, that object), because its RBAC does not cover the kind; `refusal` is the apiserver's
+/// message.
+pub fn forbidden_message(verbs: &str, resource: &ApiResource, object: Option<&str>, refusal: &str) -> String {
+    let kind = if resource.group.is_empty() {
+        resource.plural.clone()
+    } else {
+        format!("{}.{}", resource.plural, resource.group)
+    };
+    let what = match object {
+        Some(object) => format!("{verbs} {kind} {object}"),
+        None => format!("{verbs} {kind} in all namespaces"),
+    };
+    format!(
+        "the controller may not {what}: its RBAC does not cover {kind} (Helm value supportedKinds; a \
+         cluster admin can add it); the apiserver said: {refusal}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forbidden() -> kube::core::Status {
+        kube::core::Status::failure(
+            r#"configmaps "x" is forbidden: User "system:serviceaccount:ns:sa" cannot get resource "configmaps" in API group "" in the namespace "y""#,
+            "Forbidden",
+        )
+        .with_code(403)
+    }
+
+    #[test]
+    fn an_apiserver_error_reads_as_its_own_message() {
+        let error = kube::Error::Api(forbidden().boxed());
+        assert_eq!(
+            describe(&error),
+            r#"configmaps "x" is forbidden: User "system:serviceaccount:ns:sa" cannot get resource "configmaps" in API group "" in the namespace "y""#
+        );
+        assert!(!describe(&error).contains("Status {"));
+        let wrapped = Error::Api {
+            action: "writing status",
+            source: error,
+        };
+        assert!(
+            wrapped
+                .to_string()
+                .starts_with(r#"writing status: configmaps "x" is forbidden"#),
+            "{wrapped}"
+        );
+        assert!(!wrapped.to_string().contains("Status {"), "{wrapped}");
+    }
+
+    #[test]
+    fn a_status_without_message_names_reason_and_code() {
+        let mut status = forbidden();
+        status.message = String::new();
+        assert_eq!(describe_status(&status), "Forbidden (HTTP 403)");
+        status.reason = String::new();
+        status.code = 500;
+        assert_eq!(describe_status(&status), "the apiserver answered HTTP 500");
+    }
+
+    #[test]
+    fn a_forbidden_kind_names_the_resource_and_the_chart_value() {
+        let secrets = ApiResource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "Secret".into(),
+            plural: "secrets".into(),
+        };
+        let refusal = r#"secrets is forbidden: User "system:serviceaccount:p:c" cannot list resource "secrets" in API group "" at the cluster scope"#;
+        assert_eq!(
+            forbidden_message("list and watch", &secrets, None, refusal),
+            format!(
+                "the controller may not list and watch secrets in all namespaces: its RBAC does not \
+                 cover secrets (Helm value supportedKinds; a cluster admin can add it); the apiserver \
+                 said: {refusal}"
+            )
+        );
+        let widgets = ApiResource {
+            group: "example.com".into(),
+            version: "v1".into(),
+            api_version: "example.com/v1".into(),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+        };
+        let message = forbidden_message("get", &widgets, Some("platform/blue"), "denied");
+        assert!(
+            message.starts_with(
+                "the controller may not get widgets.example.com platform/blue: its RBAC does not cover widgets.example.com"
+            ),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn other_errors_display_themselves() {
+        let error = kube::Error::LinesCodecMaxLineLengthExceeded;
+        assert_eq!(describe(&error), error.to_string());
+    }
+
+    #[test]
+    fn the_category_is_the_wrapped_error_s() {
+        let handled = || Error::Retry {
+            reason: "SourceFetchFailed".into(),
+            message: "m".into(),
+        };
+        let api = || Error::Api {
+            action: "writing status",
+            source: kube::Error::Api(forbidden().boxed()),
+        };
+        let wrap = |e: finalizer::Error<Error>| Error::Finalizer(Box::new(e));
+        assert_eq!(
+            wrap(finalizer::Error::ApplyFailed(handled())).category(),
+            "handled"
+        );
+        assert_eq!(
+            wrap(finalizer::Error::CleanupFailed(handled())).category(),
+            "handled"
+        );
+        assert_eq!(wrap(finalizer::Error::ApplyFailed(api())).category(), "api");
+        assert_eq!(
+            wrap(finalizer::Error::RemoveFinalizer(kube::Error::Api(
+                forbidden().boxed()
+            )))
+            .category(),
+            "finalizer"
+        );
+        assert_eq!(
+            wrap(finalizer::Error::AddFinalizer(kube::Error::Api(
+                forbidden().boxed()
+            )))
+            .category(),
+            "finalizer"
+        );
+        assert_eq!(handled().category(), "handled");
+        assert_eq!(api().category(), "api");
+
+        // Logged without the debug dump of the apiserver's answer.
+        let removal = wrap(finalizer::Error::RemoveFinalizer(kube::Error::Api(
+            forbidden().boxed(),
+        )));
+        assert_eq!(
+            removal.to_string(),
+            format!("removing the finalizer: {}", forbidden().message)
+        );
+        assert_eq!(
+            wrap(finalizer::Error::ApplyFailed(handled())).to_string(),
+            "SourceFetchFailed: m"
+        );
+    }
 }

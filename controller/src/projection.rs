@@ -365,7 +365,7 @@ async fn cleanup(p: &Projection, ctx: &Context) -> Result<Action, Error> {
         });
     }
     ctx.watches.forget(&Waker::Projection(ObjectRef::from_obj(p)));
-    ctx.backoff.reset(&p.uid().unwrap_or_default());
+    // The backoff is reset by `reconcile` once the finalizer is removed too.
     Ok(Action::await_change())
 }
 

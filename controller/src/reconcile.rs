@@ -4,10 +4,10 @@
 
 use crate::{
     context::Context,
-    error::Error,
+    error::{Error, describe_status, forbidden_message},
     events::Action as Verb,
     metrics::{KindLabels, ReconcileLabels},
-    watches::{Tier, Waker},
+    watches::{Tier, Waker, WatchError},
 };
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
@@ -105,7 +105,7 @@ pub async fn read_source(
         Err(crate::discovery::ResolveError::Api(e)) => {
             return Err(Problem::Report {
                 reason: "SourceResolutionFailed",
-                message: format!("discovery failed: {e}"),
+                message: format!("discovery failed: {}", crate::error::describe(&e)),
                 verb: Verb::Resolve,
                 retry: Retry::Backoff,
             });
@@ -118,11 +118,19 @@ pub async fn read_source(
         .watches
         .ensure(&group_kind, &resource, tier)
         .await
-        .map_err(|message| Problem::Report {
-            reason: "SourceFetchFailed",
-            message,
-            verb: Verb::Get,
-            retry: Retry::Backoff,
+        .map_err(|e| match e {
+            WatchError::Forbidden(refusal) => Problem::Report {
+                reason: "SourceForbidden",
+                message: forbidden_message("list and watch", &resource, None, &refusal),
+                verb: Verb::Get,
+                retry: Retry::Backoff,
+            },
+            WatchError::NotSynced(message) => Problem::Report {
+                reason: "SourceFetchFailed",
+                message,
+                verb: Verb::Get,
+                retry: Retry::Backoff,
+            },
         })?;
 
     let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &source.namespace, &resource);
@@ -147,10 +155,19 @@ pub async fn read_source(
                 resource,
             });
         }
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            let object = format!("{}/{}", source.namespace, source.name);
+            return Err(Problem::Report {
+                reason: "SourceForbidden",
+                message: forbidden_message("get", &resource, Some(&object), &describe_status(&s)),
+                verb: Verb::Get,
+                retry: Retry::Backoff,
+            });
+        }
         Err(e) => {
             return Err(Problem::Report {
                 reason: "SourceFetchFailed",
-                message: e.to_string(),
+                message: crate::error::describe(&e),
                 verb: Verb::Get,
                 retry: Retry::Backoff,
             });
@@ -291,6 +308,8 @@ pub trait ProjectionKind:
 pub async fn reconcile<K: ProjectionKind>(object: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     let api = object.api(ctx.client.clone());
+    let deleting = object.meta().deletion_timestamp.is_some();
+    let uid = object.uid().unwrap_or_default();
     let result = finalizer(&api, K::FINALIZER, object, |event| async {
         match event {
             Finalizer::Apply(o) => o.apply(&ctx).await,
@@ -299,6 +318,12 @@ pub async fn reconcile<K: ProjectionKind>(object: Arc<K>, ctx: Arc<Context>) -> 
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)));
+    if deleting && result.is_ok() {
+        // The copies are gone and so is the finalizer: nothing of this CR is left to retry. Reset
+        // only now, not in `cleanup`: when removing the finalizer fails (e.g. an admission webhook
+        // is down), the retries must keep backing off.
+        ctx.backoff.reset(&uid);
+    }
     ctx.metrics
         .reconcile_duration_seconds
         .get_or_create(&KindLabels { kind: K::KIND })

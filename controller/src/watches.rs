@@ -11,7 +11,9 @@
 //!   the server by the tier's ownership label, whose store lets a reconcile compare copies with their
 //!   source without a GET and find every copy of an owner without a LIST.
 //!
-//! Our own writes are recognised by the resourceVersion they returned and wake nothing.
+//! Our own writes are recognised by the resourceVersion they returned and wake nothing. A kind the
+//! apiserver does not let the controller list or watch (HTTP 403: its RBAC does not cover the kind)
+//! fails the reconcile at once, and its watches are stopped until the next attempt.
 
 use crate::metrics::Metrics;
 use futures::StreamExt;
@@ -111,6 +113,9 @@ impl Wake {
 /// writes still recognises each of them.
 const REMEMBERED_WRITES: usize = 4;
 
+/// How long a reconcile waits for the watches of a kind to sync.
+const SYNC_LIMIT: Duration = Duration::from_secs(30);
+
 /// What we did to a copy, so the watch events our own writes cause wake nothing.
 #[derive(Default)]
 struct Mark {
@@ -160,6 +165,74 @@ struct KindWatch {
     resource: ApiResource,
     copies: HashMap<Tier, Store<DynamicObject>>,
     tasks: Vec<JoinHandle<()>>,
+    /// The apiserver's message when one of this kind's watches was refused (HTTP 403): the
+    /// controller's RBAC does not let it list or watch the kind. Cleared by the next success.
+    refused: Refusal,
+}
+
+/// Where a watch task records that the apiserver refused it.
+type Refusal = Arc<Mutex<Option<String>>>;
+
+/// Why the watches of a kind cannot serve a reconcile.
+#[derive(Debug, PartialEq, Eq)]
+pub enum WatchError {
+    /// The apiserver refused to list or watch the kind (its message): missing RBAC.
+    Forbidden(String),
+    /// The watches did not sync in time (the message for the condition).
+    NotSynced(String),
+}
+
+impl std::fmt::Display for WatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Forbidden(message) | Self::NotSynced(message) => f.write_str(message),
+        }
+    }
+}
+
+/// The apiserver's message if a watch error is a refusal (HTTP 403).
+fn refusal(error: &watcher::Error) -> Option<String> {
+    let status = match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s))
+        | watcher::Error::WatchError(s) => s,
+        _ => return None,
+    };
+    (status.code == 403).then(|| crate::error::describe_status(status))
+}
+
+/// A watch error for the log, with the apiserver's message instead of the dump of its answer.
+fn describe_watch_error(error: &watcher::Error) -> String {
+    use crate::error::{describe, describe_status};
+    match error {
+        watcher::Error::InitialListFailed(e) => {
+            format!("failed to perform initial object list: {}", describe(e))
+        }
+        watcher::Error::WatchStartFailed(e) => format!("failed to start watching object: {}", describe(e)),
+        watcher::Error::WatchFailed(e) => format!("watch stream failed: {}", describe(e)),
+        watcher::Error::WatchError(s) => {
+            format!("error returned by apiserver during watch: {}", describe_status(s))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Records the outcome of one watch step: a refusal is kept until the watch succeeds again.
+fn record(refused: &Refusal, error: Option<&watcher::Error>) {
+    let mut slot = refused.lock().unwrap_or_else(|e| e.into_inner());
+    match error {
+        Some(e) => {
+            if let Some(message) = refusal(e) {
+                *slot = Some(message);
+            }
+        }
+        None => {
+            if slot.is_some() {
+                *slot = None;
+            }
+        }
+    }
 }
 
 /// The lazily started watches and their indexes.
@@ -188,14 +261,17 @@ impl WatchRegistry {
     }
 
     /// Starts the watches of `resource`'s kind (and of `tier`'s copies of it) unless they run, and
-    /// returns the store of those copies once it has synced.
+    /// returns the store of those copies once it has synced. A refusal by the apiserver (the
+    /// controller may not list or watch the kind) ends the wait at once; the refused watches are
+    /// stopped, so the next reconcile starts them anew (after the CR's backoff) instead of a
+    /// watch retrying on its own.
     pub async fn ensure(
         &self,
         group_kind: &GroupKind,
         resource: &ApiResource,
         tier: Tier,
-    ) -> Result<Store<DynamicObject>, String> {
-        let store = {
+    ) -> Result<Store<DynamicObject>, WatchError> {
+        let (store, refused) = {
             let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
             let watch = kinds
                 .entry(group_kind.clone())
@@ -203,22 +279,56 @@ impl WatchRegistry {
             let store = match watch.copies.get(&tier) {
                 Some(store) => store.clone(),
                 None => {
-                    let (store, task) = self.watch_copies(group_kind, &watch.resource, tier);
+                    let (store, task) = self.watch_copies(group_kind, &watch.resource, tier, &watch.refused);
                     watch.copies.insert(tier, store.clone());
                     watch.tasks.push(task);
                     store
                 }
             };
-            self.metrics.watched_gvks.set(kinds.len() as i64);
-            self.metrics
-                .watched_dest_gvks
-                .set(kinds.values().map(|w| w.copies.len() as i64).sum());
-            store
+            let refused = watch.refused.clone();
+            self.update_gauges(&kinds);
+            (store, refused)
         };
-        if !store_ready(&store, Duration::from_secs(30)).await {
-            return Err(format!("the watch of {group_kind} did not sync within 30s"));
+        let deadline = tokio::time::Instant::now() + SYNC_LIMIT;
+        while tokio::time::Instant::now() < deadline {
+            match tokio::time::timeout(Duration::from_millis(50), store.wait_until_ready()).await {
+                Ok(Ok(())) => return Ok(store),
+                Ok(Err(_)) => break,
+                Err(_) => {}
+            }
+            let message = refused.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(message) = message {
+                self.stop_refused(group_kind, &refused);
+                return Err(WatchError::Forbidden(message));
+            }
         }
-        Ok(store)
+        Err(WatchError::NotSynced(format!(
+            "the watch of {group_kind} did not sync within {}s",
+            SYNC_LIMIT.as_secs()
+        )))
+    }
+
+    /// Stops the watches of a kind the apiserver refused, unless they were replaced meanwhile.
+    fn stop_refused(&self, group_kind: &GroupKind, refused: &Refusal) {
+        let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
+        if kinds
+            .get(group_kind)
+            .is_some_and(|w| Arc::ptr_eq(&w.refused, refused))
+            && let Some(watch) = kinds.remove(group_kind)
+        {
+            for task in &watch.tasks {
+                task.abort();
+            }
+            tracing::info!(kind = %group_kind, "stopped the refused watches of kind");
+        }
+        self.update_gauges(&kinds);
+    }
+
+    fn update_gauges(&self, kinds: &HashMap<GroupKind, KindWatch>) {
+        self.metrics.watched_gvks.set(kinds.len() as i64);
+        self.metrics
+            .watched_dest_gvks
+            .set(kinds.values().map(|w| w.copies.len() as i64).sum());
     }
 
     fn watch_kind(&self, group_kind: &GroupKind, resource: &ApiResource) -> KindWatch {
@@ -228,16 +338,19 @@ impl WatchRegistry {
         let indexes = self.indexes.clone();
         let wake = self.wake.clone();
         let gk = group_kind.clone();
+        let refused = Refusal::default();
+        let recorder = refused.clone();
         let task = tokio::spawn(async move {
             events
                 .for_each(|event| {
+                    record(&recorder, event.as_ref().err());
                     match event {
                         Ok(Event::Apply(o) | Event::InitApply(o)) => {
                             route(&indexes, &wake, &gk, &o.metadata, false)
                         }
                         Ok(Event::Delete(o)) => route(&indexes, &wake, &gk, &o.metadata, true),
                         Ok(Event::Init | Event::InitDone) => {}
-                        Err(e) => tracing::warn!(kind = %gk, error = %e, "source watch error; retrying"),
+                        Err(e) => tracing::warn!(kind = %gk, error = %describe_watch_error(&e), "source watch error; retrying"),
                     }
                     std::future::ready(())
                 })
@@ -248,6 +361,7 @@ impl WatchRegistry {
             resource: resource.clone(),
             copies: HashMap::new(),
             tasks: vec![task],
+            refused,
         }
     }
 
@@ -256,6 +370,7 @@ impl WatchRegistry {
         group_kind: &GroupKind,
         resource: &ApiResource,
         tier: Tier,
+        refused: &Refusal,
     ) -> (Store<DynamicObject>, JoinHandle<()>) {
         let writer = reflector::store::Writer::new(resource.clone());
         let copies = writer.as_reader();
@@ -263,11 +378,13 @@ impl WatchRegistry {
         let config = watcher::Config::default().labels(tier.uid_label()).any_semantic();
         let stream = watcher::watcher(ours, config).default_backoff().reflect(writer);
         let gk = group_kind.clone();
+        let recorder = refused.clone();
         let task = tokio::spawn(async move {
             stream
                 .for_each(|event| {
+                    record(&recorder, event.as_ref().err());
                     if let Err(e) = event {
-                        tracing::warn!(kind = %gk, error = %e, "destination watch error; retrying");
+                        tracing::warn!(kind = %gk, error = %describe_watch_error(&e), "destination watch error; retrying");
                     }
                     std::future::ready(())
                 })
@@ -474,5 +591,46 @@ pub fn key_of(group_kind: &GroupKind, object: &DynamicObject) -> ObjectKey {
         group_kind: group_kind.clone(),
         namespace: object.namespace().unwrap_or_default(),
         name: object.name_any(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: u16) -> Box<kube::core::Status> {
+        kube::core::Status::failure(
+            "secrets is forbidden: User \"u\" cannot list resource \"secrets\"",
+            "Forbidden",
+        )
+        .with_code(code)
+        .boxed()
+    }
+
+    #[test]
+    fn a_refusal_is_kept_until_the_watch_succeeds() {
+        let refused = Refusal::default();
+        let forbidden = watcher::Error::InitialListFailed(kube::Error::Api(status(403)));
+        record(&refused, Some(&forbidden));
+        assert_eq!(
+            refused.lock().unwrap().as_deref(),
+            Some("secrets is forbidden: User \"u\" cannot list resource \"secrets\"")
+        );
+        // Another failure does not clear it, a success does.
+        record(
+            &refused,
+            Some(&watcher::Error::WatchFailed(kube::Error::Api(status(500)))),
+        );
+        assert!(refused.lock().unwrap().is_some());
+        record(&refused, None);
+        assert!(refused.lock().unwrap().is_none());
+        // Only a 403 is a refusal.
+        record(
+            &refused,
+            Some(&watcher::Error::InitialListFailed(kube::Error::Api(status(500)))),
+        );
+        assert!(refused.lock().unwrap().is_none());
+        record(&refused, Some(&watcher::Error::WatchError(status(403))));
+        assert!(refused.lock().unwrap().is_some());
     }
 }

@@ -77,7 +77,7 @@ impl WriteError {
     pub fn message(&self) -> String {
         match self {
             Self::Conflict(m) => m.clone(),
-            Self::Fetch(e) | Self::Create(e) | Self::Update(e) => e.to_string(),
+            Self::Fetch(e) | Self::Create(e) | Self::Update(e) => crate::error::describe(e),
         }
     }
 }

@@ -13,7 +13,9 @@ use kube::{
     Api, Client, ResourceExt,
     api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
 };
-use projection_tests::{ServiceProcess, kubectl_ok, metric_value, wait_crd_established, wait_for_event};
+use projection_tests::{
+    ServiceProcess, kubectl_ok, metric_value, wait_crd_established, wait_for, wait_for_event,
+};
 use serde_json::{Value, json};
 use shared::crd::Projection;
 use std::time::Duration;
@@ -1131,5 +1133,193 @@ async fn leader_election_hands_over_when_the_leader_dies() {
         "clean exit on SIGTERM: {status:?}"
     );
     let _cleanup = controller(&[]).await;
+    env.finish().await;
+}
+
+/// The `retry_in` of every `reconcile failed` line about `name` in a controller's log.
+fn retries_of(controller: &ServiceProcess, name: &str) -> Vec<String> {
+    let log = std::fs::read_to_string(&controller.log).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.contains("reconcile failed") && l.contains(&format!("\"name\":\"{name}\"")))
+        .filter_map(|l| {
+            let v: Value = serde_json::from_str(l).ok()?;
+            v["fields"]["retry_in"].as_str().map(str::to_owned)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn apiserver_refusals_read_as_the_apiservers_own_message() {
+    let env = env("apimsg").await;
+    let (src, dst) = env.names();
+    let copies = env.api::<ConfigMap>(&dst);
+    let policy = format!("deny-{dst}");
+    let _policy = DenyPolicy::create(
+        &env.client,
+        &policy,
+        ("", "configmaps", &["CREATE"]),
+        &dst,
+        "object.metadata.name != 'blocked'",
+        "copies named blocked are refused here",
+        || {
+            let copies = copies.clone();
+            async move {
+                let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "blocked"}})).unwrap();
+                let dry_run = PostParams {
+                    dry_run: true,
+                    ..Default::default()
+                };
+                copies.create(&dry_run, &cm).await.map(|_| ())
+            }
+        },
+    )
+    .await;
+    let controller = controller(&[]).await;
+    create(
+        &env.api::<ConfigMap>(&src),
+        json!({"metadata": {"name": "blocked", "annotations": opted_in()}}),
+    )
+    .await;
+    create(
+        &env.projections(),
+        projection("blocked", cm_source(&src, "blocked"), json!({})),
+    )
+    .await;
+    let ready = wait_condition(
+        &env.projections(),
+        "blocked",
+        "Ready",
+        "False",
+        Some("DestinationCreateFailed"),
+    )
+    .await;
+    let message = ready["message"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        message.starts_with(r#"configmaps "blocked" is forbidden: "#)
+            && message.ends_with("copies named blocked are refused here"),
+        "the apiserver's message: {message}"
+    );
+    for noise in ["ApiError", "Status {", "ListMeta", "code: 403"] {
+        assert!(
+            !message.contains(noise),
+            "no debug dump in the condition: {message}"
+        );
+    }
+    let note = wait_for_event(&env.client, &dst, "blocked", "DestinationCreateFailed").await;
+    assert_eq!(note, message, "the event says the same");
+    // A handled failure is counted under its own category, not under the finalizer's.
+    let text = controller.metrics();
+    assert!(
+        metric_value(
+            &text,
+            "projection_reconcile_errors_total{kind=\"Projection\",category=\"handled\"}"
+        )
+        .is_some_and(|v| v >= 1.0),
+        "{text}"
+    );
+    assert!(
+        metric_value(
+            &text,
+            "projection_reconcile_errors_total{kind=\"Projection\",category=\"finalizer\"}"
+        )
+        .is_none(),
+        "{text}"
+    );
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_refused_finalizer_removal_is_retried_with_backoff() {
+    let env = env("finrm").await;
+    let (src, dst) = env.names();
+    let controller = controller(&[]).await;
+    create(
+        &env.api::<ConfigMap>(&src),
+        json!({"metadata": {"name": "cfg", "annotations": opted_in()}}),
+    )
+    .await;
+    let projections = env.projections();
+    create(&projections, projection("cfg", cm_source(&src, "cfg"), json!({}))).await;
+    wait_ready(&projections, "cfg").await;
+
+    // The apiserver refuses to let the finalizer go, as when an admission webhook is down.
+    let message = "the finalizer stays for this test";
+    let remove_finalizer = || {
+        let projections = projections.clone();
+        async move {
+            let dry_run = PatchParams {
+                dry_run: true,
+                ..Default::default()
+            };
+            let patch = json!({"metadata": {"finalizers": null}});
+            projections
+                .patch("cfg", &dry_run, &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
+        }
+    };
+    let policy = DenyPolicy::create(
+        &env.client,
+        &format!("keep-finalizer-{dst}"),
+        ("projection.sh", "projections", &["UPDATE"]),
+        &dst,
+        "!(has(oldObject.metadata.finalizers) && 'projection.sh/finalizer' in oldObject.metadata.finalizers) \
+         || (has(object.metadata.finalizers) && 'projection.sh/finalizer' in object.metadata.finalizers)",
+        message,
+        remove_finalizer,
+    )
+    .await;
+    projections
+        .delete("cfg", &DeleteParams::default())
+        .await
+        .expect("delete");
+    wait_absent(
+        &env.api::<ConfigMap>(&dst),
+        "cfg",
+        "the copy removed by the cleanup",
+    )
+    .await;
+    let failures = "projection_reconcile_errors_total{kind=\"Projection\",category=\"finalizer\"}";
+    wait_for("a failed finalizer removal", TIMEOUT, || async {
+        metric_value(&controller.metrics(), failures)
+            .filter(|v| *v >= 1.0)
+            .ok_or_else(|| "none yet".to_owned())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let count = metric_value(&controller.metrics(), failures).unwrap_or_default();
+    let name = format!("{dst}/cfg");
+    let retries = retries_of(&controller, &name);
+    // From 500 ms, doubling: attempts at about 0, 0.5, 1.5, 3.5 (and 7.5) s; a fixed 500 ms retry
+    // would have made about 13.
+    assert!(
+        (2.0..=6.0).contains(&count),
+        "{count} failed removals in about 6 s; retry_in: {retries:?}"
+    );
+    assert!(
+        retries.iter().any(|r| r == "2s" || r == "4s"),
+        "the delay grows: {retries:?}"
+    );
+
+    // Once the apiserver lets the finalizer go, the Projection goes.
+    drop(policy);
+    wait_for("the policy withdrawn", TIMEOUT, || async {
+        remove_finalizer().await.map_err(|e| e.to_string())
+    })
+    .await;
+    merge(
+        &projections,
+        "cfg",
+        json!({"metadata": {"labels": {"poke": "1"}}}),
+    )
+    .await;
+    wait_for("the Projection deleted", TIMEOUT, || async {
+        match projections.get_opt("cfg").await {
+            Ok(None) => Ok(()),
+            Ok(Some(p)) => Err(format!("finalizers {:?}", p.metadata.finalizers)),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
     env.finish().await;
 }

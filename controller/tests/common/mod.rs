@@ -204,3 +204,64 @@ where
 pub fn data_of(cm: &ConfigMap) -> Value {
     serde_json::to_value(cm.data.clone().unwrap_or_default()).unwrap_or_default()
 }
+
+/// A ValidatingAdmissionPolicy and its binding, limited to one namespace, that deny what
+/// `expression` refuses (for `operations` on `resource` of `group`); both are deleted on drop.
+/// Lets a test make the apiserver refuse a write without running a webhook.
+pub struct DenyPolicy {
+    _guards: [projection_tests::ClusterScopedGuard; 2],
+}
+
+impl DenyPolicy {
+    /// Creates the policy; returns once it is in force, which `probe` (a dry-run write it must
+    /// refuse) tells.
+    pub async fn create<F, Fut>(
+        client: &Client,
+        name: &str,
+        rule: (&str, &str, &[&str]),
+        namespace: &str,
+        expression: &str,
+        message: &str,
+        probe: F,
+    ) -> Self
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<(), kube::Error>>,
+    {
+        use k8s_openapi::api::admissionregistration::v1::{
+            ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+        };
+        let (group, resource, operations) = rule;
+        let guards = [
+            projection_tests::ClusterScopedGuard::new("validatingadmissionpolicybindings", name),
+            projection_tests::ClusterScopedGuard::new("validatingadmissionpolicies", name),
+        ];
+        let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+        create(
+            &policies,
+            json!({"metadata": {"name": name}, "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": [group], "apiVersions": ["*"],
+                    "operations": operations, "resources": [resource]}]},
+                "validations": [{"expression": expression, "message": message}]}}),
+        )
+        .await;
+        let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+        create(
+            &bindings,
+            json!({"metadata": {"name": name}, "spec": {"policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels":
+                    {"kubernetes.io/metadata.name": namespace}}}}}),
+        )
+        .await;
+        wait_for(&format!("policy {name} in force"), TIMEOUT, || async {
+            match probe().await {
+                Err(kube::Error::Api(s)) if s.message.contains(message) => Ok(()),
+                other => Err(format!("probe: {other:?}")),
+            }
+        })
+        .await;
+        Self { _guards: guards }
+    }
+}
