@@ -18,7 +18,10 @@ mod writer;
 
 use clap::Parser;
 use futures::StreamExt;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::{
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    kube_aggregator::pkg::apis::apiregistration::v1::APIService,
+};
 use kube::{
     Api, Client, Resource,
     api::PartialObjectMeta,
@@ -207,19 +210,17 @@ async fn run_controllers(
         backoff: context::Backoff::default(),
     });
 
-    // A CRD appearing, changing or going may resolve (or unresolve) source kinds.
-    let crds = watcher::watcher(
-        Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()),
-        watcher::Config::default(),
-    );
-    let crd_ctx = ctx.clone();
-    let crd_task = tokio::spawn(crds.default_backoff().for_each(move |event| {
-        if let Ok(Event::Apply(_) | Event::Delete(_)) = event {
-            crd_ctx.discovery.invalidate();
-            crd_ctx.watches.wake_unresolved();
-        }
-        std::future::ready(())
-    }));
+    // Discovery changes when a CRD, or an APIService (one per served group and version: the
+    // aggregator registers a CRD's versions one by one, and aggregated APIs come this way), appears,
+    // changes or goes: forget cached resolutions and re-resolve the sources of that group.
+    let crd_task = tokio::spawn(follow_discovery_changes::<CustomResourceDefinition>(
+        client.clone(),
+        ctx.clone(),
+    ));
+    let api_service_task = tokio::spawn(follow_discovery_changes::<APIService>(
+        client.clone(),
+        ctx.clone(),
+    ));
 
     let (projection_store, projection_writer) = reflector::store::<Projection>();
     let (cluster_store, cluster_writer) = reflector::store::<ClusterProjection>();
@@ -258,5 +259,49 @@ async fn run_controllers(
     .for_each(log_result);
     tokio::join!(projections, clusters);
     crd_task.abort();
+    api_service_task.abort();
     namespace_task.abort();
+}
+
+/// Invalidates discovery and wakes the CRs following the group of every `K` that changes.
+async fn follow_discovery_changes<K>(client: Client, ctx: Arc<context::Context>)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    watcher::watcher(
+        Api::<PartialObjectMeta<K>>::all(client),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .for_each(|event| {
+        if let Ok(Event::Apply(object) | Event::Delete(object)) = event {
+            ctx.discovery.invalidate();
+            ctx.watches
+                .wake_discovery_followers(group_of(object.metadata.name.as_deref().unwrap_or_default()));
+        }
+        std::future::ready(())
+    })
+    .await;
+}
+
+/// The API group in the name of a CRD (`<plural>.<group>`) or an APIService (`<version>.<group>`,
+/// `v1.` for the core group).
+fn group_of(name: &str) -> &str {
+    name.split_once('.').map_or("", |(_, group)| group)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn group_of_crd_and_api_service_names() {
+        assert_eq!(super::group_of("widgets.example.com"), "example.com");
+        assert_eq!(super::group_of("v1beta1.example.com"), "example.com");
+        assert_eq!(super::group_of("v1."), "");
+    }
 }

@@ -90,11 +90,13 @@ pub async fn read_source(
 ) -> Result<Source, Problem> {
     let resolved = match ctx.discovery.resolve(source).await {
         Ok(r) => {
-            ctx.watches.set_unresolved(waker, false);
+            // An unpinned source follows its group's preferred version as discovery changes.
+            let follows = source.version.is_empty().then_some(source.group.as_str());
+            ctx.watches.follow_discovery(waker, follows);
             r
         }
         Err(crate::discovery::ResolveError::Unusable(message)) => {
-            ctx.watches.set_unresolved(waker, true);
+            ctx.watches.follow_discovery(waker, Some(&source.group));
             return Err(Problem::Report {
                 reason: "SourceResolutionFailed",
                 message,

@@ -155,8 +155,9 @@ struct Indexes {
     /// Which CRs wait for coordinates held by a stranger.
     waiters: HashMap<ObjectKey, HashSet<Waker>>,
     waits: HashMap<Waker, Vec<ObjectKey>>,
-    /// CRs whose source kind is unknown; woken when a CRD changes.
-    unresolved: HashSet<Waker>,
+    /// CRs that follow discovery of their source's API group (their kind is unknown, or their
+    /// source names no version): woken when that group's CRDs or APIServices change.
+    discovery_followers: HashMap<Waker, String>,
     /// What we last did to each copy.
     written: HashMap<ObjectKey, Mark>,
 }
@@ -418,19 +419,29 @@ impl WatchRegistry {
         }
     }
 
-    /// Records whether `waker`'s source kind failed to resolve.
-    pub fn set_unresolved(&self, waker: &Waker, unresolved: bool) {
+    /// Records whether `waker` follows discovery of API group `group` (its source kind did not
+    /// resolve, or it takes the group's preferred version), or no longer does (`None`).
+    pub fn follow_discovery(&self, waker: &Waker, group: Option<&str>) {
         let mut ix = self.indexes();
-        if unresolved {
-            ix.unresolved.insert(waker.clone());
-        } else {
-            ix.unresolved.remove(waker);
+        match group {
+            Some(group) => {
+                ix.discovery_followers.insert(waker.clone(), group.to_owned());
+            }
+            None => {
+                ix.discovery_followers.remove(waker);
+            }
         }
     }
 
-    /// Wakes every CR whose source kind did not resolve (a CRD changed).
-    pub fn wake_unresolved(&self) {
-        let wakers: Vec<_> = self.indexes().unresolved.iter().cloned().collect();
+    /// Wakes every CR that follows discovery of `group` (a CRD or APIService of it changed).
+    pub fn wake_discovery_followers(&self, group: &str) {
+        let wakers: Vec<_> = self
+            .indexes()
+            .discovery_followers
+            .iter()
+            .filter(|(_, g)| g.as_str() == group)
+            .map(|(w, _)| w.clone())
+            .collect();
         for w in wakers {
             self.wake.send(w);
         }
@@ -445,7 +456,7 @@ impl WatchRegistry {
         for old in ix.waits.remove(waker).unwrap_or_default() {
             remove_from(&mut ix.waiters, &old, waker);
         }
-        ix.unresolved.remove(waker);
+        ix.discovery_followers.remove(waker);
     }
 
     /// Records that we are about to write a copy.

@@ -37,6 +37,8 @@ fn controller_rules(kinds: &[&str]) -> Value {
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
          "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["apiregistration.k8s.io"], "resources": ["apiservices"],
+         "verbs": ["get", "list", "watch"]},
     ])
 }
 

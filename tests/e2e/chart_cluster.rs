@@ -689,6 +689,7 @@ async fn rbac_matrix_through_subject_access_reviews() {
         (&controller, "create", "events.k8s.io", "events", Some(b), true),
         (&controller, "watch", "", "namespaces", None, true),
         (&controller, "watch", "apiextensions.k8s.io", "customresourcedefinitions", None, true),
+        (&controller, "watch", "apiregistration.k8s.io", "apiservices", None, true),
         (&controller, "patch", p, "projections", Some(b), true),
         (&controller, "patch", p, "projections/status", Some(b), true),
         (&controller, "patch", p, "clusterprojections/status", None, true),
