@@ -432,7 +432,9 @@ fn controller_rbac_follows_supported_kinds_and_keeps_what_it_needs() {
             verbs_on(role, "apiextensions.k8s.io", "customresourcedefinitions")
                 .is_superset(&set(&["list", "watch"]))
         );
-        assert!(verbs_on(role, "apiregistration.k8s.io", "apiservices").is_superset(&set(&["list", "watch"])));
+        assert!(
+            verbs_on(role, "apiregistration.k8s.io", "apiservices").is_superset(&set(&["list", "watch"]))
+        );
         assert!(
             verbs_on(role, "projection.sh", "projections")
                 .is_superset(&set(&["get", "list", "watch", "patch"]))

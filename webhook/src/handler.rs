@@ -60,6 +60,12 @@ async fn handle<C: Cluster>(app: &App<C>, endpoint: Endpoint, body: Body) -> Res
         Ok(request) => {
             let (answer, verdict) = review(endpoint, app.settings, &app.cluster, &request).await;
             log_outcome(endpoint, &request, &answer, verdict);
+            if let Verdict::Error(category) = verdict {
+                app.metrics
+                    .errors_total
+                    .get_or_create(&CategoryLabels { category })
+                    .inc();
+            }
             let labels = RequestLabels {
                 endpoint: endpoint.label(),
                 resource: resource_label(&request),

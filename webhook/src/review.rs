@@ -56,8 +56,8 @@ pub enum Verdict {
     Allowed,
     /// Denied by a rule.
     Denied,
-    /// Denied because a policy could not be checked.
-    Error,
+    /// Denied because a policy could not be checked (the error's category, for the errors metric).
+    Error(&'static str),
 }
 
 impl Verdict {
@@ -66,7 +66,7 @@ impl Verdict {
         match self {
             Self::Allowed => "allowed",
             Self::Denied => "denied",
-            Self::Error => "error",
+            Self::Error(_) => "error",
         }
     }
 }
@@ -176,7 +176,7 @@ pub async fn review<C: Cluster>(
                 Ok(PolicyVerdict::Deny(message)) => deny(message),
                 Err(error) => (
                     AdmissionResponse::from(request).deny(policy_failure(&error)),
-                    Verdict::Error,
+                    Verdict::Error(error.category()),
                 ),
             }
         }

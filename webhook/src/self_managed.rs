@@ -179,9 +179,9 @@ impl SecretKeeper {
                     failures = failures.saturating_add(1);
                     let delay = Duration::from_secs(1 << failures.min(6)).min(Duration::from_secs(60));
                     if matches!(e, SelfManagedError::NotOurs { .. }) {
-                        tracing::error!(error = %e, "self-managed certificate Secret is not ours; not touching it");
+                        tracing::error!(category = e.category(), error = %e, "self-managed certificate Secret is not ours; not touching it");
                     } else {
-                        tracing::warn!(error = %e, ?delay, "self-managed certificate Secret not updated; retrying");
+                        tracing::warn!(category = e.category(), error = %e, ?delay, "self-managed certificate Secret not updated; retrying");
                     }
                     wake = Instant::now() + delay;
                 }

@@ -65,7 +65,17 @@ impl Cluster for FixedCluster {
         namespace: &str,
         name: &str,
     ) -> Result<Option<BTreeMap<String, String>>, PolicyError> {
-        Ok(self.sources.get(&format!("{namespace}/{name}")).cloned())
+        // Two sources the webhook's own reads fail on: RBAC (permanent) and a server error.
+        let refusal = |code: u16, reason: &str| {
+            let status = kube::core::Status::failure(&format!("configmaps \"{name}\" {reason}"), reason)
+                .with_code(code);
+            Err(PolicyError::SourceRead(kube::Error::Api(Box::new(status))))
+        };
+        match name {
+            "forbidden" => refusal(403, "Forbidden"),
+            "broken" => refusal(500, "InternalError"),
+            _ => Ok(self.sources.get(&format!("{namespace}/{name}")).cloned()),
+        }
     }
 }
 
@@ -454,4 +464,38 @@ async fn random_truncated_and_mangled_bodies_always_get_a_well_formed_answer() {
 fn patch_of(response: &Value) -> Value {
     let bytes: Vec<u8> = serde_json::from_value(response["patch"].clone()).expect("patch bytes");
     serde_json::from_slice(&bytes).expect("patch is JSON")
+}
+
+#[tokio::test]
+async fn a_source_the_webhook_cannot_read_is_denied_saying_why_and_counted() {
+    let metrics = Arc::new(Metrics::unregistered());
+    let app = router(Arc::new(App {
+        settings: settings(false),
+        cluster: FixedCluster::default(),
+        metrics: metrics.clone(),
+    }));
+    let source = |name: &str| {
+        with_spec(json!({"source": {"kind": "ConfigMap", "namespace": "platform", "name": name}}))
+    };
+    let forbidden = post(&app, "/validate", &source("forbidden")).await;
+    assert!(
+        denial(&forbidden).contains("projection may not read configmaps")
+            && denial(&forbidden).contains("supportedKinds"),
+        "{forbidden}"
+    );
+    let broken = post(&app, "/validate", &source("broken")).await;
+    assert!(
+        denial(&broken).starts_with("cannot check the source right now"),
+        "{broken}"
+    );
+    let counted = metrics
+        .errors_total
+        .get_or_create(&webhook::metrics::CategoryLabels {
+            category: "source_read",
+        })
+        .get();
+    assert_eq!(
+        counted, 1,
+        "only the failed check counts as an error; RBAC is a verdict"
+    );
 }
