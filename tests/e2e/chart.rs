@@ -142,6 +142,10 @@ fn template_refuses_inconsistent_values_with_a_clear_message() {
             "controller.leaderElection.enabled",
         ),
         (
+            vec![("webhook.replicas", json!(1))],
+            "webhook.podDisruptionBudget.minAvailable (1) must be below webhook.replicas (1)",
+        ),
+        (
             vec![("webhook.certificate.mode", json!("provided"))],
             "webhook.certificate.provided.secretName is required",
         ),
