@@ -99,6 +99,11 @@ spec:
 YAML
 # --- end of admission webhook -------------------------------------------------------------------
 
+say "The Helm chart (charts/projection): lint, and what it installs (docs/getting-started.md)"
+helm lint --strict charts/projection | tail -n 1
+helm template projection charts/projection -n projection-system |
+  awk '/^kind:/ {kind=$2} /^  name:/ && kind {print kind "/" $2; kind=""}' | sort
+
 say "Done"
 echo "The control plane and the controller keep running. Use them with:"
 echo "  export KUBECONFIG=$KUBECONFIG PATH=$PWD/.testenv/bin:\$PATH"
