@@ -52,18 +52,27 @@ if [ ! -x "$helm_bin/helm" ]; then
 fi
 ln -sf "$helm_bin/helm" "$bin/helm"
 
-# cert-manager's CRDs, for the chart's cert-manager mode: its Go module carries them as plain YAML.
-crds="$cache_root/cert-manager-${CERT_MANAGER_VERSION}"
-if [ ! -s "$crds/cert-manager.io_certificates.yaml" ]; then
-  log "fetching cert-manager ${CERT_MANAGER_VERSION} CRDs from its Go module"
-  module_dir=$(cd "$(mktemp -d)" && go mod download -json "github.com/cert-manager/cert-manager@${CERT_MANAGER_VERSION}" |
-    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-  [ -d "$module_dir/deploy/crds" ] || { log "cert-manager module has no deploy/crds"; exit 1; }
-  mkdir -p "$crds.tmp"
-  cp "$module_dir"/deploy/crds/cert-manager.io_*.yaml "$crds.tmp/"
-  rm -rf "$crds" && mv "$crds.tmp" "$crds"
-fi
-ln -sfn "$crds" "$bin/cert-manager-crds"
+# CRDs of projects the chart integrates with, taken from their Go modules (plain YAML there) and
+# linked into the bin folder for the chart tests.
+# module_crds MODULE VERSION FOLDER GLOB LINK
+module_crds() {
+  local module=$1 version=$2 folder=$3 glob=$4 link=$5
+  local dest="$cache_root/$(basename "$module")-crds-${version}"
+  if [ -z "$(ls "$dest" 2>/dev/null)" ]; then
+    log "fetching the CRDs of $module $version from its Go module"
+    local dir
+    dir=$(cd "$(mktemp -d)" && go mod download -json "$module@$version" |
+      sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+    [ -d "$dir/$folder" ] || { log "$module $version has no $folder"; exit 1; }
+    rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
+    cp "$dir/$folder"/$glob "$dest.tmp/"
+    rm -rf "$dest" && mv "$dest.tmp" "$dest"
+  fi
+  ln -sfn "$dest" "$bin/$link"
+}
+module_crds github.com/cert-manager/cert-manager "$CERT_MANAGER_VERSION" deploy/crds 'cert-manager.io_*.yaml' cert-manager-crds
+module_crds github.com/prometheus-operator/prometheus-operator "$PROMETHEUS_OPERATOR_VERSION" \
+  example/prometheus-operator-crd monitoring.coreos.com_servicemonitors.yaml prometheus-operator-crds
 
 "$bin/kube-apiserver" --version >&2
 echo "$bin"

@@ -147,11 +147,16 @@ async fn install_upgrade_uninstall_in_every_certificate_mode() {
     let _serial = exclusive().await;
     let client = client().await;
     install_crds(&client).await;
-    install_cert_manager_crds(&client).await;
+    install_integration_crds(&client).await;
     for mode in ["self-managed", "provided", "cert-manager"] {
         let ns = TestNamespace::create(&client, &format!("chart-{mode}")).await;
         let release_name = format!("projection-{mode}");
-        let mut values = vec![("webhook.certificate.mode", json!(mode))];
+        // The optional objects too, so the apiserver (and the ServiceMonitor CRD) validate them.
+        let mut values = vec![
+            ("webhook.certificate.mode", json!(mode)),
+            ("metrics.serviceMonitor.enabled", json!(true)),
+            ("networkPolicy.enabled", json!(true)),
+        ];
         if mode == "provided" {
             // The user's own Secret and CA, made before the install.
             let service = format!("{release_name}-webhook");
@@ -230,11 +235,20 @@ async fn install_upgrade_uninstall_in_every_certificate_mode() {
     }
 }
 
-async fn install_cert_manager_crds(client: &kube::Client) {
-    // The trailing slash makes kubectl follow the link to the folder (the cache keeps the files).
-    let dir = format!("{}/", control_plane_bin().join("cert-manager-crds").display());
-    kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", &dir]);
-    for crd in ["certificates.cert-manager.io", "issuers.cert-manager.io"] {
+/// The CRDs of cert-manager and of prometheus-operator's ServiceMonitor (from their Go modules,
+/// cached by `tests/control-plane/build.sh`), so the apiserver validates what the chart renders for
+/// them.
+async fn install_integration_crds(client: &kube::Client) {
+    for folder in ["cert-manager-crds", "prometheus-operator-crds"] {
+        // The trailing slash makes kubectl follow the link to the folder (the cache keeps the files).
+        let dir = format!("{}/", control_plane_bin().join(folder).display());
+        kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", &dir]);
+    }
+    for crd in [
+        "certificates.cert-manager.io",
+        "issuers.cert-manager.io",
+        "servicemonitors.monitoring.coreos.com",
+    ] {
         wait_crd_established(client, crd).await;
     }
 }
@@ -491,7 +505,7 @@ async fn cert_manager_mode_serves_the_issued_certificate_through_the_service() {
     let _serial = exclusive().await;
     let client = client().await;
     install_crds(&client).await;
-    install_cert_manager_crds(&client).await;
+    install_integration_crds(&client).await;
     let system = TestNamespace::create(&client, "chart-cm").await;
     let values = vec![("webhook.certificate.mode", json!("cert-manager"))];
     let release = Release::install("projection-cm", system.name(), &values);
