@@ -7,24 +7,23 @@
 
 use crate::{
     context::Context,
-    error::{Error, api_error},
+    error::Error,
     events::Action as Verb,
     metrics::E2eLabels,
     reconcile::{Failure, Problem, ProjectionKind, Retry, conclude, gvk_display, read_source},
     watches::{ObjectKey, Tier, Waker},
-    writer::{FIELD_MANAGER, Removed, WriteError, Written, recorded_resource, remove_known, write_copy},
+    writer::{Removed, WriteError, Written, recorded_resource, remove_known, write_copy},
 };
 use futures::StreamExt;
 use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::{
     Api, Resource, ResourceExt,
-    api::{ApiResource, DynamicObject, Patch, PatchParams},
+    api::{ApiResource, DynamicObject},
     runtime::{
         controller::Action,
         reflector::{ObjectRef, Store},
     },
 };
-use serde_json::json;
 use shared::{
     crd::{ClusterProjection, ClusterProjectionStatus, NamespaceFailure, WrittenDestination},
     destination::{Target, build_destination},
@@ -127,7 +126,7 @@ async fn apply(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error> {
         }
     };
     let (next, outcome, retry) = next;
-    write_status(cp, ctx, &status, next).await?;
+    crate::reconcile::write_status(cp, ctx, &status, &next).await?;
     conclude(
         ctx,
         KIND,
@@ -572,26 +571,4 @@ async fn cleanup(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error>
     ctx.watches.forget(&Waker::Cluster(cp_ref));
     // The backoff is reset by `reconcile` once the finalizer is removed too.
     Ok(Action::await_change())
-}
-
-/// Writes the status when it differs from what is stored (server-side apply of the status only).
-async fn write_status(
-    cp: &ClusterProjection,
-    ctx: &Context,
-    current: &ClusterProjectionStatus,
-    next: ClusterProjectionStatus,
-) -> Result<(), Error> {
-    if next == *current {
-        return Ok(());
-    }
-    let api: Api<ClusterProjection> = Api::all(ctx.client.clone());
-    let body = json!({"apiVersion": "projection.sh/v1", "kind": KIND, "status": next});
-    api.patch_status(
-        &cp.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await
-    .map_err(api_error("writing status"))?;
-    Ok(())
 }

@@ -32,6 +32,40 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub settings: Settings,
     pub backoff: Backoff,
+    pub statuses: WrittenStatuses,
+}
+
+/// The status the controller last wrote to each CR (by uid). The reflector's copy of a CR can lag
+/// behind our own last status write (a source deleted and recreated within milliseconds gives two
+/// reconciles in a row), so "unchanged" must hold against both it and this record.
+#[derive(Default)]
+pub struct WrittenStatuses {
+    written: Mutex<HashMap<String, serde_json::Value>>,
+}
+
+impl WrittenStatuses {
+    /// Whether `next` equals what we last wrote to `uid` (true when we wrote nothing yet: then the
+    /// CR's own status is all there is to compare with).
+    pub fn matches(&self, uid: &str, next: &serde_json::Value) -> bool {
+        self.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            .is_none_or(|last| last == next)
+    }
+
+    /// Records a status written to `uid`.
+    pub fn record(&self, uid: &str, status: serde_json::Value) {
+        self.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid.to_owned(), status);
+    }
+
+    /// Forgets a CR that is gone.
+    pub fn forget(&self, uid: &str) {
+        self.written.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
+    }
 }
 
 /// Per-object exponential backoff: 500 ms, 1 s, 2 s, ... up to the cap; reset on success.
@@ -63,6 +97,23 @@ impl Backoff {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_status_is_unchanged_only_against_what_we_last_wrote() {
+        let statuses = WrittenStatuses::default();
+        let ready = serde_json::json!({"conditions": [{"type": "Ready", "status": "True"}]});
+        let deleted = serde_json::json!({"conditions": [{"type": "Ready", "status": "False"}]});
+        assert!(
+            statuses.matches("uid", &ready),
+            "nothing written yet: the CR's status decides"
+        );
+        statuses.record("uid", deleted.clone());
+        // The reflector may still show Ready (stale), but we last wrote SourceDeleted: write again.
+        assert!(!statuses.matches("uid", &ready));
+        assert!(statuses.matches("uid", &deleted));
+        statuses.forget("uid");
+        assert!(statuses.matches("uid", &ready));
+    }
+
     use super::*;
 
     #[test]

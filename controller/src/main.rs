@@ -208,6 +208,7 @@ async fn run_controllers(
         metrics,
         settings,
         backoff: context::Backoff::default(),
+        statuses: context::WrittenStatuses::default(),
     });
 
     // Discovery changes when a CRD, or an APIService (one per served group and version: the

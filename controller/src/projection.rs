@@ -4,20 +4,19 @@
 
 use crate::{
     context::Context,
-    error::{Error, api_error},
+    error::Error,
     events::Action as Verb,
     metrics::E2eLabels,
     reconcile::{Failure, Problem, ProjectionKind, Retry, conclude, gvk_display, read_source},
     watches::{ObjectKey, Tier, Waker},
-    writer::{FIELD_MANAGER, Removed, Written, remove_copy, write_copy},
+    writer::{Removed, Written, remove_copy, write_copy},
 };
 use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::{
     Api, Resource, ResourceExt,
-    api::{ApiResource, DynamicObject, Patch, PatchParams},
+    api::{ApiResource, DynamicObject},
     runtime::{controller::Action, reflector::ObjectRef},
 };
-use serde_json::json;
 use shared::{
     crd::{Projection, ProjectionStatus, WrittenDestination},
     destination::{Target, build_destination},
@@ -369,7 +368,7 @@ async fn cleanup(p: &Projection, ctx: &Context) -> Result<Action, Error> {
     Ok(Action::await_change())
 }
 
-/// Writes the status when it differs from what is stored (server-side apply of the status only).
+/// Writes the status the outcome calls for.
 async fn write_status(
     p: &Projection,
     ctx: &Context,
@@ -391,17 +390,5 @@ async fn write_status(
         destination_name,
         written_destination: written,
     };
-    if next == *current {
-        return Ok(());
-    }
-    let api: Api<Projection> = Api::namespaced(ctx.client.clone(), &p.namespace().unwrap_or_default());
-    let body = json!({"apiVersion": "projection.sh/v1", "kind": KIND, "status": next});
-    api.patch_status(
-        &p.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await
-    .map_err(api_error("writing status"))?;
-    Ok(())
+    crate::reconcile::write_status(p, ctx, current, &next).await
 }

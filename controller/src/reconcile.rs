@@ -4,15 +4,16 @@
 
 use crate::{
     context::Context,
-    error::{Error, describe_status, forbidden_message},
+    error::{Error, api_error, describe_status, forbidden_message},
     events::Action as Verb,
     metrics::{KindLabels, ReconcileLabels},
     watches::{Tier, Waker, WatchError},
+    writer::FIELD_MANAGER,
 };
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
     Api, Resource, ResourceExt,
-    api::{ApiResource, DynamicObject},
+    api::{ApiResource, DynamicObject, Patch, PatchParams},
     runtime::{
         controller::Action,
         finalizer::{Event as Finalizer, finalizer},
@@ -321,6 +322,7 @@ pub async fn reconcile<K: ProjectionKind>(object: Arc<K>, ctx: Arc<Context>) -> 
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)));
     if deleting && result.is_ok() {
+        ctx.statuses.forget(&uid);
         // The copies are gone and so is the finalizer: nothing of this CR is left to retry. Reset
         // only now, not in `cleanup`: when removing the finalizer fails (e.g. an admission webhook
         // is down), the retries must keep backing off.
@@ -354,4 +356,32 @@ fn backoff_after(ctx: &Context, kind: &'static str, uid: &str, name: &str, error
     let delay = ctx.backoff.next_delay(uid, ctx.settings.requeue_cap);
     tracing::info!(kind, name, error = %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
+}
+
+/// Writes `next` as the status of `object` (server-side apply of the status only), unless it equals
+/// both the status the object carries (`current`, from the reflector, which may lag) and the status
+/// we last wrote to it.
+pub async fn write_status<K: ProjectionKind, S: Serialize + PartialEq>(
+    object: &K,
+    ctx: &Context,
+    current: &S,
+    next: &S,
+) -> Result<(), Error> {
+    let uid = object.uid().unwrap_or_default();
+    let value = serde_json::to_value(next).unwrap_or_default();
+    if next == current && ctx.statuses.matches(&uid, &value) {
+        return Ok(());
+    }
+    let body = serde_json::json!({"apiVersion": "projection.sh/v1", "kind": K::KIND, "status": value});
+    object
+        .api(ctx.client.clone())
+        .patch_status(
+            &object.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(api_error("writing status"))?;
+    ctx.statuses.record(&uid, value);
+    Ok(())
 }
