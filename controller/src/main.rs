@@ -156,13 +156,7 @@ fn cr_stream<K>(
     finalizer: &'static str,
 ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Watchable,
 {
     watcher::watcher(
         Api::<K>::all(client.clone()),
@@ -175,6 +169,22 @@ where
         move |o: &K| reconcile_relevant(o, finalizer),
         PredicateConfig::default(),
     )
+}
+
+/// A kind the controller lists and watches cluster-wide.
+trait Watchable:
+    Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static
+{
+}
+impl<K> Watchable for K where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
 }
 
 fn log_result<T, E: std::fmt::Display>(result: Result<T, E>) -> std::future::Ready<()> {
@@ -267,13 +277,7 @@ async fn run_controllers(
 /// Invalidates discovery and wakes the CRs following the group of every `K` that changes.
 async fn follow_discovery_changes<K>(client: Client, ctx: Arc<context::Context>)
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Watchable,
 {
     watcher::watcher(
         Api::<PartialObjectMeta<K>>::all(client),

@@ -330,22 +330,7 @@ async fn services_run_as_the_chart_service_accounts_with_narrowed_kinds() {
         "NOTES' Projection was refused: {}",
         stderr(&out)
     );
-    wait_for("the copy of app-settings", TIMEOUT, || async {
-        let out = kubectl(&[
-            "-n",
-            team.name(),
-            "get",
-            "configmap",
-            "app-settings",
-            "-o",
-            "jsonpath={.data.color}",
-        ]);
-        match String::from_utf8_lossy(&out.stdout).as_ref() {
-            "blue" => Ok(()),
-            other => Err(format!("color {other:?}: {}", stderr(&out))),
-        }
-    })
-    .await;
+    wait_for_copy_color(team.name(), "blue").await;
     let ready = kubectl_ok(&[
         "-n",
         team.name(),
@@ -382,19 +367,7 @@ async fn services_run_as_the_chart_service_accounts_with_narrowed_kinds() {
         "-p",
         r#"{"data":{"color":"green"}}"#,
     ]);
-    wait_for("the edit to reach the copy", TIMEOUT, || async {
-        let color = kubectl_ok(&[
-            "-n",
-            team.name(),
-            "get",
-            "configmap",
-            "app-settings",
-            "-o",
-            "jsonpath={.data.color}",
-        ]);
-        if color == "green" { Ok(()) } else { Err(color) }
-    })
-    .await;
+    wait_for_copy_color(team.name(), "green").await;
 
     // A ClusterProjection fans out to labelled namespaces.
     let tier = format!("chart-sa-{}", std::process::id());
@@ -488,6 +461,32 @@ async fn services_run_as_the_chart_service_accounts_with_narrowed_kinds() {
     release.uninstall();
     webhook.terminate();
     system.delete_and_wait(&client).await;
+}
+
+/// Waits until the copy `app-settings` in `namespace` has `data.color` = `color`.
+async fn wait_for_copy_color(namespace: &str, color: &str) {
+    wait_for(
+        &format!("the copy of app-settings with color {color}"),
+        TIMEOUT,
+        || async {
+            let out = kubectl(&[
+                "-n",
+                namespace,
+                "get",
+                "configmap",
+                "app-settings",
+                "-o",
+                "jsonpath={.data.color}",
+            ]);
+            let seen = String::from_utf8_lossy(&out.stdout);
+            if seen == color {
+                Ok(())
+            } else {
+                Err(format!("color {seen:?}: {}", stderr(&out)))
+            }
+        },
+    )
+    .await;
 }
 
 /// The YAML document NOTES.txt tells the user to save: from `apiVersion:` to the next blank line.

@@ -419,33 +419,26 @@ pub trait WebhookConfiguration:
     fn entries(&self) -> Vec<WebhookEntry<'_>>;
 }
 
-impl WebhookConfiguration for ValidatingWebhookConfiguration {
-    const TARGET: &'static str = "validating_configuration";
-    fn entries(&self) -> Vec<WebhookEntry<'_>> {
-        self.webhooks
-            .iter()
-            .flatten()
-            .map(|w| WebhookEntry {
-                name: &w.name,
-                ca_bundle: w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()),
-            })
-            .collect()
-    }
+/// Both configuration kinds have the same `webhooks[].clientConfig.caBundle` shape.
+macro_rules! webhook_configuration {
+    ($kind:ty, $target:literal) => {
+        impl WebhookConfiguration for $kind {
+            const TARGET: &'static str = $target;
+            fn entries(&self) -> Vec<WebhookEntry<'_>> {
+                self.webhooks
+                    .iter()
+                    .flatten()
+                    .map(|w| WebhookEntry {
+                        name: &w.name,
+                        ca_bundle: w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()),
+                    })
+                    .collect()
+            }
+        }
+    };
 }
-
-impl WebhookConfiguration for MutatingWebhookConfiguration {
-    const TARGET: &'static str = "mutating_configuration";
-    fn entries(&self) -> Vec<WebhookEntry<'_>> {
-        self.webhooks
-            .iter()
-            .flatten()
-            .map(|w| WebhookEntry {
-                name: &w.name,
-                ca_bundle: w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()),
-            })
-            .collect()
-    }
-}
+webhook_configuration!(ValidatingWebhookConfiguration, "validating_configuration");
+webhook_configuration!(MutatingWebhookConfiguration, "mutating_configuration");
 
 /// A patch needed within this long of the previous one means someone keeps resetting the bundle:
 /// the next patch waits (1 s, doubling, up to a minute) so the two writers do not hot-loop.
