@@ -1,6 +1,7 @@
 //! The controller's errors. Each has a fixed category, used as a metric label and in logs.
 
 use kube::{api::ApiResource, runtime::finalizer};
+use shared::reason::Reason;
 use thiserror::Error;
 
 /// What can make a reconcile fail (and be retried with backoff).
@@ -22,7 +23,7 @@ pub enum Error {
     #[error("{reason}: {message}")]
     Retry {
         /// The condition reason.
-        reason: String,
+        reason: Reason,
         /// The condition message.
         message: String,
     },
@@ -188,7 +189,7 @@ mod tests {
     #[test]
     fn the_category_is_the_wrapped_error_s() {
         let handled = || Error::Retry {
-            reason: "SourceFetchFailed".into(),
+            reason: Reason::SourceFetchFailed,
             message: "m".into(),
         };
         let api = || Error::Api {

@@ -1,9 +1,10 @@
-//! Kubernetes events (`events.k8s.io/v1`) about our CRs, with the Go operator's reasons and action
-//! verbs. A repeat of the same event (same object, type, reason, action and note) within a few
+//! Kubernetes events (`events.k8s.io/v1`) about our CRs, with the Go operator's reasons; each
+//! reason gives its event's type (Normal or Warning) and action verb. A repeat of the same event (same object, type, reason, action and note) within a few
 //! minutes updates the existing event's series instead of creating another. Unlike kube's
 //! `Recorder`, the note is part of that identity: a conflict in another namespace is a new event, not
 //! a count on the first one.
 
+use futures::StreamExt;
 use k8s_openapi::{
     api::{core::v1::ObjectReference, events::v1::Event as K8sEvent, events::v1::EventSeries},
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
@@ -13,6 +14,7 @@ use kube::{
     Api, Client,
     api::{Patch, PatchParams, PostParams},
 };
+use shared::{fan_out::EventNote, reason::Reason};
 use std::{
     collections::HashMap,
     sync::{
@@ -24,37 +26,13 @@ use std::{
 /// How long a published event can be continued as a series.
 const SERIES_WINDOW: SignedDuration = SignedDuration::from_mins(6);
 const REPORTING_CONTROLLER: &str = "projection-controller";
-
-/// The verb of an event (`action`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Action {
-    Create,
-    Update,
-    Delete,
-    Get,
-    Validate,
-    Resolve,
-}
-
-impl Action {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Create => "Create",
-            Self::Update => "Update",
-            Self::Delete => "Delete",
-            Self::Get => "Get",
-            Self::Validate => "Validate",
-            Self::Resolve => "Resolve",
-        }
-    }
-}
+/// How many events of one pass are published at once.
+const CONCURRENT_PUBLISHES: usize = 8;
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct Key {
     regarding_uid: String,
-    warning: bool,
-    reason: String,
-    action: Action,
+    reason: Reason,
     note: String,
 }
 
@@ -87,31 +65,25 @@ impl Events {
         }
     }
 
-    /// A Normal event.
-    pub async fn normal(&self, about: &ObjectReference, reason: &str, action: Action, note: String) {
-        self.publish(about, false, reason, action, note).await;
+    /// Publishes the events of one pass about `about`, a few at a time: a fan-out that failed in
+    /// hundreds of namespaces does not wait for hundreds of requests in a row.
+    pub async fn publish_all(&self, about: &ObjectReference, events: Vec<EventNote>) {
+        futures::stream::iter(events)
+            .for_each_concurrent(CONCURRENT_PUBLISHES, |e| self.publish(about, e.reason, e.note))
+            .await;
     }
 
-    /// A Warning event.
-    pub async fn warning(&self, about: &ObjectReference, reason: &str, action: Action, note: String) {
-        self.publish(about, true, reason, action, note).await;
-    }
-
-    async fn publish(
-        &self,
-        about: &ObjectReference,
-        warning: bool,
-        reason: &str,
-        action: Action,
-        note: String,
-    ) {
+    /// Publishes an event with `reason` about `about`.
+    pub async fn publish(&self, about: &ObjectReference, reason: Reason, note: String) {
+        if reason.verb().is_none() {
+            tracing::warn!(%reason, "not an event reason; nothing published");
+            return;
+        }
         // The API refuses notes over 1 kB.
         let note: String = note.chars().take(1000).collect();
         let key = Key {
             regarding_uid: about.uid.clone().unwrap_or_default(),
-            warning,
-            reason: reason.to_owned(),
-            action,
+            reason,
             note,
         };
         let now = Timestamp::now();
@@ -151,7 +123,7 @@ impl Events {
                     },
                 );
             }
-            Err(e) => tracing::warn!(reason, error = %e, "could not publish event"),
+            Err(e) => tracing::warn!(%reason, error = %e, "could not publish event"),
         }
     }
 
@@ -177,10 +149,17 @@ impl Events {
                 ..Default::default()
             },
             event_time: Some(MicroTime(now)),
-            action: Some(key.action.as_str().to_owned()),
-            reason: Some(key.reason.clone()),
+            action: key.reason.verb().map(|verb| verb.as_str().to_owned()),
+            reason: Some(key.reason.as_str().to_owned()),
             note: Some(key.note.clone()),
-            type_: Some(if key.warning { "Warning" } else { "Normal" }.to_owned()),
+            type_: Some(
+                if key.reason.is_warning() {
+                    "Warning"
+                } else {
+                    "Normal"
+                }
+                .to_owned(),
+            ),
             regarding: Some(about.clone()),
             reporting_controller: Some(REPORTING_CONTROLLER.to_owned()),
             reporting_instance: Some(self.instance.clone()),

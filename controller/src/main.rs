@@ -2,7 +2,7 @@
 //! one of several replicas behind a leader Lease.
 
 mod cli;
-mod cluster;
+mod cluster_projection;
 mod context;
 mod discovery;
 mod error;

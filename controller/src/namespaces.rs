@@ -4,7 +4,7 @@
 //! matched its labels before or after the event. No API call, and no scan of ClusterProjections
 //! that list other namespaces.
 
-use crate::watches::{Wake, Waker};
+use crate::watches::{CrRef, Wake};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
@@ -67,7 +67,7 @@ impl Namespaces {
                 match event {
                     Ok(event) => {
                         for cp in self.apply(event) {
-                            wake.send(Waker::Cluster(cp));
+                            wake.send(CrRef::Cluster(cp));
                         }
                     }
                     Err(e) => tracing::warn!(error = %e, "namespace watch error; retrying"),

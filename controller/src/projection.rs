@@ -5,10 +5,9 @@
 use crate::{
     context::Context,
     error::Error,
-    events::Action as Verb,
     metrics::E2eLabels,
-    reconcile::{Failure, Problem, ProjectionKind, Retry, conclude, gvk_display, read_source},
-    watches::{ObjectKey, Tier, Waker},
+    reconcile::{Problem, ProjectionKind, conclude, gvk_display, read_source},
+    watches::{CrRef, ObjectKey, Tier},
     writer::{Removed, Written, remove_copy, write_copy},
 };
 use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
@@ -22,8 +21,11 @@ use shared::{
     destination::{Target, build_destination},
     keys::PROJECTION_FINALIZER,
     ownership::Owner,
+    reason::{Reason, Retry},
+    self_copy::self_copy,
     source::GroupKind,
-    status::{Outcome, next_conditions},
+    status::{Failure, Outcome, projection_status},
+    unwanted::earlier_copy,
 };
 
 const KIND: &str = "Projection";
@@ -76,11 +78,18 @@ async fn apply(p: &Projection, ctx: &Context) -> Result<Action, Error> {
                 note: String::new(),
             },
             Some(written),
-            None,
+            Retry::OnChange,
         ),
-        Err(f) => (f.outcome, f.written, Some(f.retry)),
+        Err(f) => (f.outcome, f.written, f.retry),
     };
-    write_status(p, ctx, &status, &outcome, written).await?;
+    let next = projection_status(
+        &status,
+        &outcome,
+        written,
+        p.meta().generation,
+        &Time(Timestamp::now()),
+    );
+    crate::reconcile::write_status(p, ctx, &status, &next).await?;
     let name = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
     conclude(ctx, KIND, (&name, &p.uid().unwrap_or_default()), &outcome, retry)
 }
@@ -91,7 +100,7 @@ async fn project(
     ctx: &Context,
     status: &ProjectionStatus,
 ) -> Result<(WrittenDestination, String), Failure> {
-    let waker = Waker::Projection(ObjectRef::from_obj(p));
+    let waker = CrRef::Projection(ObjectRef::from_obj(p));
     let owner = owner_of(p);
     let about = p.object_ref(&());
     let source = &p.spec.source;
@@ -120,27 +129,24 @@ async fn project(
     };
 
     let target = target_of(p);
-    let failed = |reason: &str, message: String, retry: Retry| Failure {
+    let failed = |reason: Reason, message: String| Failure {
         outcome: Outcome::DestinationFailed {
             resolved: read.resolved_message.clone(),
-            reason: reason.to_owned(),
+            reason,
             message,
         },
-        retry,
+        retry: reason.retry(),
         written: recorded.clone(),
     };
-    if target.namespace == source.namespace && target.name == source.name {
-        let message = format!(
-            "destination {}/{} is the source object itself; set spec.destination.name or create the Projection in another namespace",
-            target.namespace, target.name
-        );
+    if let Some(found) = self_copy(source, &target.namespace, &target.name) {
+        let message = found.projection_message();
         ctx.events
-            .warning(&about, "DestinationConflict", Verb::Validate, message.clone())
+            .publish(&about, Reason::DestinationConflict, message.clone())
             .await;
-        return Err(failed("DestinationConflict", message, Retry::OnChange));
+        return Err(failed(Reason::DestinationConflict, message));
     }
     let source_value = serde_json::to_value(&read.object)
-        .map_err(|e| failed("DestinationCreateFailed", e.to_string(), Retry::Backoff))?;
+        .map_err(|e| failed(Reason::DestinationCreateFailed, e.to_string()))?;
     let desired = build_destination(&source_value, p.spec.overlay.as_ref(), &owner, &target);
     let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &target.namespace, &read.resource);
     let copy = format!("{}/{}", target.namespace, target.name);
@@ -165,49 +171,40 @@ async fn project(
                         observe_first_copy(p, ctx);
                     }
                     ctx.events
-                        .normal(
+                        .publish(
                             &about,
-                            "Projected",
-                            Verb::Create,
+                            Reason::Projected,
                             format!("projected {gvk} {from} to {copy}"),
                         )
                         .await;
                 }
                 Written::Updated => {
                     ctx.events
-                        .normal(
-                            &about,
-                            "Updated",
-                            Verb::Update,
-                            format!("updated {gvk} {from} to {copy}"),
-                        )
+                        .publish(&about, Reason::Updated, format!("updated {gvk} {from} to {copy}"))
                         .await;
                 }
                 Written::Recreated(why) => {
                     let note = format!("recreated {copy} because an in-place update was refused: {why}");
                     ctx.events
-                        .normal(&about, "DestinationRecreated", Verb::Update, note)
+                        .publish(&about, Reason::DestinationRecreated, note)
                         .await;
                 }
                 Written::Unchanged => {}
             }
         }
         Err(e) => {
-            let retry = if e.is_conflict() {
+            let reason = e.reason();
+            if reason == Reason::DestinationConflict {
+                // Only the stranger's departure can help: its watch event wakes us.
                 let key = ObjectKey {
                     group_kind: read.group_kind.clone(),
                     namespace: target.namespace.clone(),
                     name: target.name.clone(),
                 };
                 ctx.watches.set_waiting(&waker, vec![key]);
-                Retry::OnChange
-            } else {
-                Retry::Backoff
-            };
-            ctx.events
-                .warning(&about, e.reason(), e.verb(), e.message())
-                .await;
-            return Err(failed(e.reason(), e.message(), retry));
+            }
+            ctx.events.publish(&about, reason, e.message()).await;
+            return Err(failed(reason, e.message()));
         }
     }
 
@@ -218,10 +215,7 @@ async fn project(
         kind: read.resource.kind.clone(),
         name: target.name.clone(),
     };
-    let stale = recorded.filter(|old| {
-        old.group != now_written.group || old.kind != now_written.kind || old.name != now_written.name
-    });
-    if let Some(old) = stale
+    if let Some(old) = earlier_copy(recorded.as_ref(), &now_written)
         && remove_recorded(p, ctx, &owner, &about, &old).await.is_err()
     {
         // Keep a record of the old copy until it is gone: retry with backoff.
@@ -232,7 +226,7 @@ async fn project(
         return Err(Failure {
             outcome: Outcome::DestinationFailed {
                 resolved: read.resolved_message.clone(),
-                reason: "DestinationDeleteFailed".into(),
+                reason: Reason::DestinationDeleteFailed,
                 message,
             },
             retry: Retry::Backoff,
@@ -278,9 +272,7 @@ async fn retract(
             match remove_copy(&ctx.watches, &api, group_kind, &target.name, owner).await {
                 Ok(Removed::Deleted) => {
                     let note = format!("{}/{}", target.namespace, target.name);
-                    ctx.events
-                        .normal(about, "DestinationDeleted", Verb::Delete, note)
-                        .await;
+                    ctx.events.publish(about, Reason::DestinationDeleted, note).await;
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -313,19 +305,10 @@ async fn remove_recorded(
     let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &resource);
     let note = format!("{namespace}/{}", recorded.name);
     match remove_copy(&ctx.watches, &api, &group_kind, &recorded.name, owner).await {
-        Ok(Removed::Deleted) => {
-            ctx.events
-                .normal(about, "DestinationDeleted", Verb::Delete, note)
-                .await
-        }
+        Ok(Removed::Deleted) => ctx.events.publish(about, Reason::DestinationDeleted, note).await,
         Ok(Removed::LeftAlone) => {
             ctx.events
-                .normal(
-                    about,
-                    "DestinationLeftAlone",
-                    Verb::Delete,
-                    format!("{note} (not owned)"),
-                )
+                .publish(about, Reason::DestinationLeftAlone, format!("{note} (not owned)"))
                 .await
         }
         Ok(Removed::Absent) => {}
@@ -359,36 +342,11 @@ async fn cleanup(p: &Projection, ctx: &Context) -> Result<Action, Error> {
     .await;
     if !all_gone {
         return Err(Error::Retry {
-            reason: "DestinationDeleteFailed".into(),
+            reason: Reason::DestinationDeleteFailed,
             message: "copies could not be removed yet".into(),
         });
     }
-    ctx.watches.forget(&Waker::Projection(ObjectRef::from_obj(p)));
+    ctx.watches.forget(&CrRef::Projection(ObjectRef::from_obj(p)));
     // The backoff is reset by `reconcile` once the finalizer is removed too.
     Ok(Action::await_change())
-}
-
-/// Writes the status the outcome calls for.
-async fn write_status(
-    p: &Projection,
-    ctx: &Context,
-    current: &ProjectionStatus,
-    outcome: &Outcome,
-    written: Option<WrittenDestination>,
-) -> Result<(), Error> {
-    let destination_name = match outcome {
-        Outcome::Projected { .. } => written.as_ref().map(|w| w.name.clone()),
-        _ => current.destination_name.clone(),
-    };
-    let next = ProjectionStatus {
-        conditions: next_conditions(
-            &current.conditions,
-            outcome,
-            p.meta().generation,
-            &Time(Timestamp::now()),
-        ),
-        destination_name,
-        written_destination: written,
-    };
-    crate::reconcile::write_status(p, ctx, current, &next).await
 }

@@ -5,9 +5,8 @@
 use crate::{
     context::Context,
     error::{Error, api_error, describe_status, forbidden_message},
-    events::Action as Verb,
     metrics::{KindLabels, ReconcileLabels},
-    watches::{Tier, Waker, WatchError},
+    watches::{CrRef, Tier, WatchError},
     writer::FIELD_MANAGER,
 };
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -24,29 +23,11 @@ use serde::{Serialize, de::DeserializeOwned};
 use shared::{
     crd::{SourceRef, WrittenDestination},
     policy::check_projectable,
+    reason::{Reason, Retry},
     source::{GroupKind, SourceKey},
-    status::Outcome,
+    status::{Copies, Failure, Outcome, source_failure},
 };
 use std::{fmt::Debug, future::Future, sync::Arc, time::Instant};
-
-/// How a failed reconcile is retried.
-pub enum Retry {
-    /// Only a watch event can change the outcome (source created, stranger gone, CRD installed, spec
-    /// edited): no timer.
-    OnChange,
-    /// A transient failure: retry with backoff.
-    Backoff,
-}
-
-/// A reconcile that could not put every copy in place; its events are already published.
-pub struct Failure {
-    /// The conditions to report.
-    pub outcome: Outcome,
-    /// When to try again.
-    pub retry: Retry,
-    /// The copies the status should record afterwards (`None` once they were removed).
-    pub written: Option<WrittenDestination>,
-}
 
 /// A source that may be projected, with what is needed to write its copies.
 pub struct Source {
@@ -64,18 +45,16 @@ pub struct Source {
 
 /// Why there is nothing to project.
 pub enum Problem {
-    /// Report and retry; copies stay as they are.
+    /// Report and retry; copies stay as they are. `transient` when an API call failed.
     Report {
-        reason: &'static str,
+        reason: Reason,
         message: String,
-        verb: Verb,
-        retry: Retry,
+        transient: bool,
     },
     /// The source is gone or vetoes projection: every copy must go.
     Withdraw {
-        reason: &'static str,
+        reason: Reason,
         message: String,
-        verb: Verb,
         resource: ApiResource,
     },
 }
@@ -85,7 +64,7 @@ pub enum Problem {
 pub async fn read_source(
     ctx: &Context,
     source: &SourceRef,
-    waker: &Waker,
+    waker: &CrRef,
     tier: Tier,
     ever_projected: bool,
 ) -> Result<Source, Problem> {
@@ -99,18 +78,16 @@ pub async fn read_source(
         Err(crate::discovery::ResolveError::Unusable(message)) => {
             ctx.watches.follow_discovery(waker, Some(&source.group));
             return Err(Problem::Report {
-                reason: "SourceResolutionFailed",
+                reason: Reason::SourceResolutionFailed,
                 message,
-                verb: Verb::Resolve,
-                retry: Retry::OnChange,
+                transient: false,
             });
         }
         Err(crate::discovery::ResolveError::Api(e)) => {
             return Err(Problem::Report {
-                reason: "SourceResolutionFailed",
+                reason: Reason::SourceResolutionFailed,
                 message: format!("discovery failed: {}", crate::error::describe(&e)),
-                verb: Verb::Resolve,
-                retry: Retry::Backoff,
+                transient: true,
             });
         }
     };
@@ -123,16 +100,14 @@ pub async fn read_source(
         .await
         .map_err(|e| match e {
             WatchError::Forbidden(refusal) => Problem::Report {
-                reason: "SourceForbidden",
+                reason: Reason::SourceForbidden,
                 message: forbidden_message("list and watch", &resource, None, &refusal),
-                verb: Verb::Get,
-                retry: Retry::Backoff,
+                transient: true,
             },
             WatchError::NotSynced(message) => Problem::Report {
-                reason: "SourceFetchFailed",
+                reason: Reason::SourceFetchFailed,
                 message,
-                verb: Verb::Get,
-                retry: Retry::Backoff,
+                transient: true,
             },
         })?;
 
@@ -142,37 +117,34 @@ pub async fn read_source(
         Ok(None) => {
             let (reason, message) = if ever_projected {
                 (
-                    "SourceDeleted",
+                    Reason::SourceDeleted,
                     format!("source {}/{} has been deleted", source.namespace, source.name),
                 )
             } else {
                 (
-                    "SourceNotFound",
+                    Reason::SourceNotFound,
                     format!("source {}/{} not found", source.namespace, source.name),
                 )
             };
             return Err(Problem::Withdraw {
                 reason,
                 message,
-                verb: Verb::Get,
                 resource,
             });
         }
         Err(kube::Error::Api(s)) if s.code == 403 => {
             let object = format!("{}/{}", source.namespace, source.name);
             return Err(Problem::Report {
-                reason: "SourceForbidden",
+                reason: Reason::SourceForbidden,
                 message: forbidden_message("get", &resource, Some(&object), &describe_status(&s)),
-                verb: Verb::Get,
-                retry: Retry::Backoff,
+                transient: true,
             });
         }
         Err(e) => {
             return Err(Problem::Report {
-                reason: "SourceFetchFailed",
+                reason: Reason::SourceFetchFailed,
                 message: crate::error::describe(&e),
-                verb: Verb::Get,
-                retry: Retry::Backoff,
+                transient: true,
             });
         }
     };
@@ -185,7 +157,6 @@ pub async fn read_source(
         return Err(Problem::Withdraw {
             reason: blocked.reason,
             message: blocked.message,
-            verb: Verb::Validate,
             resource,
         });
     }
@@ -208,46 +179,18 @@ impl Problem {
         recorded: Option<WrittenDestination>,
         withdrawn: bool,
     ) -> Failure {
-        let (reason, message, verb, retry, written) = match self {
+        let (reason, message, transient, copies) = match self {
             Self::Report {
                 reason,
                 message,
-                verb,
-                retry,
-            } => (reason, message, verb, retry, recorded),
-            Self::Withdraw {
-                reason,
-                message,
-                verb,
-                ..
-            } if withdrawn => (reason, message, verb, Retry::OnChange, None),
-            // Keep the record of copies that could not be removed yet, and retry.
-            Self::Withdraw {
-                reason,
-                message,
-                verb,
-                ..
-            } => (reason, message, verb, Retry::Backoff, recorded),
+                transient,
+            } => (reason, message, transient, Copies::Kept),
+            Self::Withdraw { reason, message, .. } => {
+                (reason, message, false, Copies::Withdrawn { all_gone: withdrawn })
+            }
         };
-        ctx.events.warning(about, reason, verb, message.clone()).await;
-        Failure {
-            outcome: Outcome::SourceFailed {
-                reason: reason.to_owned(),
-                message,
-            },
-            retry,
-            written,
-        }
-    }
-}
-
-/// The `result` label of `projection_reconcile_total` for an outcome.
-pub fn result_label(outcome: &Outcome) -> &'static str {
-    match outcome {
-        Outcome::Projected { .. } => "success",
-        Outcome::DestinationFailed { reason, .. } if reason == "DestinationConflict" => "conflict",
-        Outcome::DestinationFailed { .. } => "destination_error",
-        Outcome::SourceFailed { .. } => "source_error",
+        ctx.events.publish(about, reason, message.clone()).await;
+        source_failure(reason, message, transient, copies, recorded)
     }
 }
 
@@ -257,10 +200,10 @@ pub fn conclude(
     kind: &'static str,
     object: (&str, &str),
     outcome: &Outcome,
-    retry: Option<Retry>,
+    retry: Retry,
 ) -> Result<Action, Error> {
     let (name, uid) = object;
-    let result = result_label(outcome);
+    let result = outcome.category().as_str();
     ctx.metrics
         .reconcile_total
         .get_or_create(&ReconcileLabels { kind, result })
@@ -269,17 +212,17 @@ pub fn conclude(
         kind,
         name,
         result,
-        reason = outcome.reason(),
+        reason = %outcome.reason(),
         message = outcome.message(),
         "reconciled"
     );
     match retry {
-        None | Some(Retry::OnChange) => {
+        Retry::OnChange => {
             ctx.backoff.reset(uid);
             Ok(Action::await_change())
         }
-        Some(Retry::Backoff) => Err(Error::Retry {
-            reason: outcome.reason().to_owned(),
+        Retry::Backoff => Err(Error::Retry {
+            reason: outcome.reason(),
             message: outcome.message().to_owned(),
         }),
     }

@@ -52,14 +52,14 @@ pub struct ObjectKey {
 
 /// A CR that can be woken.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Waker {
+pub enum CrRef {
     /// A Projection.
     Projection(ObjectRef<Projection>),
     /// A ClusterProjection.
     Cluster(ObjectRef<ClusterProjection>),
 }
 
-impl Waker {
+impl CrRef {
     /// The CR that owns copies stamped for `owner`.
     pub fn of(owner: &Owner) -> Self {
         match owner {
@@ -100,11 +100,11 @@ pub struct Wake {
 
 impl Wake {
     /// Queues a reconcile of `waker`.
-    pub fn send(&self, waker: Waker) {
+    pub fn send(&self, waker: CrRef) {
         // A closed channel means the controller is shutting down: nothing left to wake.
         let _ = match waker {
-            Waker::Projection(r) => self.projections.send(r).map_err(|_| ()),
-            Waker::Cluster(r) => self.clusters.send(r).map_err(|_| ()),
+            CrRef::Projection(r) => self.projections.send(r).map_err(|_| ()),
+            CrRef::Cluster(r) => self.clusters.send(r).map_err(|_| ()),
         };
     }
 }
@@ -150,14 +150,14 @@ impl Mark {
 #[derive(Default)]
 struct Indexes {
     /// Which CRs read which source.
-    readers: HashMap<SourceKey, HashSet<Waker>>,
-    reads: HashMap<Waker, SourceKey>,
+    readers: HashMap<SourceKey, HashSet<CrRef>>,
+    reads: HashMap<CrRef, SourceKey>,
     /// Which CRs wait for coordinates held by a stranger.
-    waiters: HashMap<ObjectKey, HashSet<Waker>>,
-    waits: HashMap<Waker, Vec<ObjectKey>>,
+    waiters: HashMap<ObjectKey, HashSet<CrRef>>,
+    waits: HashMap<CrRef, Vec<ObjectKey>>,
     /// CRs that follow discovery of their source's API group (their kind is unknown, or their
     /// source names no version): woken when that group's CRDs or APIServices change.
-    discovery_followers: HashMap<Waker, String>,
+    discovery_followers: HashMap<CrRef, String>,
     /// What we last did to each copy.
     written: HashMap<ObjectKey, Mark>,
 }
@@ -395,7 +395,7 @@ impl WatchRegistry {
     }
 
     /// Records that `waker` reads `source` (replacing what it read before).
-    pub fn set_reads(&self, waker: &Waker, source: SourceKey) {
+    pub fn set_reads(&self, waker: &CrRef, source: SourceKey) {
         let mut ix = self.indexes();
         if let Some(old) = ix.reads.insert(waker.clone(), source.clone())
             && old != source
@@ -406,7 +406,7 @@ impl WatchRegistry {
     }
 
     /// Records the coordinates held by strangers that `waker` waits for (replacing the earlier set).
-    pub fn set_waiting(&self, waker: &Waker, keys: Vec<ObjectKey>) {
+    pub fn set_waiting(&self, waker: &CrRef, keys: Vec<ObjectKey>) {
         let mut ix = self.indexes();
         for old in ix.waits.remove(waker).unwrap_or_default() {
             remove_from(&mut ix.waiters, &old, waker);
@@ -421,7 +421,7 @@ impl WatchRegistry {
 
     /// Records whether `waker` follows discovery of API group `group` (its source kind did not
     /// resolve, or it takes the group's preferred version), or no longer does (`None`).
-    pub fn follow_discovery(&self, waker: &Waker, group: Option<&str>) {
+    pub fn follow_discovery(&self, waker: &CrRef, group: Option<&str>) {
         let mut ix = self.indexes();
         match group {
             Some(group) => {
@@ -448,7 +448,7 @@ impl WatchRegistry {
     }
 
     /// Forgets a CR that is gone.
-    pub fn forget(&self, waker: &Waker) {
+    pub fn forget(&self, waker: &CrRef) {
         let mut ix = self.indexes();
         if let Some(old) = ix.reads.remove(waker) {
             remove_from(&mut ix.readers, &old, waker);
@@ -484,7 +484,7 @@ impl WatchRegistry {
                 .any(|rv| rv.as_ref().is_none_or(|rv| !mark.ours.contains(rv)))
         };
         if foreign {
-            self.wake.send(Waker::of(owner));
+            self.wake.send(CrRef::of(owner));
         }
     }
 
@@ -510,7 +510,7 @@ impl Drop for WatchRegistry {
     }
 }
 
-fn remove_from<K: std::hash::Hash + Eq>(map: &mut HashMap<K, HashSet<Waker>>, key: &K, waker: &Waker) {
+fn remove_from<K: std::hash::Hash + Eq>(map: &mut HashMap<K, HashSet<CrRef>>, key: &K, waker: &CrRef) {
     if let Some(set) = map.get_mut(key) {
         set.remove(waker);
         if set.is_empty() {
@@ -520,17 +520,17 @@ fn remove_from<K: std::hash::Hash + Eq>(map: &mut HashMap<K, HashSet<Waker>>, ke
 }
 
 /// The owner named by a copy's ownership annotations.
-fn annotated_owner(meta: &kube::api::ObjectMeta) -> Option<Waker> {
+fn annotated_owner(meta: &kube::api::ObjectMeta) -> Option<CrRef> {
     let annotations = meta.annotations.as_ref()?;
     if let Some((ns, name)) = annotations
         .get(OWNED_BY_PROJECTION)
         .and_then(|v| v.split_once('/'))
     {
-        return Some(Waker::Projection(ObjectRef::new(name).within(ns)));
+        return Some(CrRef::Projection(ObjectRef::new(name).within(ns)));
     }
     annotations
         .get(OWNED_BY_CLUSTER_PROJECTION)
-        .map(|name| Waker::Cluster(ObjectRef::new(name)))
+        .map(|name| CrRef::Cluster(ObjectRef::new(name)))
 }
 
 /// Maps one watch event to the CRs to wake.
@@ -554,7 +554,7 @@ fn route(
         namespace: key.namespace.clone(),
         name: key.name.clone(),
     };
-    let mut wakers: Vec<Waker> = Vec::new();
+    let mut wakers: Vec<CrRef> = Vec::new();
     {
         let mut ix = indexes.lock().unwrap_or_else(|e| e.into_inner());
         wakers.extend(ix.readers.get(&source).into_iter().flatten().cloned());

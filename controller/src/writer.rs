@@ -13,6 +13,7 @@ use serde_json::Value;
 use shared::{
     crd::WrittenDestination,
     ownership::Owner,
+    reason::Reason,
     source::GroupKind,
     write_plan::{WritePlan, plan_update},
 };
@@ -48,28 +49,12 @@ pub enum WriteError {
 
 impl WriteError {
     /// The condition and event reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            Self::Conflict(_) => "DestinationConflict",
-            Self::Fetch(_) => "DestinationFetchFailed",
-            Self::Create(_) => "DestinationCreateFailed",
-            Self::Update(_) => "DestinationUpdateFailed",
-        }
-    }
-
-    /// Whether a stranger holds the coordinates (only its departure can help).
-    pub fn is_conflict(&self) -> bool {
-        matches!(self, Self::Conflict(_))
-    }
-
-    /// The verb of the event reporting it.
-    pub fn verb(&self) -> crate::events::Action {
-        use crate::events::Action;
-        match self {
-            Self::Conflict(_) => Action::Validate,
-            Self::Fetch(_) => Action::Get,
-            Self::Create(_) => Action::Create,
-            Self::Update(_) => Action::Update,
+            Self::Conflict(_) => Reason::DestinationConflict,
+            Self::Fetch(_) => Reason::DestinationFetchFailed,
+            Self::Create(_) => Reason::DestinationCreateFailed,
+            Self::Update(_) => Reason::DestinationUpdateFailed,
         }
     }
 

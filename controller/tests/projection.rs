@@ -587,7 +587,7 @@ async fn a_stranger_is_never_touched_and_its_departure_is_noticed_at_once() {
         c["message"]
             .as_str()
             .unwrap_or_default()
-            .contains("is the source object itself"),
+            .contains("the copy would be the source itself"),
         "{c}"
     );
     env.finish().await;

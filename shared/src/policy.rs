@@ -1,7 +1,7 @@
 //! Projectability: whether a source's owner lets it be mirrored. The controller and the webhook apply
 //! the same rule, with the Go operator's reasons and messages.
 
-use crate::keys::PROJECTABLE;
+use crate::{keys::PROJECTABLE, reason::Reason};
 use std::{collections::BTreeMap, fmt, str::FromStr};
 
 /// Which sources may be projected (`--source-mode`).
@@ -40,7 +40,7 @@ impl fmt::Display for SourceMode {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Blocked {
     /// `SourceOptedOut` or `SourceNotProjectable`.
-    pub reason: &'static str,
+    pub reason: Reason,
     /// What the source's owner (or the mode) says, and how to opt in.
     pub message: String,
 }
@@ -56,14 +56,14 @@ pub fn check_projectable(
     let value = annotations.and_then(|a| a.get(PROJECTABLE)).map(String::as_str);
     match (value, mode) {
         (Some("false"), _) => Err(Blocked {
-            reason: "SourceOptedOut",
+            reason: Reason::SourceOptedOut,
             message: format!(
                 "source {namespace}/{name} has {PROJECTABLE}=\"false\"; owner has opted out of projection"
             ),
         }),
         (Some("true"), _) | (_, SourceMode::Permissive) => Ok(()),
         (_, SourceMode::Allowlist) => Err(Blocked {
-            reason: "SourceNotProjectable",
+            reason: Reason::SourceNotProjectable,
             message: format!(
                 "source-mode=allowlist requires annotation {PROJECTABLE}=\"true\" on source {namespace}/{name}"
             ),
@@ -83,7 +83,7 @@ mod tests {
     fn false_wins_in_every_mode() {
         for mode in [SourceMode::Allowlist, SourceMode::Permissive] {
             let blocked = check_projectable(mode, Some(&annotated("false")), "a", "b").unwrap_err();
-            assert_eq!(blocked.reason, "SourceOptedOut");
+            assert_eq!(blocked.reason, Reason::SourceOptedOut);
             assert_eq!(
                 blocked.message,
                 r#"source a/b has projection.sh/projectable="false"; owner has opted out of projection"#
@@ -100,7 +100,7 @@ mod tests {
         for annotations in [None, Some(annotated("yes")), Some(annotated(""))] {
             let blocked =
                 check_projectable(SourceMode::Allowlist, annotations.as_ref(), "a", "b").unwrap_err();
-            assert_eq!(blocked.reason, "SourceNotProjectable");
+            assert_eq!(blocked.reason, Reason::SourceNotProjectable);
             assert_eq!(
                 blocked.message,
                 r#"source-mode=allowlist requires annotation projection.sh/projectable="true" on source a/b"#

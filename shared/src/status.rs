@@ -1,8 +1,12 @@
 //! The three conditions every projection reports, computed from the outcome of a reconcile with the
 //! Go operator's reasons: `SourceResolved`, `DestinationWritten`, `Ready` (which mirrors the failing
-//! condition's reason and message).
+//! condition's reason and message); and the status of each kind, built once per reconcile.
 
-use crate::crd::Condition;
+use crate::{
+    crd::{ClusterProjectionStatus, Condition, ProjectionStatus, WrittenDestination},
+    fan_out::{CopyFailure, summarize_failures},
+    reason::{Reason, ResultCategory, Retry, retry_after},
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// Condition type: the source was resolved, read and allowed.
@@ -11,11 +15,8 @@ pub const SOURCE_RESOLVED: &str = "SourceResolved";
 pub const DESTINATION_WRITTEN: &str = "DestinationWritten";
 /// Condition type: everything is in place.
 pub const READY: &str = "Ready";
-
-/// Reason of success on all three conditions (`Resolved` on `SourceResolved`).
-pub const PROJECTED: &str = "Projected";
-const RESOLVED: &str = "Resolved";
-const SOURCE_NOT_RESOLVED: &str = "SourceNotResolved";
+/// Every condition type, in the order they are written.
+pub const CONDITION_TYPES: [&str; 3] = [SOURCE_RESOLVED, DESTINATION_WRITTEN, READY];
 
 /// What a reconcile ended with, as far as the conditions are concerned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,7 +31,7 @@ pub enum Outcome {
     /// The source could not be resolved, read or used; nothing was written.
     SourceFailed {
         /// E.g. `SourceNotFound`, `SourceOptedOut`.
-        reason: String,
+        reason: Reason,
         /// For a person.
         message: String,
     },
@@ -39,7 +40,7 @@ pub enum Outcome {
         /// `SourceResolved` message.
         resolved: String,
         /// E.g. `DestinationConflict`.
-        reason: String,
+        reason: Reason,
         /// For a person.
         message: String,
     },
@@ -52,11 +53,16 @@ impl Outcome {
     }
 
     /// The reason shown on `Ready`.
-    pub fn reason(&self) -> &str {
+    pub fn reason(&self) -> Reason {
         match self {
-            Self::Projected { .. } => PROJECTED,
-            Self::SourceFailed { reason, .. } | Self::DestinationFailed { reason, .. } => reason.as_str(),
+            Self::Projected { .. } => Reason::Projected,
+            Self::SourceFailed { reason, .. } | Self::DestinationFailed { reason, .. } => *reason,
         }
+    }
+
+    /// The `result` label of the reconcile that ended with this outcome.
+    pub fn category(&self) -> ResultCategory {
+        self.reason().category()
     }
 
     /// The message shown on `Ready` (empty on success).
@@ -68,31 +74,31 @@ impl Outcome {
     }
 
     /// The three conditions, as (type, status, reason, message).
-    fn conditions(&self) -> [(&'static str, &'static str, String, String); 3] {
+    fn conditions(&self) -> [(&'static str, &'static str, Reason, String); 3] {
         match self {
             Self::Projected { resolved, note } => [
-                (SOURCE_RESOLVED, "True", RESOLVED.to_owned(), resolved.clone()),
-                (DESTINATION_WRITTEN, "True", PROJECTED.to_owned(), note.clone()),
-                (READY, "True", PROJECTED.to_owned(), String::new()),
+                (SOURCE_RESOLVED, "True", Reason::Resolved, resolved.clone()),
+                (DESTINATION_WRITTEN, "True", Reason::Projected, note.clone()),
+                (READY, "True", Reason::Projected, String::new()),
             ],
             Self::SourceFailed { reason, message } => [
-                (SOURCE_RESOLVED, "False", reason.clone(), message.clone()),
+                (SOURCE_RESOLVED, "False", *reason, message.clone()),
                 (
                     DESTINATION_WRITTEN,
                     "Unknown",
-                    SOURCE_NOT_RESOLVED.to_owned(),
+                    Reason::SourceNotResolved,
                     "destination write not attempted because source resolution failed".to_owned(),
                 ),
-                (READY, "False", reason.clone(), message.clone()),
+                (READY, "False", *reason, message.clone()),
             ],
             Self::DestinationFailed {
                 resolved,
                 reason,
                 message,
             } => [
-                (SOURCE_RESOLVED, "True", RESOLVED.to_owned(), resolved.clone()),
-                (DESTINATION_WRITTEN, "False", reason.clone(), message.clone()),
-                (READY, "False", reason.clone(), message.clone()),
+                (SOURCE_RESOLVED, "True", Reason::Resolved, resolved.clone()),
+                (DESTINATION_WRITTEN, "False", *reason, message.clone()),
+                (READY, "False", *reason, message.clone()),
             ],
         }
     }
@@ -119,13 +125,145 @@ pub fn next_conditions(
             Condition {
                 r#type: type_.to_owned(),
                 status: status.to_owned(),
-                reason,
+                reason: reason.as_str().to_owned(),
                 message,
                 observed_generation: generation,
                 last_transition_time,
             }
         })
         .collect()
+}
+
+/// A reconcile that could not put every copy in place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// The conditions to report.
+    pub outcome: Outcome,
+    /// When to try again.
+    pub retry: Retry,
+    /// The copies the status should record afterwards (`None` once they were removed).
+    pub written: Option<WrittenDestination>,
+}
+
+/// What a source problem does to the copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Copies {
+    /// They stay as they are.
+    Kept,
+    /// They were to be removed; `all_gone` says whether every one is.
+    Withdrawn {
+        /// Every copy is gone.
+        all_gone: bool,
+    },
+}
+
+/// The failure of a pass that stopped at its source: `transient` when an API call failed. Copies
+/// withdrawn for good are no longer recorded; copies left to remove stay recorded and are retried.
+pub fn source_failure(
+    reason: Reason,
+    message: String,
+    transient: bool,
+    copies: Copies,
+    recorded: Option<WrittenDestination>,
+) -> Failure {
+    let (cleaned, written) = match copies {
+        Copies::Kept => (true, recorded),
+        Copies::Withdrawn { all_gone: true } => (true, None),
+        Copies::Withdrawn { all_gone: false } => (false, recorded),
+    };
+    Failure {
+        outcome: Outcome::SourceFailed { reason, message },
+        retry: retry_after(reason, transient, cleaned),
+        written,
+    }
+}
+
+/// A Projection's next status: the conditions of `outcome`, the copy's name once projected (kept
+/// from `current` otherwise), and the copy `written` as recorded for cleanup.
+pub fn projection_status(
+    current: &ProjectionStatus,
+    outcome: &Outcome,
+    written: Option<WrittenDestination>,
+    generation: Option<i64>,
+    now: &Time,
+) -> ProjectionStatus {
+    let destination_name = match outcome {
+        Outcome::Projected { .. } => written.as_ref().map(|w| w.name.clone()),
+        _ => current.destination_name.clone(),
+    };
+    ProjectionStatus {
+        conditions: next_conditions(&current.conditions, outcome, generation, now),
+        destination_name,
+        written_destination: written,
+    }
+}
+
+/// How far a ClusterProjection pass got.
+#[derive(Clone, Copy, Debug)]
+pub enum ClusterPass<'a> {
+    /// The copies were written to `targets` namespaces, of which `failures` failed.
+    FannedOut {
+        /// The copies as now written.
+        written: &'a WrittenDestination,
+        /// How many namespaces were to be written.
+        targets: usize,
+        /// The namespaces that failed.
+        failures: &'a [CopyFailure],
+    },
+    /// The pass stopped before writing; `written` is what the status keeps recording (`None` once
+    /// the copies were withdrawn).
+    Stopped {
+        /// The copies still recorded.
+        written: Option<&'a WrittenDestination>,
+    },
+}
+
+/// A ClusterProjection's next status. Counts stay honest: a pass that stopped keeps the last counts
+/// while copies remain, and reports none once they were withdrawn.
+pub fn cluster_status(
+    current: &ClusterProjectionStatus,
+    outcome: &Outcome,
+    pass: ClusterPass<'_>,
+    generation: Option<i64>,
+    now: &Time,
+) -> ClusterProjectionStatus {
+    let conditions = next_conditions(&current.conditions, outcome, generation, now);
+    match pass {
+        ClusterPass::FannedOut {
+            written,
+            targets,
+            failures,
+        } => ClusterProjectionStatus {
+            conditions,
+            destination_name: Some(written.name.clone()),
+            namespaces_written: count(targets.saturating_sub(failures.len())),
+            namespaces_failed: count(failures.len()),
+            failed_namespaces: summarize_failures(failures).map(|s| s.listed).unwrap_or_default(),
+            written_destination: Some(written.clone()),
+        },
+        ClusterPass::Stopped { written: None } => ClusterProjectionStatus {
+            conditions,
+            destination_name: current.destination_name.clone(),
+            namespaces_written: 0,
+            namespaces_failed: 0,
+            failed_namespaces: Vec::new(),
+            written_destination: None,
+        },
+        ClusterPass::Stopped {
+            written: Some(written),
+        } => ClusterProjectionStatus {
+            conditions,
+            destination_name: current.destination_name.clone(),
+            namespaces_written: current.namespaces_written,
+            namespaces_failed: current.namespaces_failed,
+            failed_namespaces: current.failed_namespaces.clone(),
+            written_destination: Some(written.clone()),
+        },
+    }
+}
+
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
 }
 
 #[cfg(test)]
@@ -140,7 +278,7 @@ mod tests {
     #[test]
     fn ready_mirrors_the_failing_condition() {
         let outcome = Outcome::SourceFailed {
-            reason: "SourceNotFound".into(),
+            reason: Reason::SourceNotFound,
             message: "source a/b not found".into(),
         };
         let c = next_conditions(&[], &outcome, Some(2), &at(10));
@@ -160,7 +298,7 @@ mod tests {
 
         let outcome = Outcome::DestinationFailed {
             resolved: String::new(),
-            reason: "DestinationConflict".into(),
+            reason: Reason::DestinationConflict,
             message: "m".into(),
         };
         let c = next_conditions(&[], &outcome, Some(2), &at(10));
@@ -188,7 +326,7 @@ mod tests {
 
         let failed = Outcome::DestinationFailed {
             resolved: String::new(),
-            reason: "DestinationConflict".into(),
+            reason: Reason::DestinationConflict,
             message: "m".into(),
         };
         let after = next_conditions(&again, &failed, Some(2), &at(30));
@@ -198,5 +336,160 @@ mod tests {
             "SourceResolved stayed True"
         );
         assert_eq!(after[2].last_transition_time, at(30), "Ready flipped");
+    }
+
+    fn recorded(name: &str) -> WrittenDestination {
+        WrittenDestination {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn a_source_failure_keeps_or_drops_the_record_and_picks_its_retry() {
+        use Reason::*;
+        // (reason, transient, copies, retry, record kept)
+        for (reason, transient, copies, retry, kept) in [
+            (SourceResolutionFailed, false, Copies::Kept, Retry::OnChange, true),
+            (SourceResolutionFailed, true, Copies::Kept, Retry::Backoff, true),
+            (SourceForbidden, false, Copies::Kept, Retry::Backoff, true),
+            (SourceFetchFailed, true, Copies::Kept, Retry::Backoff, true),
+            (
+                SourceDeleted,
+                false,
+                Copies::Withdrawn { all_gone: true },
+                Retry::OnChange,
+                false,
+            ),
+            (
+                SourceDeleted,
+                false,
+                Copies::Withdrawn { all_gone: false },
+                Retry::Backoff,
+                true,
+            ),
+            (
+                SourceOptedOut,
+                false,
+                Copies::Withdrawn { all_gone: true },
+                Retry::OnChange,
+                false,
+            ),
+            (
+                SourceNotProjectable,
+                false,
+                Copies::Withdrawn { all_gone: false },
+                Retry::Backoff,
+                true,
+            ),
+        ] {
+            let f = source_failure(reason, "m".into(), transient, copies, Some(recorded("cfg")));
+            assert_eq!(f.retry, retry, "{reason} {copies:?}");
+            assert_eq!(f.written.is_some(), kept, "{reason} {copies:?}");
+            assert_eq!(f.outcome.reason(), reason);
+            assert_eq!(f.outcome.category(), ResultCategory::SourceError);
+        }
+    }
+
+    #[test]
+    fn a_projection_names_its_copy_once_projected() {
+        let current = ProjectionStatus {
+            destination_name: Some("old".into()),
+            ..ProjectionStatus::default()
+        };
+        let ok = Outcome::Projected {
+            resolved: String::new(),
+            note: String::new(),
+        };
+        let next = projection_status(&current, &ok, Some(recorded("new")), Some(3), &at(1));
+        assert_eq!(next.destination_name.as_deref(), Some("new"));
+        assert_eq!(next.written_destination, Some(recorded("new")));
+        assert_eq!(next.conditions[2].observed_generation, Some(3));
+        let failed = Outcome::SourceFailed {
+            reason: Reason::SourceDeleted,
+            message: "m".into(),
+        };
+        let next = projection_status(&current, &failed, None, Some(3), &at(1));
+        assert_eq!(next.destination_name.as_deref(), Some("old"));
+        assert_eq!(next.written_destination, None);
+        assert_eq!(next.conditions[2].reason, "SourceDeleted");
+    }
+
+    #[test]
+    fn a_cluster_status_counts_what_the_pass_reached() {
+        let current = ClusterProjectionStatus {
+            destination_name: Some("cfg".into()),
+            namespaces_written: 4,
+            namespaces_failed: 1,
+            failed_namespaces: vec![crate::crd::NamespaceFailure {
+                namespace: "x".into(),
+                reason: "DestinationConflict".into(),
+                message: "m".into(),
+            }],
+            ..ClusterProjectionStatus::default()
+        };
+        let failed = Outcome::SourceFailed {
+            reason: Reason::SourceFetchFailed,
+            message: "m".into(),
+        };
+        let written = recorded("cfg");
+        let failures = [CopyFailure {
+            namespace: "b".into(),
+            reason: Reason::DestinationCreateFailed,
+            message: "quota".into(),
+        }];
+        // (pass, destination name, written, failed, listed failures, recorded)
+        type Row<'a> = (ClusterPass<'a>, Option<&'a str>, i32, i32, Vec<&'a str>, bool);
+        let table: [Row<'_>; 3] = [
+            (
+                ClusterPass::FannedOut {
+                    written: &written,
+                    targets: 3,
+                    failures: &failures,
+                },
+                Some("cfg"),
+                2,
+                1,
+                vec!["b"],
+                true,
+            ),
+            (
+                ClusterPass::Stopped {
+                    written: Some(&written),
+                },
+                Some("cfg"),
+                4,
+                1,
+                vec!["x"],
+                true,
+            ),
+            (
+                ClusterPass::Stopped { written: None },
+                Some("cfg"),
+                0,
+                0,
+                vec![],
+                false,
+            ),
+        ];
+        for (pass, name, ok, bad, listed, kept) in table {
+            let next = cluster_status(&current, &failed, pass, Some(1), &at(1));
+            assert_eq!(next.destination_name.as_deref(), name, "{pass:?}");
+            assert_eq!(
+                (next.namespaces_written, next.namespaces_failed),
+                (ok, bad),
+                "{pass:?}"
+            );
+            let namespaces: Vec<&str> = next
+                .failed_namespaces
+                .iter()
+                .map(|f| f.namespace.as_str())
+                .collect();
+            assert_eq!(namespaces, listed, "{pass:?}");
+            assert_eq!(next.written_destination.is_some(), kept, "{pass:?}");
+            assert_eq!(next.conditions[2].reason, "SourceFetchFailed");
+        }
     }
 }

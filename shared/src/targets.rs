@@ -1,9 +1,13 @@
-//! Where a ClusterProjection writes: resolving its target namespaces from the namespaces that exist,
-//! and summarising per-namespace failures into its status. Pure functions.
+//! Where a ClusterProjection writes: resolving its target namespaces from the namespaces that exist.
+//! Pure functions.
 
-use crate::crd::{ClusterProjectionDestination, NamespaceFailure};
+use crate::{
+    crd::{ClusterProjectionDestination, SourceRef},
+    self_copy::{SelfCopy, self_copy},
+};
 use kube::core::{Selector, SelectorExt};
 use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 /// What the controller knows of one namespace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,7 +30,14 @@ pub struct Targets {
     /// Namespaces skipped because they are being deleted.
     pub terminating: Vec<String>,
     /// The source's own namespace, skipped because the copy would be the source itself.
-    pub skipped_source: Option<String>,
+    pub skipped_source: Option<SelfCopy>,
+}
+
+impl Targets {
+    /// The namespaces whose copies stay: those written, and those kept while terminating.
+    pub fn keep(&self) -> BTreeSet<String> {
+        self.write.iter().chain(&self.terminating).cloned().collect()
+    }
 }
 
 /// Why targets cannot be resolved (`TargetResolutionFailed`).
@@ -80,9 +91,9 @@ impl TargetRule {
         }
     }
 
-    /// The targets among `namespaces`. `source_namespace` is skipped when the copy there would be
-    /// the source itself (same name).
-    pub fn resolve(&self, namespaces: &[NamespaceInfo], source_namespace: Option<&str>) -> Targets {
+    /// The targets among `namespaces` for copies of `source` named `copy_name`; a namespace where
+    /// the copy would be the source itself is skipped.
+    pub fn resolve(&self, namespaces: &[NamespaceInfo], source: &SourceRef, copy_name: &str) -> Targets {
         let mut targets = Targets::default();
         let existing: BTreeMap<&str, &NamespaceInfo> =
             namespaces.iter().map(|n| (n.name.as_str(), n)).collect();
@@ -104,8 +115,8 @@ impl TargetRule {
         };
         candidates.sort_by(|a, b| a.name.cmp(&b.name));
         for ns in candidates {
-            if Some(ns.name.as_str()) == source_namespace {
-                targets.skipped_source = Some(ns.name.clone());
+            if let Some(found) = self_copy(source, &ns.name, copy_name) {
+                targets.skipped_source = Some(found);
             } else if ns.terminating {
                 targets.terminating.push(ns.name.clone());
             } else {
@@ -114,47 +125,6 @@ impl TargetRule {
         }
         targets
     }
-}
-
-/// How many failed namespaces the status lists (the count is always complete).
-pub const MAX_LISTED_FAILURES: usize = 20;
-/// How many failed namespaces a condition message names.
-const MAX_NAMED_FAILURES: usize = 5;
-
-/// The rollup of per-namespace failures: the condition reason (the shared one when every failure has
-/// the same reason, `DestinationWriteFailed` otherwise), a message naming namespaces and reasons, and
-/// the first failures sorted by namespace for `status.failedNamespaces`.
-pub fn summarize_failures(failures: &[NamespaceFailure]) -> Option<(String, String, Vec<NamespaceFailure>)> {
-    let first = failures.first()?;
-    let mut sorted = failures.to_vec();
-    sorted.sort_by(|a, b| a.namespace.cmp(&b.namespace));
-    let reason = if failures.iter().all(|f| f.reason == first.reason) {
-        first.reason.clone()
-    } else {
-        "DestinationWriteFailed".into()
-    };
-    let named: Vec<String> = sorted
-        .iter()
-        .take(MAX_NAMED_FAILURES)
-        .map(|f| format!("{} ({})", f.namespace, f.reason))
-        .collect();
-    let more = sorted.len().saturating_sub(MAX_NAMED_FAILURES);
-    let message = if more > 0 {
-        format!(
-            "write failed in {} namespaces: {}, and {more} more",
-            sorted.len(),
-            named.join(", ")
-        )
-    } else {
-        format!(
-            "write failed in {} namespace{}: {}",
-            sorted.len(),
-            if sorted.len() == 1 { "" } else { "s" },
-            named.join(", ")
-        )
-    };
-    sorted.truncate(MAX_LISTED_FAILURES);
-    Some((reason, message, sorted))
 }
 
 #[cfg(test)]
@@ -168,6 +138,11 @@ mod tests {
             labels: labels.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect(),
             terminating,
         }
+    }
+
+    fn source(name: &str) -> SourceRef {
+        serde_json::from_value(json!({"kind": "ConfigMap", "namespace": "src", "name": name}))
+            .expect("source")
     }
 
     fn destination(value: serde_json::Value) -> ClusterProjectionDestination {
@@ -189,7 +164,7 @@ mod tests {
             json!({"namespaces": ["c", "missing", "b", "a", "a"]}),
         ))
         .unwrap();
-        let t = rule.resolve(&cluster(), None);
+        let t = rule.resolve(&cluster(), &source("cfg"), "copy");
         assert_eq!(t.write, ["a", "c"]);
         assert_eq!(t.pending, ["missing"]);
         assert_eq!(t.terminating, ["b"]);
@@ -201,10 +176,14 @@ mod tests {
             json!({"namespaceSelector": {"matchLabels": {"tier": "prod"}}}),
         ))
         .unwrap();
-        let t = rule.resolve(&cluster(), Some("src"));
+        let t = rule.resolve(&cluster(), &source("cfg"), "cfg");
         assert_eq!(t.write, ["a"]);
         assert_eq!(t.terminating, ["b"]);
-        assert_eq!(t.skipped_source.as_deref(), Some("src"));
+        assert_eq!(
+            t.skipped_source.as_ref().map(|s| s.namespace.as_str()),
+            Some("src")
+        );
+        assert_eq!(t.keep(), BTreeSet::from(["a".to_owned(), "b".to_owned()]));
         assert!(rule.selects("x", &BTreeMap::from([("tier".into(), "prod".into())])));
         assert!(!rule.selects("x", &BTreeMap::new()));
     }
@@ -214,7 +193,10 @@ mod tests {
         let rule = TargetRule::of(&destination(json!({"namespaceSelector": {"matchExpressions": [
             {"key": "tier", "operator": "NotIn", "values": ["dev"]}]}})))
         .unwrap();
-        assert_eq!(rule.resolve(&cluster(), None).write, ["a", "src"]);
+        assert_eq!(
+            rule.resolve(&cluster(), &source("cfg"), "copy").write,
+            ["a", "src"]
+        );
     }
 
     #[test]
@@ -244,53 +226,5 @@ mod tests {
                 .unwrap_or_else(|| panic!("{dest} accepted"));
             assert!(err.0.contains(expect), "{dest}: {}", err.0);
         }
-    }
-
-    fn failure(ns: &str, reason: &str) -> NamespaceFailure {
-        NamespaceFailure {
-            namespace: ns.into(),
-            reason: reason.into(),
-            message: "m".into(),
-        }
-    }
-
-    #[test]
-    fn failures_roll_up_with_the_shared_reason_or_a_generic_one() {
-        assert_eq!(summarize_failures(&[]), None);
-        let (reason, message, listed) = summarize_failures(&[
-            failure("b", "DestinationConflict"),
-            failure("a", "DestinationConflict"),
-        ])
-        .unwrap();
-        assert_eq!(reason, "DestinationConflict");
-        assert_eq!(
-            message,
-            "write failed in 2 namespaces: a (DestinationConflict), b (DestinationConflict)"
-        );
-        assert_eq!(
-            listed.iter().map(|f| f.namespace.as_str()).collect::<Vec<_>>(),
-            ["a", "b"]
-        );
-
-        let mixed: Vec<_> = (0..30)
-            .map(|i| {
-                failure(
-                    &format!("ns-{i:02}"),
-                    if i == 7 {
-                        "DestinationCreateFailed"
-                    } else {
-                        "DestinationConflict"
-                    },
-                )
-            })
-            .collect();
-        let (reason, message, listed) = summarize_failures(&mixed).unwrap();
-        assert_eq!(reason, "DestinationWriteFailed");
-        assert!(
-            message.starts_with("write failed in 30 namespaces: ns-00 (DestinationConflict)"),
-            "{message}"
-        );
-        assert!(message.ends_with("and 25 more"), "{message}");
-        assert_eq!(listed.len(), MAX_LISTED_FAILURES);
     }
 }

@@ -9,6 +9,7 @@ use crate::{
         ProjectionSpec, SourceRef, VERSION_PATTERN,
     },
     keys::RESERVED_PREFIX,
+    self_copy::self_copy,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use regex::Regex;
@@ -229,20 +230,13 @@ pub fn validate_projection(namespace: &str, spec: &ProjectionSpec) -> Vec<FieldE
         OBJECT_NAME.check(&mut errors, "spec.destination.name", name);
     }
     let copy_name = explicit_name.unwrap_or(&spec.source.name);
-    if spec.source.namespace == namespace && copy_name == spec.source.name {
+    if let Some(found) = self_copy(&spec.source, namespace, copy_name) {
         let path = if explicit_name.is_some() {
             "spec.destination.name"
         } else {
             "spec.source"
         };
-        errors.push(FieldError::new(
-            path,
-            format!(
-                "the copy would be the source itself ({} {namespace}/{copy_name}): set \
-                 spec.destination.name to another name, or project from another namespace",
-                spec.source.kind
-            ),
-        ));
+        errors.push(FieldError::new(path, found.projection_message()));
     }
     validate_overlay(&mut errors, spec.overlay.as_ref());
     errors
@@ -304,15 +298,8 @@ fn validate_namespaces(errors: &mut Vec<FieldError>, namespaces: &[String], sour
                 format!("duplicate namespace {namespace:?} (already at namespaces[{first}])"),
             ));
         }
-        if *namespace == source.namespace && copy == source.name {
-            errors.push(FieldError::new(
-                &path,
-                format!(
-                    "the copy in {namespace} would be the source itself ({} {namespace}/{copy}): \
-                     remove this namespace or set spec.destination.name",
-                    source.kind
-                ),
-            ));
+        if let Some(found) = self_copy(source, namespace, copy) {
+            errors.push(FieldError::new(&path, found.listed_namespace_message()));
         }
     }
 }

@@ -11,6 +11,7 @@ use shared::{
     crd::SourceRef,
     keys::PROJECTABLE,
     policy::{SourceMode, check_projectable},
+    reason::Reason,
     source::cluster_scoped_message,
 };
 
@@ -86,7 +87,7 @@ pub async fn check_source<C: Cluster>(
     Ok(
         match check_projectable(settings.source_mode, Some(&annotations), namespace, name) {
             Ok(()) => PolicyVerdict::Allow { warnings: vec![] },
-            Err(blocked) if blocked.reason == "SourceNotProjectable" => PolicyVerdict::Deny(format!(
+            Err(blocked) if blocked.reason == Reason::SourceNotProjectable => PolicyVerdict::Deny(format!(
                 "{}; its owner can opt in with: kubectl annotate {}/{name} -n {namespace} {PROJECTABLE}=true",
                 blocked.message,
                 resource_name(&resource)

@@ -1,0 +1,415 @@
+//! The `ClusterProjection` reconciler: read the source (see `reconcile`), resolve the target
+//! namespaces, write one copy per namespace in parallel (with a cap), remove the copies no longer
+//! wanted, report counts and per-namespace failures.
+//!
+//! Every pass compares all targets, but against the cache of our copies: an unchanged copy costs no
+//! request, so a namespace event or a source edit writes exactly the copies that differ.
+
+use crate::{
+    context::Context,
+    error::Error,
+    metrics::E2eLabels,
+    reconcile::{Problem, ProjectionKind, conclude, gvk_display, read_source},
+    watches::{CrRef, ObjectKey, Tier},
+    writer::{Removed, WriteError, Written, recorded_resource, remove_known, write_copy},
+};
+use futures::StreamExt;
+use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{ApiResource, DynamicObject},
+    runtime::{controller::Action, reflector::ObjectRef},
+};
+use shared::{
+    crd::{ClusterProjection, ClusterProjectionStatus, WrittenDestination},
+    destination::{Target, build_destination},
+    fan_out::{CopyWrite, EventNote, Tally, name_first, pass_events, verdict},
+    keys::CLUSTER_PROJECTION_FINALIZER,
+    ownership::Owner,
+    reason::{Reason, Retry},
+    source::GroupKind,
+    status::{ClusterPass, Failure, Outcome, cluster_status},
+    targets::TargetRule,
+    unwanted::{earlier_kind, is_labelled_for, is_unwanted},
+};
+use std::sync::Arc;
+
+const KIND: &str = "ClusterProjection";
+
+impl ProjectionKind for ClusterProjection {
+    const KIND: &'static str = KIND;
+    const FINALIZER: &'static str = CLUSTER_PROJECTION_FINALIZER;
+
+    fn api(&self, client: kube::Client) -> Api<Self> {
+        Api::all(client)
+    }
+
+    fn apply(&self, ctx: &Context) -> impl std::future::Future<Output = Result<Action, Error>> + Send {
+        apply(self, ctx)
+    }
+
+    fn cleanup(&self, ctx: &Context) -> impl std::future::Future<Output = Result<Action, Error>> + Send {
+        cleanup(self, ctx)
+    }
+}
+
+fn owner_of(cp: &ClusterProjection) -> Owner {
+    Owner::ClusterProjection {
+        name: cp.name_any(),
+        uid: cp.uid().unwrap_or_default(),
+    }
+}
+
+fn destination_name(cp: &ClusterProjection) -> String {
+    cp.spec
+        .destination
+        .name
+        .clone()
+        .unwrap_or_else(|| cp.spec.source.name.clone())
+}
+
+/// Puts the copies in place and reports: one status, built once, whichever step the pass stopped at.
+async fn apply(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error> {
+    let current = cp.status.clone().unwrap_or_default();
+    let pass = fan_out(cp, ctx, &current).await;
+    let (outcome, retry, reached) = match &pass {
+        Ok(done) => (
+            done.outcome.clone(),
+            done.retry,
+            ClusterPass::FannedOut {
+                written: &done.written,
+                targets: done.targets,
+                failures: &done.tally.failures,
+            },
+        ),
+        Err(failure) => (
+            failure.outcome.clone(),
+            failure.retry,
+            ClusterPass::Stopped {
+                written: failure.written.as_ref(),
+            },
+        ),
+    };
+    let next = cluster_status(
+        &current,
+        &outcome,
+        reached,
+        cp.meta().generation,
+        &Time(Timestamp::now()),
+    );
+    crate::reconcile::write_status(cp, ctx, &current, &next).await?;
+    conclude(
+        ctx,
+        KIND,
+        (&cp.name_any(), &cp.uid().unwrap_or_default()),
+        &outcome,
+        retry,
+    )
+}
+
+/// A pass that reached the fan-out.
+struct FannedOut {
+    written: WrittenDestination,
+    targets: usize,
+    tally: Tally,
+    outcome: Outcome,
+    retry: Retry,
+}
+
+/// One pass: read the source and the targets, build and write a copy per target namespace, remove
+/// the copies no longer wanted, report. Every decision on the way is `shared`'s.
+async fn fan_out(
+    cp: &ClusterProjection,
+    ctx: &Context,
+    current: &ClusterProjectionStatus,
+) -> Result<FannedOut, Failure> {
+    let cp_ref = ObjectRef::from_obj(cp);
+    let cr = CrRef::Cluster(cp_ref.clone());
+    let owner = owner_of(cp);
+    let about = cp.object_ref(&());
+    let source = &cp.spec.source;
+    let recorded = current.written_destination.clone();
+    let ever_projected = current.destination_name.is_some() || recorded.is_some();
+
+    // Read: the source, then the target namespaces.
+    let read = match read_source(ctx, source, &cr, Tier::Cluster, ever_projected).await {
+        Ok(read) => read,
+        Err(problem) => {
+            let withdrawn = match &problem {
+                Problem::Withdraw { resource, .. } => {
+                    sweep(
+                        ctx,
+                        &owner,
+                        &about,
+                        recorded.as_ref(),
+                        Some((&source.group_kind(), resource)),
+                    )
+                    .await
+                }
+                Problem::Report { .. } => false,
+            };
+            return Err(problem.fail(ctx, &about, recorded, withdrawn).await);
+        }
+    };
+    let resolved = read.resolved_message.clone();
+    let failed = |reason: Reason, message: String| Failure {
+        outcome: Outcome::DestinationFailed {
+            resolved: resolved.clone(),
+            reason,
+            message,
+        },
+        retry: reason.retry(),
+        written: recorded.clone(),
+    };
+    let rule = match TargetRule::of(&cp.spec.destination) {
+        Ok(rule) => Arc::new(rule),
+        Err(e) => {
+            ctx.namespaces.forget(&cp_ref);
+            ctx.events
+                .publish(&about, Reason::TargetResolutionFailed, e.0.clone())
+                .await;
+            return Err(failed(Reason::TargetResolutionFailed, e.0));
+        }
+    };
+    ctx.namespaces.set_rule(&cp_ref, rule.clone());
+    ctx.namespaces.synced().await;
+    let name = destination_name(cp);
+    let targets = rule.resolve(&ctx.namespaces.snapshot(), source, &name);
+
+    // Build and write, a capped number of namespaces at a time.
+    let source_value = serde_json::to_value(&read.object)
+        .map_err(|e| failed(Reason::DestinationCreateFailed, e.to_string()))?;
+    let results: Vec<(String, CopyWrite)> = futures::stream::iter(targets.write.iter().cloned())
+        .map(|namespace| {
+            let target = Target {
+                namespace: namespace.clone(),
+                name: name.clone(),
+            };
+            let desired = build_destination(&source_value, cp.spec.overlay.as_ref(), &owner, &target);
+            let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &read.resource);
+            let (read, owner) = (&read, &owner);
+            async move {
+                let written = write_copy(
+                    &ctx.watches,
+                    &api,
+                    &read.group_kind,
+                    &read.resource,
+                    &read.copies,
+                    &desired,
+                    owner,
+                )
+                .await;
+                (namespace, copy_write(written))
+            }
+        })
+        .buffer_unordered(ctx.settings.write_concurrency.max(1))
+        .collect()
+        .await;
+    let tally = Tally::of(results);
+    let waiting = tally
+        .conflicts()
+        .map(|namespace| ObjectKey {
+            group_kind: read.group_kind.clone(),
+            namespace: namespace.to_owned(),
+            name: name.clone(),
+        })
+        .collect();
+    ctx.watches.set_waiting(&cr, waiting);
+
+    // Remove: copies outside the targets or under an old name, and those of an old kind.
+    let written = WrittenDestination {
+        group: read.resource.group.clone(),
+        version: read.resource.version.clone(),
+        kind: read.resource.kind.clone(),
+        name: name.clone(),
+    };
+    let keep = targets.keep();
+    let unwanted: Vec<Arc<DynamicObject>> = read
+        .copies
+        .state()
+        .into_iter()
+        .filter(|o| is_unwanted(&o.metadata, &owner, &keep, &name))
+        .collect();
+    let mut cleaned = remove_all(
+        ctx,
+        &owner,
+        &about,
+        &read.group_kind,
+        &read.resource,
+        &unwanted,
+        false,
+    )
+    .await;
+    if let Some(old) = earlier_kind(recorded.as_ref(), &written) {
+        cleaned &= sweep(ctx, &owner, &about, Some(&old), None).await;
+    }
+
+    // Report.
+    if tally.first_copy(current.destination_name.is_some()) {
+        observe_first_copy(cp, ctx);
+    }
+    let from = format!("{}/{}", source.namespace, source.name);
+    let events = pass_events(&tally, &gvk_display(&read.resource), &from, &name);
+    ctx.events.publish_all(&about, events).await;
+    let (outcome, retry) = verdict(resolved, &targets, &tally, cleaned);
+    Ok(FannedOut {
+        written,
+        targets: targets.write.len(),
+        tally,
+        outcome,
+        retry,
+    })
+}
+
+/// A write's result as the fan-out's decisions read it.
+fn copy_write(written: Result<Written, WriteError>) -> CopyWrite {
+    match written {
+        Ok(Written::Created) => CopyWrite::Created,
+        Ok(Written::Updated) => CopyWrite::Updated,
+        Ok(Written::Recreated(why)) => CopyWrite::Recreated(why),
+        Ok(Written::Unchanged) => CopyWrite::Unchanged,
+        Err(e) => CopyWrite::Failed {
+            reason: e.reason(),
+            message: e.message(),
+        },
+    }
+}
+
+fn observe_first_copy(cp: &ClusterProjection, ctx: &Context) {
+    if let Some(created) = cp.meta().creation_timestamp.as_ref() {
+        let seconds = Timestamp::now().duration_since(created.0).as_secs_f64();
+        ctx.metrics
+            .e2e_seconds
+            .get_or_create(&E2eLabels {
+                kind: KIND,
+                event: "create",
+            })
+            .observe(seconds.max(0.0));
+    }
+}
+
+/// Removes every copy of `owner` of the recorded kind and of the current kind, in every namespace.
+/// Returns whether all are gone.
+async fn sweep(
+    ctx: &Context,
+    owner: &Owner,
+    about: &ObjectReference,
+    recorded: Option<&WrittenDestination>,
+    current: Option<(&GroupKind, &ApiResource)>,
+) -> bool {
+    let mut kinds: Vec<(GroupKind, ApiResource)> = current
+        .map(|(gk, r)| (gk.clone(), r.clone()))
+        .into_iter()
+        .collect();
+    if let Some(old) = recorded {
+        let old_kind = GroupKind {
+            group: old.group.clone(),
+            kind: old.kind.clone(),
+        };
+        if !kinds.iter().any(|(gk, _)| *gk == old_kind) {
+            match recorded_resource(ctx, old).await {
+                Ok(Some(resource)) => kinds.push((old_kind, resource)),
+                Ok(None) => {}
+                Err(()) => return false,
+            }
+        }
+    }
+    let mut all_gone = true;
+    for (group_kind, resource) in kinds {
+        let copies = match ctx.watches.ensure(&group_kind, &resource, Tier::Cluster).await {
+            Ok(copies) => copies,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list copies to remove");
+                all_gone = false;
+                continue;
+            }
+        };
+        let mine: Vec<Arc<DynamicObject>> = copies
+            .state()
+            .into_iter()
+            .filter(|o| is_labelled_for(&o.metadata, owner))
+            .collect();
+        all_gone &= remove_all(ctx, owner, about, &group_kind, &resource, &mine, true).await;
+    }
+    all_gone
+}
+
+/// Deletes the given copies that `owner` still owns, reporting deletions (and, when
+/// `report_left_alone`, copies kept because their ownership annotation was removed or changed).
+async fn remove_all(
+    ctx: &Context,
+    owner: &Owner,
+    about: &ObjectReference,
+    group_kind: &GroupKind,
+    resource: &ApiResource,
+    objects: &[Arc<DynamicObject>],
+    report_left_alone: bool,
+) -> bool {
+    let results: Vec<(String, Result<Removed, kube::Error>)> = futures::stream::iter(objects.iter().cloned())
+        .map(|object| async move {
+            let namespace = object.namespace().unwrap_or_default();
+            let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, resource);
+            let result = remove_known(&ctx.watches, &api, group_kind, &object, owner).await;
+            (format!("{namespace}/{}", object.name_any()), result)
+        })
+        .buffer_unordered(ctx.settings.write_concurrency.max(1))
+        .collect()
+        .await;
+    let mut deleted = Vec::new();
+    let mut events = Vec::new();
+    let mut all_gone = true;
+    for (copy, result) in results {
+        match result {
+            Ok(Removed::Deleted) => deleted.push(copy),
+            Ok(Removed::LeftAlone) if report_left_alone => events.push(EventNote {
+                reason: Reason::DestinationLeftAlone,
+                note: format!("{copy} (not owned)"),
+            }),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(copy, error = %e, "could not remove copy");
+                all_gone = false;
+            }
+        }
+    }
+    if !deleted.is_empty() {
+        events.push(EventNote {
+            reason: Reason::DestinationDeleted,
+            note: name_first(deleted),
+        });
+    }
+    ctx.events.publish_all(about, events).await;
+    all_gone
+}
+
+/// Deletion of the ClusterProjection: every copy it owns goes first, across the cluster.
+async fn cleanup(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error> {
+    let owner = owner_of(cp);
+    let about = cp.object_ref(&());
+    let recorded = cp.status.as_ref().and_then(|s| s.written_destination.clone());
+    let current = ctx
+        .discovery
+        .resolve(&cp.spec.source)
+        .await
+        .ok()
+        .map(|r| (cp.spec.source.group_kind(), r.resource));
+    let all_gone = sweep(
+        ctx,
+        &owner,
+        &about,
+        recorded.as_ref(),
+        current.as_ref().map(|(gk, r)| (gk, r)),
+    )
+    .await;
+    if !all_gone {
+        return Err(Error::Retry {
+            reason: Reason::DestinationDeleteFailed,
+            message: "copies could not be removed yet".into(),
+        });
+    }
+    let cp_ref = ObjectRef::from_obj(cp);
+    ctx.namespaces.forget(&cp_ref);
+    ctx.watches.forget(&CrRef::Cluster(cp_ref));
+    // The backoff is reset by `reconcile` once the finalizer is removed too.
+    Ok(Action::await_change())
+}

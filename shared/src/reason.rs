@@ -1,0 +1,442 @@
+//! Every reason the controller reports, as a type: on conditions, on events, in
+//! `status.failedNamespaces`. Each reason carries its wire string (byte-identical to the Go
+//! operator's, which users and alerts match on), the action verb of its event, how a failure with it
+//! is retried, and the `result` label it counts under. Code compares reasons, never strings.
+
+use std::fmt;
+
+/// Declares a unit enum whose wire string is the variant's name, with `ALL` listing every variant.
+macro_rules! named_enum {
+    ($(#[$meta:meta])* pub enum $name:ident { $($(#[$doc:meta])* $variant:ident,)+ }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name { $($(#[$doc])* $variant,)+ }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &[Self] = &[$(Self::$variant,)+];
+
+            /// The string on the wire (the variant's name).
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$variant => stringify!($variant),)+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+named_enum! {
+    /// A reason of a condition, an event or a failed namespace.
+    pub enum Reason {
+        /// `SourceResolved=True`: the source is usable.
+        Resolved,
+        /// `DestinationWritten`/`Ready=True`; the event of a created copy.
+        Projected,
+        /// Event: a copy was patched to match its source.
+        Updated,
+        /// Event: an update was refused as immutable, so the copy was deleted and created again.
+        DestinationRecreated,
+        /// Event: a copy was deleted.
+        DestinationDeleted,
+        /// Event: a copy no longer carries our ownership annotation, so it was kept.
+        DestinationLeftAlone,
+        /// The kind is unknown or cluster-scoped, or discovery failed.
+        SourceResolutionFailed,
+        /// The controller may not list, watch or get the source (HTTP 403).
+        SourceForbidden,
+        /// Reading the source failed otherwise, or its watch did not sync.
+        SourceFetchFailed,
+        /// The source does not exist and nothing was ever projected.
+        SourceNotFound,
+        /// The source does not exist any more (its copies are deleted).
+        SourceDeleted,
+        /// The source vetoes projection (`projection.sh/projectable: "false"`).
+        SourceOptedOut,
+        /// Allowlist mode and the source does not opt in.
+        SourceNotProjectable,
+        /// `DestinationWritten=Unknown` while the source fails.
+        SourceNotResolved,
+        /// Something the CR does not own is at a copy's coordinates, or the copy would be the source.
+        DestinationConflict,
+        /// Reading a copy failed.
+        DestinationFetchFailed,
+        /// Creating a copy failed.
+        DestinationCreateFailed,
+        /// Patching (or recreating) a copy failed.
+        DestinationUpdateFailed,
+        /// A copy no longer wanted could not be removed yet.
+        DestinationDeleteFailed,
+        /// Namespaces of a ClusterProjection failed with different reasons.
+        DestinationWriteFailed,
+        /// A ClusterProjection's destination has no usable target rule.
+        TargetResolutionFailed,
+    }
+}
+
+named_enum! {
+    /// The `action` of an `events.k8s.io/v1` event: what the controller was doing.
+    pub enum Verb {
+        /// Creating a copy.
+        Create,
+        /// Updating a copy.
+        Update,
+        /// Deleting a copy.
+        Delete,
+        /// Reading an object.
+        Get,
+        /// Checking a spec or a source against a rule.
+        Validate,
+        /// Resolving the source's kind.
+        Resolve,
+    }
+}
+
+/// The `result` label of `projection_reconcile_total`: the category of a reconcile's reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ResultCategory {
+    /// Everything is in place.
+    Success,
+    /// `DestinationConflict`.
+    Conflict,
+    /// Any other destination or target failure.
+    DestinationError,
+    /// Any source failure.
+    SourceError,
+}
+
+impl ResultCategory {
+    /// Every value.
+    pub const ALL: &[Self] = &[
+        Self::Success,
+        Self::Conflict,
+        Self::DestinationError,
+        Self::SourceError,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::Conflict => "conflict",
+            Self::DestinationError => "destination_error",
+            Self::SourceError => "source_error",
+        }
+    }
+}
+
+/// How a failed reconcile is retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// Only a watch event can change the outcome (source created, stranger gone, CRD installed, spec
+    /// edited): no timer.
+    OnChange,
+    /// A transient failure: retry with capped exponential backoff.
+    Backoff,
+}
+
+impl Reason {
+    /// The action verb of this reason's event, `None` for a reason that appears on conditions only.
+    pub fn verb(self) -> Option<Verb> {
+        use Reason::*;
+        Some(match self {
+            Projected => Verb::Create,
+            Updated | DestinationRecreated => Verb::Update,
+            DestinationDeleted | DestinationLeftAlone => Verb::Delete,
+            SourceResolutionFailed => Verb::Resolve,
+            SourceForbidden | SourceFetchFailed | SourceNotFound | SourceDeleted => Verb::Get,
+            SourceOptedOut | SourceNotProjectable | DestinationConflict | TargetResolutionFailed => {
+                Verb::Validate
+            }
+            DestinationFetchFailed => Verb::Get,
+            DestinationCreateFailed => Verb::Create,
+            DestinationUpdateFailed => Verb::Update,
+            Resolved | SourceNotResolved | DestinationDeleteFailed | DestinationWriteFailed => return None,
+        })
+    }
+
+    /// Whether this reason's event is a Warning (a failure) rather than Normal.
+    pub fn is_warning(self) -> bool {
+        self.category() != ResultCategory::Success
+    }
+
+    /// How a reconcile that failed with this reason is retried when its own cause is all there is:
+    /// a failed API call or copies left to remove always back off (see [`retry_after`]).
+    pub fn retry(self) -> Retry {
+        use Reason::*;
+        match self {
+            // Only a change of the source, the spec, a CRD or a stranger's object can help.
+            SourceResolutionFailed
+            | SourceNotFound
+            | SourceDeleted
+            | SourceOptedOut
+            | SourceNotProjectable
+            | DestinationConflict
+            | TargetResolutionFailed => Retry::OnChange,
+            // The apiserver may answer otherwise next time (or an admin widens the RBAC).
+            SourceForbidden
+            | SourceFetchFailed
+            | DestinationFetchFailed
+            | DestinationCreateFailed
+            | DestinationUpdateFailed
+            | DestinationDeleteFailed
+            | DestinationWriteFailed => Retry::Backoff,
+            // Not failures: nothing to retry until something changes.
+            Resolved | Projected | Updated | DestinationRecreated | DestinationDeleted
+            | DestinationLeftAlone | SourceNotResolved => Retry::OnChange,
+        }
+    }
+
+    /// The `result` label a reconcile ending with this reason counts under.
+    pub fn category(self) -> ResultCategory {
+        use Reason::*;
+        match self {
+            Resolved | Projected | Updated | DestinationRecreated | DestinationDeleted
+            | DestinationLeftAlone => ResultCategory::Success,
+            DestinationConflict => ResultCategory::Conflict,
+            DestinationFetchFailed
+            | DestinationCreateFailed
+            | DestinationUpdateFailed
+            | DestinationDeleteFailed
+            | DestinationWriteFailed
+            | TargetResolutionFailed => ResultCategory::DestinationError,
+            SourceResolutionFailed
+            | SourceForbidden
+            | SourceFetchFailed
+            | SourceNotFound
+            | SourceDeleted
+            | SourceOptedOut
+            | SourceNotProjectable
+            | SourceNotResolved => ResultCategory::SourceError,
+        }
+    }
+
+    /// The reason named by a wire string, if it is one of ours.
+    pub fn parse(wire: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|r| r.as_str() == wire)
+    }
+}
+
+/// How a failure is retried: by its reason, unless the failure came from an API call that failed
+/// (`transient`) or left copies to remove (`cleaned` false), which always back off.
+pub fn retry_after(reason: Reason, transient: bool, cleaned: bool) -> Retry {
+    if transient || !cleaned {
+        Retry::Backoff
+    } else {
+        reason.retry()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_strings_are_the_go_operators() {
+        let wire: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(
+            wire,
+            [
+                "Resolved",
+                "Projected",
+                "Updated",
+                "DestinationRecreated",
+                "DestinationDeleted",
+                "DestinationLeftAlone",
+                "SourceResolutionFailed",
+                "SourceForbidden",
+                "SourceFetchFailed",
+                "SourceNotFound",
+                "SourceDeleted",
+                "SourceOptedOut",
+                "SourceNotProjectable",
+                "SourceNotResolved",
+                "DestinationConflict",
+                "DestinationFetchFailed",
+                "DestinationCreateFailed",
+                "DestinationUpdateFailed",
+                "DestinationDeleteFailed",
+                "DestinationWriteFailed",
+                "TargetResolutionFailed",
+            ]
+        );
+        for reason in Reason::ALL {
+            assert_eq!(Reason::parse(reason.as_str()), Some(*reason));
+            assert_eq!(reason.to_string(), reason.as_str());
+        }
+        assert_eq!(Reason::parse("Nope"), None);
+        let verbs: Vec<&str> = Verb::ALL.iter().map(|v| v.as_str()).collect();
+        assert_eq!(
+            verbs,
+            ["Create", "Update", "Delete", "Get", "Validate", "Resolve"]
+        );
+        let results: Vec<&str> = ResultCategory::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            results,
+            ["success", "conflict", "destination_error", "source_error"]
+        );
+    }
+
+    #[test]
+    fn each_reason_has_its_verb_type_retry_and_category() {
+        use Reason::*;
+        // (reason, event verb, warning, retry, result label)
+        let table = [
+            (Resolved, None, false, Retry::OnChange, "success"),
+            (Projected, Some(Verb::Create), false, Retry::OnChange, "success"),
+            (Updated, Some(Verb::Update), false, Retry::OnChange, "success"),
+            (
+                DestinationRecreated,
+                Some(Verb::Update),
+                false,
+                Retry::OnChange,
+                "success",
+            ),
+            (
+                DestinationDeleted,
+                Some(Verb::Delete),
+                false,
+                Retry::OnChange,
+                "success",
+            ),
+            (
+                DestinationLeftAlone,
+                Some(Verb::Delete),
+                false,
+                Retry::OnChange,
+                "success",
+            ),
+            (
+                SourceResolutionFailed,
+                Some(Verb::Resolve),
+                true,
+                Retry::OnChange,
+                "source_error",
+            ),
+            (
+                SourceForbidden,
+                Some(Verb::Get),
+                true,
+                Retry::Backoff,
+                "source_error",
+            ),
+            (
+                SourceFetchFailed,
+                Some(Verb::Get),
+                true,
+                Retry::Backoff,
+                "source_error",
+            ),
+            (
+                SourceNotFound,
+                Some(Verb::Get),
+                true,
+                Retry::OnChange,
+                "source_error",
+            ),
+            (
+                SourceDeleted,
+                Some(Verb::Get),
+                true,
+                Retry::OnChange,
+                "source_error",
+            ),
+            (
+                SourceOptedOut,
+                Some(Verb::Validate),
+                true,
+                Retry::OnChange,
+                "source_error",
+            ),
+            (
+                SourceNotProjectable,
+                Some(Verb::Validate),
+                true,
+                Retry::OnChange,
+                "source_error",
+            ),
+            (SourceNotResolved, None, true, Retry::OnChange, "source_error"),
+            (
+                DestinationConflict,
+                Some(Verb::Validate),
+                true,
+                Retry::OnChange,
+                "conflict",
+            ),
+            (
+                DestinationFetchFailed,
+                Some(Verb::Get),
+                true,
+                Retry::Backoff,
+                "destination_error",
+            ),
+            (
+                DestinationCreateFailed,
+                Some(Verb::Create),
+                true,
+                Retry::Backoff,
+                "destination_error",
+            ),
+            (
+                DestinationUpdateFailed,
+                Some(Verb::Update),
+                true,
+                Retry::Backoff,
+                "destination_error",
+            ),
+            (
+                DestinationDeleteFailed,
+                None,
+                true,
+                Retry::Backoff,
+                "destination_error",
+            ),
+            (
+                DestinationWriteFailed,
+                None,
+                true,
+                Retry::Backoff,
+                "destination_error",
+            ),
+            (
+                TargetResolutionFailed,
+                Some(Verb::Validate),
+                true,
+                Retry::OnChange,
+                "destination_error",
+            ),
+        ];
+        assert_eq!(table.len(), Reason::ALL.len(), "every reason is in the table");
+        for (reason, verb, warning, retry, result) in table {
+            assert_eq!(reason.verb(), verb, "{reason}");
+            assert_eq!(reason.is_warning(), warning, "{reason}");
+            assert_eq!(reason.retry(), retry, "{reason}");
+            assert_eq!(reason.category().as_str(), result, "{reason}");
+        }
+    }
+
+    #[test]
+    fn api_failures_and_leftover_copies_back_off() {
+        use Reason::*;
+        // (reason, transient, cleaned, retry)
+        for (reason, transient, cleaned, retry) in [
+            (SourceResolutionFailed, false, true, Retry::OnChange),
+            (SourceResolutionFailed, true, true, Retry::Backoff),
+            (SourceDeleted, false, true, Retry::OnChange),
+            (SourceDeleted, false, false, Retry::Backoff),
+            (DestinationConflict, false, true, Retry::OnChange),
+            (DestinationConflict, false, false, Retry::Backoff),
+            (SourceFetchFailed, false, true, Retry::Backoff),
+        ] {
+            assert_eq!(
+                retry_after(reason, transient, cleaned),
+                retry,
+                "{reason} {transient} {cleaned}"
+            );
+        }
+    }
+}
