@@ -8,9 +8,12 @@
 use crate::{
     context::Context,
     error::Error,
-    metrics::E2eLabels,
-    reconcile::{Problem, ProjectionKind, conclude, gvk_display, read_source},
-    watches::{CrRef, ObjectKey, Tier},
+    index::{CrRef, ObjectKey},
+    reconcile::{
+        ProjectionKind, conclude, copies_remain, gvk_display, observe_first_copy, read_or_withdraw,
+        resolved_kind,
+    },
+    watches::Tier,
     writer::{Removed, WriteError, Written, recorded_resource, remove_known, write_copy},
 };
 use futures::StreamExt;
@@ -28,7 +31,7 @@ use shared::{
     ownership::Owner,
     reason::{Reason, Retry},
     source::GroupKind,
-    status::{ClusterPass, Failure, Outcome, cluster_status},
+    status::{ClusterPass, Failure, Outcome, cluster_status, destination_failure},
     targets::TargetRule,
     unwanted::{earlier_kind, is_labelled_for, is_unwanted},
 };
@@ -132,35 +135,23 @@ async fn fan_out(
     let ever_projected = current.destination_name.is_some() || recorded.is_some();
 
     // Read: the source, then the target namespaces.
-    let read = match read_source(ctx, source, &cr, Tier::Cluster, ever_projected).await {
-        Ok(read) => read,
-        Err(problem) => {
-            let withdrawn = match &problem {
-                Problem::Withdraw { resource, .. } => {
-                    sweep(
-                        ctx,
-                        &owner,
-                        &about,
-                        recorded.as_ref(),
-                        Some((&source.group_kind(), resource)),
-                    )
-                    .await
-                }
-                Problem::Report { .. } => false,
-            };
-            return Err(problem.fail(ctx, &about, recorded, withdrawn).await);
-        }
-    };
-    let resolved = read.resolved_message.clone();
-    let failed = |reason: Reason, message: String| Failure {
-        outcome: Outcome::DestinationFailed {
-            resolved: resolved.clone(),
-            reason,
-            message,
+    let read = read_or_withdraw(
+        ctx,
+        source,
+        &cr,
+        Tier::Cluster,
+        &about,
+        recorded.as_ref(),
+        ever_projected,
+        |resource| {
+            let current = (source.group_kind(), resource);
+            let (owner, about, recorded) = (&owner, &about, recorded.as_ref());
+            async move { sweep(ctx, owner, about, recorded, Some((&current.0, &current.1))).await }
         },
-        retry: reason.retry(),
-        written: recorded.clone(),
-    };
+    )
+    .await?;
+    let resolved = read.resolved_message.clone();
+    let failed = |reason, message| destination_failure(&resolved, reason, message, recorded.clone());
     let rule = match TargetRule::of(&cp.spec.destination) {
         Ok(rule) => Arc::new(rule),
         Err(e) => {
@@ -275,19 +266,6 @@ fn copy_write(written: Result<Written, WriteError>) -> CopyWrite {
     }
 }
 
-fn observe_first_copy(cp: &ClusterProjection, ctx: &Context) {
-    if let Some(created) = cp.meta().creation_timestamp.as_ref() {
-        let seconds = Timestamp::now().duration_since(created.0).as_secs_f64();
-        ctx.metrics
-            .e2e_seconds
-            .get_or_create(&E2eLabels {
-                kind: KIND,
-                event: "create",
-            })
-            .observe(seconds.max(0.0));
-    }
-}
-
 /// Removes every copy of `owner` of the recorded kind and of the current kind, in every namespace.
 /// Returns whether all are gone.
 async fn sweep(
@@ -387,12 +365,7 @@ async fn cleanup(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error>
     let owner = owner_of(cp);
     let about = cp.object_ref(&());
     let recorded = cp.status.as_ref().and_then(|s| s.written_destination.clone());
-    let current = ctx
-        .discovery
-        .resolve(&cp.spec.source)
-        .await
-        .ok()
-        .map(|r| (cp.spec.source.group_kind(), r.resource));
+    let current = resolved_kind(ctx, &cp.spec.source).await;
     let all_gone = sweep(
         ctx,
         &owner,
@@ -402,10 +375,7 @@ async fn cleanup(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error>
     )
     .await;
     if !all_gone {
-        return Err(Error::Retry {
-            reason: Reason::DestinationDeleteFailed,
-            message: "copies could not be removed yet".into(),
-        });
+        return Err(copies_remain());
     }
     let cp_ref = ObjectRef::from_obj(cp);
     ctx.namespaces.forget(&cp_ref);

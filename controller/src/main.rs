@@ -8,11 +8,15 @@ mod discovery;
 mod error;
 mod events;
 mod http;
+mod index;
 mod leader;
 mod metrics;
 mod namespaces;
 mod projection;
 mod reconcile;
+mod wake;
+mod warm;
+mod watch_errors;
 mod watches;
 mod writer;
 
@@ -37,7 +41,10 @@ use shared::{
 };
 use std::{
     hash::{DefaultHasher, Hash, Hasher},
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -86,6 +93,13 @@ async fn main() -> anyhow::Result<()> {
     ));
 
     let client = shared::client::infer().await?;
+    let settings = context::Settings {
+        source_mode: args.source_mode,
+        requeue_cap: args.requeue_interval,
+        write_concurrency: usize::from(args.selector_write_concurrency),
+    };
+    // Every replica watches and indexes from the start; only the reconcilers wait for the lease.
+    let replica = Replica::start(client.clone(), metrics, settings, readiness.clone());
     let mut leadership = None;
     if args.leader_elect {
         let namespace = args.leader_election_namespace.clone();
@@ -93,26 +107,19 @@ async fn main() -> anyhow::Result<()> {
             .or_else(|_| std::env::var("HOSTNAME"))
             .map(|h| format!("{h}-{}", std::process::id()))
             .unwrap_or_else(|_| format!("projection-controller-{}", std::process::id()));
-        // A standby is ready: it has nothing to sync until it leads.
-        readiness.set(true);
         tokio::select! {
             acquired = leader::Leadership::acquire(client.clone(), &namespace, &identity, args.leader_election_lease_duration) => {
                 leadership = Some(acquired?);
-                readiness.set(false);
             }
             () = stopped() => {
+                replica.stop();
                 server.await??;
                 return Ok(());
             }
         }
     }
 
-    let settings = context::Settings {
-        source_mode: args.source_mode,
-        requeue_cap: args.requeue_interval,
-        write_concurrency: usize::from(args.selector_write_concurrency),
-    };
-    let run = run_controllers(client, metrics, settings, readiness.clone(), stop);
+    let run = replica.lead(stop);
     let lost = async {
         match leadership.as_mut() {
             Some(l) => l.lost().await,
@@ -187,6 +194,16 @@ impl<K> Watchable for K where
 {
 }
 
+/// The CR changes sent to a reconciler, as the stream it takes.
+fn changes<K>(
+    rx: tokio::sync::mpsc::UnboundedReceiver<K>,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Send + 'static,
+{
+    UnboundedReceiverStream::new(rx).map(Ok)
+}
+
 fn log_result<T, E: std::fmt::Display>(result: Result<T, E>) -> std::future::Ready<()> {
     if let Err(e) = result {
         tracing::debug!(error = %e, "reconcile did not complete");
@@ -194,84 +211,144 @@ fn log_result<T, E: std::fmt::Display>(result: Result<T, E>) -> std::future::Rea
     std::future::ready(())
 }
 
-async fn run_controllers(
-    client: Client,
-    metrics: Arc<metrics::Metrics>,
-    settings: context::Settings,
-    readiness: http::Readiness,
-    stop: CancellationToken,
-) {
-    let (projections_tx, projections_rx) = tokio::sync::mpsc::unbounded_channel();
-    let (clusters_tx, clusters_rx) = tokio::sync::mpsc::unbounded_channel();
-    let wake = watches::Wake {
-        projections: projections_tx,
-        clusters: clusters_tx,
-    };
-    let namespaces = namespaces::Namespaces::new();
-    let namespace_task = tokio::spawn(namespaces.clone().run(client.clone(), wake.clone()));
-    let ctx = Arc::new(context::Context {
-        client: client.clone(),
-        discovery: discovery::Discovery::new(client.clone()),
-        watches: Arc::new(watches::WatchRegistry::new(client.clone(), metrics.clone(), wake)),
-        namespaces,
-        events: events::Events::new(client.clone()),
-        metrics,
-        settings,
-        backoff: context::Backoff::default(),
-        statuses: context::WrittenStatuses::default(),
-    });
+/// What a replica runs whether or not it leads: the watches, the indexes and the stores of the CRs,
+/// and the warm-up of the source kinds they name.
+struct Replica {
+    ctx: Arc<context::Context>,
+    leading: Arc<AtomicBool>,
+    projections: reflector::Store<Projection>,
+    clusters: reflector::Store<ClusterProjection>,
+    /// CR changes for the reconcilers (sent once this replica leads).
+    projection_changes: (
+        tokio::sync::mpsc::UnboundedSender<Projection>,
+        tokio::sync::mpsc::UnboundedReceiver<Projection>,
+    ),
+    cluster_changes: (
+        tokio::sync::mpsc::UnboundedSender<ClusterProjection>,
+        tokio::sync::mpsc::UnboundedReceiver<ClusterProjection>,
+    ),
+    /// Wakes from the watch tasks.
+    projection_wakes: tokio::sync::mpsc::UnboundedReceiver<reflector::ObjectRef<Projection>>,
+    cluster_wakes: tokio::sync::mpsc::UnboundedReceiver<reflector::ObjectRef<ClusterProjection>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
 
-    // Discovery changes when a CRD, or an APIService (one per served group and version: the
-    // aggregator registers a CRD's versions one by one, and aggregated APIs come this way), appears,
-    // changes or goes: forget cached resolutions and re-resolve the sources of that group.
-    let crd_task = tokio::spawn(follow_discovery_changes::<CustomResourceDefinition>(
-        client.clone(),
-        ctx.clone(),
-    ));
-    let api_service_task = tokio::spawn(follow_discovery_changes::<APIService>(
-        client.clone(),
-        ctx.clone(),
-    ));
+impl Replica {
+    fn start(
+        client: Client,
+        metrics: Arc<metrics::Metrics>,
+        settings: context::Settings,
+        readiness: http::Readiness,
+    ) -> Self {
+        let leading = Arc::new(AtomicBool::new(false));
+        let (projections_tx, projection_wakes) = tokio::sync::mpsc::unbounded_channel();
+        let (clusters_tx, cluster_wakes) = tokio::sync::mpsc::unbounded_channel();
+        let wake = wake::Wake {
+            projections: projections_tx,
+            clusters: clusters_tx,
+            leading: leading.clone(),
+        };
+        let namespaces = namespaces::Namespaces::new();
+        let mut tasks = vec![tokio::spawn(namespaces.clone().run(client.clone(), wake.clone()))];
+        let ctx = Arc::new(context::Context {
+            client: client.clone(),
+            discovery: discovery::Discovery::new(client.clone()),
+            watches: Arc::new(watches::WatchRegistry::new(client.clone(), metrics.clone(), wake)),
+            namespaces,
+            events: events::Events::new(client.clone()),
+            metrics,
+            settings,
+            backoff: context::Backoff::default(),
+            statuses: context::WrittenStatuses::default(),
+        });
 
-    let (projection_store, projection_writer) = reflector::store::<Projection>();
-    let (cluster_store, cluster_writer) = reflector::store::<ClusterProjection>();
-    let ready = (
-        projection_store.clone(),
-        cluster_store.clone(),
-        ctx.namespaces.clone(),
-    );
-    tokio::spawn(async move {
-        let limit = std::time::Duration::from_secs(3600);
-        if watches::store_ready(&ready.0, limit).await && watches::store_ready(&ready.1, limit).await {
-            ready.2.synced().await;
-            readiness.set(true);
-            tracing::info!("caches synced; ready");
+        // Discovery changes when a CRD, or an APIService (one per served group and version: the
+        // aggregator registers a CRD's versions one by one, and aggregated APIs come this way),
+        // appears, changes or goes: forget cached resolutions and re-resolve the sources of that group.
+        tasks.push(tokio::spawn(
+            follow_discovery_changes::<CustomResourceDefinition>(client.clone(), ctx.clone()),
+        ));
+        tasks.push(tokio::spawn(follow_discovery_changes::<APIService>(
+            client.clone(),
+            ctx.clone(),
+        )));
+
+        let (warm_tx, warm_rx) = tokio::sync::mpsc::unbounded_channel();
+        tasks.push(tokio::spawn(warm::warm_up(ctx.clone(), warm_rx)));
+        let (projections, projection_writer) = reflector::store::<Projection>();
+        let (clusters, cluster_writer) = reflector::store::<ClusterProjection>();
+        let projection_changes = tokio::sync::mpsc::unbounded_channel();
+        let cluster_changes = tokio::sync::mpsc::unbounded_channel();
+        tasks.push(tokio::spawn(warm::feed(
+            cr_stream(&client, projection_writer, PROJECTION_FINALIZER),
+            projection_changes.0.clone(),
+            warm_tx.clone(),
+            leading.clone(),
+        )));
+        tasks.push(tokio::spawn(warm::feed(
+            cr_stream(&client, cluster_writer, CLUSTER_PROJECTION_FINALIZER),
+            cluster_changes.0.clone(),
+            warm_tx,
+            leading.clone(),
+        )));
+
+        let ready = (projections.clone(), clusters.clone(), ctx.namespaces.clone());
+        tasks.push(tokio::spawn(async move {
+            let limit = std::time::Duration::from_secs(3600);
+            if watches::store_ready(&ready.0, limit).await && watches::store_ready(&ready.1, limit).await {
+                ready.2.synced().await;
+                readiness.set(true);
+                tracing::info!("caches synced; ready");
+            }
+        }));
+        Self {
+            ctx,
+            leading,
+            projections,
+            clusters,
+            projection_changes,
+            cluster_changes,
+            projection_wakes,
+            cluster_wakes,
+            tasks,
         }
-    });
+    }
 
-    let config = controller::Config::default().concurrency(RECONCILE_CONCURRENCY);
-    let projections = Controller::for_stream(
-        cr_stream(&client, projection_writer, PROJECTION_FINALIZER),
-        projection_store,
-    )
-    .reconcile_on(UnboundedReceiverStream::new(projections_rx))
-    .with_config(config.clone())
-    .graceful_shutdown_on(stop.clone().cancelled_owned())
-    .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
-    .for_each(log_result);
-    let clusters = Controller::for_stream(
-        cr_stream(&client, cluster_writer, CLUSTER_PROJECTION_FINALIZER),
-        cluster_store,
-    )
-    .reconcile_on(UnboundedReceiverStream::new(clusters_rx))
-    .with_config(config)
-    .graceful_shutdown_on(stop.cancelled_owned())
-    .run(reconcile::reconcile, reconcile::error_policy, ctx)
-    .for_each(log_result);
-    tokio::join!(projections, clusters);
-    crd_task.abort();
-    api_service_task.abort();
-    namespace_task.abort();
+    /// Runs the reconcilers until `stop`: every CR known so far is reconciled, then every change.
+    async fn lead(self, stop: CancellationToken) {
+        self.leading.store(true, Ordering::Release);
+        // Changes seen from now on are forwarded by `warm::feed`; those before are in the stores.
+        for cr in self.projections.state() {
+            let _ = self.projection_changes.0.send((*cr).clone());
+        }
+        for cr in self.clusters.state() {
+            let _ = self.cluster_changes.0.send((*cr).clone());
+        }
+        let config = controller::Config::default().concurrency(RECONCILE_CONCURRENCY);
+        let projections = Controller::for_stream(changes(self.projection_changes.1), self.projections)
+            .reconcile_on(UnboundedReceiverStream::new(self.projection_wakes))
+            .with_config(config.clone())
+            .graceful_shutdown_on(stop.clone().cancelled_owned())
+            .run(reconcile::reconcile, reconcile::error_policy, self.ctx.clone())
+            .for_each(log_result);
+        let clusters = Controller::for_stream(changes(self.cluster_changes.1), self.clusters)
+            .reconcile_on(UnboundedReceiverStream::new(self.cluster_wakes))
+            .with_config(config)
+            .graceful_shutdown_on(stop.cancelled_owned())
+            .run(reconcile::reconcile, reconcile::error_policy, self.ctx)
+            .for_each(log_result);
+        tokio::join!(projections, clusters);
+        for task in self.tasks {
+            task.abort();
+        }
+    }
+
+    /// Stops a replica that never led.
+    fn stop(self) {
+        for task in self.tasks {
+            task.abort();
+        }
+    }
 }
 
 /// Invalidates discovery and wakes the CRs following the group of every `K` that changes.

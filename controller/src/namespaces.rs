@@ -1,10 +1,10 @@
-//! The namespaces of the cluster as ClusterProjections see them (names, labels, whether they are
-//! being deleted), kept from a metadata-only watch, and the index that maps a namespace event to the
-//! ClusterProjections it concerns: those listing the namespace by name, and those whose selector
-//! matched its labels before or after the event. No API call, and no scan of ClusterProjections
-//! that list other namespaces.
+//! The namespace watch: a metadata-only watch of every namespace that feeds the
+//! [`NamespaceIndex`] and wakes the ClusterProjections each event concerns.
 
-use crate::watches::{CrRef, Wake};
+use crate::{
+    index::{CrRef, NamespaceIndex},
+    wake::Wake,
+};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
@@ -20,27 +20,14 @@ use shared::{
     crd::ClusterProjection,
     targets::{NamespaceInfo, TargetRule},
 };
-use std::{
-    collections::{BTreeMap, HashMap, HashSet},
-    sync::{Arc, Mutex},
-};
+use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 type Cp = ObjectRef<ClusterProjection>;
 
-#[derive(Default)]
-struct State {
-    namespaces: BTreeMap<String, NamespaceInfo>,
-    /// Namespaces seen during a relist, swapped in when it completes.
-    relisting: Option<BTreeMap<String, NamespaceInfo>>,
-    rules: HashMap<Cp, Arc<TargetRule>>,
-    listing: HashMap<String, HashSet<Cp>>,
-    selecting: HashSet<Cp>,
-}
-
-/// The namespace cache and index.
+/// The namespace cache and index, shared by the watch task and the reconcilers.
 pub struct Namespaces {
-    state: Mutex<State>,
+    index: Mutex<NamespaceIndex>,
     synced: watch::Sender<bool>,
 }
 
@@ -48,13 +35,13 @@ impl Namespaces {
     /// An empty cache; [`Namespaces::run`] fills it.
     pub fn new() -> Arc<Self> {
         Arc::new(Self {
-            state: Mutex::default(),
+            index: Mutex::default(),
             synced: watch::Sender::new(false),
         })
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn index(&self) -> std::sync::MutexGuard<'_, NamespaceIndex> {
+        self.index.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Watches namespaces until the task is aborted, waking the ClusterProjections each event
@@ -77,47 +64,26 @@ impl Namespaces {
             .await;
     }
 
-    /// Applies one watch event and returns the ClusterProjections to wake.
+    /// Feeds one watch event to the index and returns the ClusterProjections to wake.
     fn apply(&self, event: Event<PartialObjectMeta<Namespace>>) -> Vec<Cp> {
-        let mut state = self.state();
+        let mut index = self.index();
         match event {
             Event::Init => {
-                state.relisting = Some(BTreeMap::new());
+                index.relist_started();
                 Vec::new()
             }
             Event::InitApply(ns) => {
-                let info = info_of(&ns);
-                if let Some(relist) = state.relisting.as_mut() {
-                    relist.insert(info.name.clone(), info);
-                }
+                index.relisted(info_of(&ns));
                 Vec::new()
             }
             Event::InitDone => {
-                let fresh = state.relisting.take().unwrap_or_default();
-                let changed = fresh != state.namespaces;
-                state.namespaces = fresh;
-                drop(state);
+                let woken = index.relist_done();
+                drop(index);
                 self.synced.send_replace(true);
-                // After a relist anything may have changed while the watch was down.
-                if changed {
-                    self.state().rules.keys().cloned().collect()
-                } else {
-                    Vec::new()
-                }
+                woken
             }
-            Event::Apply(ns) => {
-                let info = info_of(&ns);
-                let old = state.namespaces.insert(info.name.clone(), info.clone());
-                if old.as_ref() == Some(&info) {
-                    return Vec::new();
-                }
-                concerned(&state, &info.name, old.as_ref(), Some(&info))
-            }
-            Event::Delete(ns) => {
-                let info = info_of(&ns);
-                let old = state.namespaces.remove(&info.name);
-                concerned(&state, &info.name, old.as_ref(), None)
-            }
+            Event::Apply(ns) => index.applied(info_of(&ns)),
+            Event::Delete(ns) => index.deleted(&info_of(&ns).name),
         }
     }
 
@@ -129,71 +95,18 @@ impl Namespaces {
 
     /// Every namespace now.
     pub fn snapshot(&self) -> Vec<NamespaceInfo> {
-        self.state().namespaces.values().cloned().collect()
+        self.index().snapshot()
     }
 
     /// Records (or replaces) which namespaces `cp` targets.
     pub fn set_rule(&self, cp: &Cp, rule: Arc<TargetRule>) {
-        let mut state = self.state();
-        forget_rule(&mut state, cp);
-        match &*rule {
-            TargetRule::List(names) => {
-                for name in names {
-                    state.listing.entry(name.clone()).or_default().insert(cp.clone());
-                }
-            }
-            TargetRule::Selector(_) => {
-                state.selecting.insert(cp.clone());
-            }
-        }
-        state.rules.insert(cp.clone(), rule);
+        self.index().set_rule(cp, rule);
     }
 
     /// Forgets a ClusterProjection that is gone (or has no valid rule).
     pub fn forget(&self, cp: &Cp) {
-        forget_rule(&mut self.state(), cp);
+        self.index().forget(cp);
     }
-}
-
-fn forget_rule(state: &mut State, cp: &Cp) {
-    if let Some(old) = state.rules.remove(cp) {
-        match &*old {
-            TargetRule::List(names) => {
-                for name in names {
-                    if let Some(set) = state.listing.get_mut(name) {
-                        set.remove(cp);
-                        if set.is_empty() {
-                            state.listing.remove(name);
-                        }
-                    }
-                }
-            }
-            TargetRule::Selector(_) => {
-                state.selecting.remove(cp);
-            }
-        }
-    }
-}
-
-/// The ClusterProjections that list `name`, or whose selector matched it before or matches it now.
-fn concerned(
-    state: &State,
-    name: &str,
-    before: Option<&NamespaceInfo>,
-    after: Option<&NamespaceInfo>,
-) -> Vec<Cp> {
-    let mut cps: Vec<Cp> = state.listing.get(name).into_iter().flatten().cloned().collect();
-    for cp in &state.selecting {
-        let Some(rule) = state.rules.get(cp) else { continue };
-        if [before, after]
-            .into_iter()
-            .flatten()
-            .any(|ns| rule.selects(name, &ns.labels))
-        {
-            cps.push(cp.clone());
-        }
-    }
-    cps
 }
 
 fn info_of(ns: &PartialObjectMeta<Namespace>) -> NamespaceInfo {

@@ -5,9 +5,12 @@
 use crate::{
     context::Context,
     error::Error,
-    metrics::E2eLabels,
-    reconcile::{Problem, ProjectionKind, conclude, gvk_display, read_source},
-    watches::{CrRef, ObjectKey, Tier},
+    index::{CrRef, ObjectKey},
+    reconcile::{
+        ProjectionKind, conclude, copies_remain, gvk_display, observe_first_copy, read_or_withdraw,
+        resolved_kind,
+    },
+    watches::Tier,
     writer::{Removed, Written, remove_copy, write_copy},
 };
 use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
@@ -24,7 +27,7 @@ use shared::{
     reason::{Reason, Retry},
     self_copy::self_copy,
     source::GroupKind,
-    status::{Failure, Outcome, projection_status},
+    status::{Failure, Outcome, destination_failure, projection_status},
     unwanted::earlier_copy,
 };
 
@@ -107,37 +110,25 @@ async fn project(
     let recorded = status.written_destination.clone();
     let ever_projected = status.destination_name.is_some() || recorded.is_some();
 
-    let read = match read_source(ctx, source, &waker, Tier::Projection, ever_projected).await {
-        Ok(read) => read,
-        Err(problem) => {
-            let withdrawn = match &problem {
-                Problem::Withdraw { resource, .. } => {
-                    retract(
-                        p,
-                        ctx,
-                        &owner,
-                        &about,
-                        recorded.as_ref(),
-                        Some((&source.group_kind(), resource)),
-                    )
-                    .await
-                }
-                Problem::Report { .. } => false,
-            };
-            return Err(problem.fail(ctx, &about, recorded, withdrawn).await);
-        }
-    };
+    let read = read_or_withdraw(
+        ctx,
+        source,
+        &waker,
+        Tier::Projection,
+        &about,
+        recorded.as_ref(),
+        ever_projected,
+        |resource| {
+            let current = (source.group_kind(), resource);
+            let (owner, about, recorded) = (&owner, &about, recorded.as_ref());
+            async move { retract(p, ctx, owner, about, recorded, Some((&current.0, &current.1))).await }
+        },
+    )
+    .await?;
 
     let target = target_of(p);
-    let failed = |reason: Reason, message: String| Failure {
-        outcome: Outcome::DestinationFailed {
-            resolved: read.resolved_message.clone(),
-            reason,
-            message,
-        },
-        retry: reason.retry(),
-        written: recorded.clone(),
-    };
+    let failed =
+        |reason, message| destination_failure(&read.resolved_message, reason, message, recorded.clone());
     if let Some(found) = self_copy(source, &target.namespace, &target.name) {
         let message = found.projection_message();
         ctx.events
@@ -223,30 +214,14 @@ async fn project(
             "could not remove the earlier copy {}/{}",
             target.namespace, old.name
         );
-        return Err(Failure {
-            outcome: Outcome::DestinationFailed {
-                resolved: read.resolved_message.clone(),
-                reason: Reason::DestinationDeleteFailed,
-                message,
-            },
-            retry: Retry::Backoff,
-            written: Some(old),
-        });
+        return Err(destination_failure(
+            &read.resolved_message,
+            Reason::DestinationDeleteFailed,
+            message,
+            Some(old),
+        ));
     }
     Ok((now_written, read.resolved_message))
-}
-
-fn observe_first_copy(p: &Projection, ctx: &Context) {
-    if let Some(created) = p.meta().creation_timestamp.as_ref() {
-        let seconds = Timestamp::now().duration_since(created.0).as_secs_f64();
-        ctx.metrics
-            .e2e_seconds
-            .get_or_create(&E2eLabels {
-                kind: KIND,
-                event: "create",
-            })
-            .observe(seconds.max(0.0));
-    }
 }
 
 /// Removes every copy this Projection may have written: the recorded one and the one at the current
@@ -325,12 +300,7 @@ async fn cleanup(p: &Projection, ctx: &Context) -> Result<Action, Error> {
     let owner = owner_of(p);
     let about = p.object_ref(&());
     let recorded = p.status.as_ref().and_then(|s| s.written_destination.clone());
-    let current = ctx
-        .discovery
-        .resolve(&p.spec.source)
-        .await
-        .ok()
-        .map(|r| (p.spec.source.group_kind(), r.resource));
+    let current = resolved_kind(ctx, &p.spec.source).await;
     let all_gone = retract(
         p,
         ctx,
@@ -341,10 +311,7 @@ async fn cleanup(p: &Projection, ctx: &Context) -> Result<Action, Error> {
     )
     .await;
     if !all_gone {
-        return Err(Error::Retry {
-            reason: Reason::DestinationDeleteFailed,
-            message: "copies could not be removed yet".into(),
-        });
+        return Err(copies_remain());
     }
     ctx.watches.forget(&CrRef::Projection(ObjectRef::from_obj(p)));
     // The backoff is reset by `reconcile` once the finalizer is removed too.

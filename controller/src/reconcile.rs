@@ -5,11 +5,12 @@
 use crate::{
     context::Context,
     error::{Error, api_error, describe_status, forbidden_message},
-    metrics::{KindLabels, ReconcileLabels},
-    watches::{CrRef, Tier, WatchError},
+    index::CrRef,
+    metrics::{E2eLabels, KindLabels, ReconcileLabels},
+    watches::{Tier, WatchError},
     writer::FIELD_MANAGER,
 };
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::{api::core::v1::ObjectReference, jiff::Timestamp};
 use kube::{
     Api, Resource, ResourceExt,
     api::{ApiResource, DynamicObject, Patch, PatchParams},
@@ -169,6 +170,36 @@ pub async fn read_source(
     })
 }
 
+/// Reads the source of `cr` as [`read_source`] does. When there is nothing to project, the copies
+/// are removed with `withdraw` (given the source's resource) if the problem calls for it, and the
+/// problem is reported.
+#[allow(clippy::too_many_arguments)]
+pub async fn read_or_withdraw<W, F>(
+    ctx: &Context,
+    source: &SourceRef,
+    cr: &CrRef,
+    tier: Tier,
+    about: &ObjectReference,
+    recorded: Option<&WrittenDestination>,
+    ever_projected: bool,
+    withdraw: W,
+) -> Result<Source, Failure>
+where
+    W: FnOnce(ApiResource) -> F,
+    F: Future<Output = bool>,
+{
+    match read_source(ctx, source, cr, tier, ever_projected).await {
+        Ok(read) => Ok(read),
+        Err(problem) => {
+            let withdrawn = match &problem {
+                Problem::Withdraw { resource, .. } => withdraw(resource.clone()).await,
+                Problem::Report { .. } => false,
+            };
+            Err(problem.fail(ctx, about, recorded.cloned(), withdrawn).await)
+        }
+    }
+}
+
 impl Problem {
     /// Publishes the problem as a Warning event and turns it into a failure; `withdrawn` says
     /// whether every copy could be removed (only asked of a withdrawal).
@@ -225,6 +256,35 @@ pub fn conclude(
             reason: outcome.reason(),
             message: outcome.message().to_owned(),
         }),
+    }
+}
+
+/// Observes the time from the creation of `cr` to its first copy.
+pub fn observe_first_copy<K: ProjectionKind>(cr: &K, ctx: &Context) {
+    if let Some(created) = cr.meta().creation_timestamp.as_ref() {
+        let seconds = Timestamp::now().duration_since(created.0).as_secs_f64();
+        ctx.metrics
+            .e2e_seconds
+            .get_or_create(&E2eLabels {
+                kind: K::KIND,
+                event: "create",
+            })
+            .observe(seconds.max(0.0));
+    }
+}
+
+/// The kind of a CR's source as it resolves now, so a cleanup removes the copies of that kind too
+/// (`None` when it no longer resolves: then only the recorded copies go).
+pub async fn resolved_kind(ctx: &Context, source: &SourceRef) -> Option<(GroupKind, ApiResource)> {
+    let resolved = ctx.discovery.resolve(source).await.ok()?;
+    Some((source.group_kind(), resolved.resource))
+}
+
+/// A cleanup that could not remove every copy yet: retried with backoff, the finalizer kept.
+pub fn copies_remain() -> Error {
+    Error::Retry {
+        reason: Reason::DestinationDeleteFailed,
+        message: "copies could not be removed yet".into(),
     }
 }
 

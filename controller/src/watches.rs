@@ -1,75 +1,43 @@
-//! The watches that wake reconciles, started lazily per source kind, and the indexes that map a
-//! watch event to the CRs it concerns without any API call.
+//! The watches that wake reconciles, started lazily per source kind; they only feed the
+//! [`ObjectIndex`](crate::index::ObjectIndex), which maps each event to the CRs it concerns.
 //!
 //! Per kind there are:
 //! - a metadata-only watch of every object of the kind, which holds nothing in memory (so memory does
-//!   not grow with unrelated objects) and maps each event through three indexes: the CRs reading that
-//!   object as their source, the CRs waiting for those coordinates to free up (a conflict with a
-//!   stranger), and the owner named by the object's ownership annotation (a copy edited or deleted by
-//!   someone else);
+//!   not grow with unrelated objects) and routes each event through the index;
 //! - per tier (Projection, ClusterProjection), a full-object watch of our copies only, filtered on
 //!   the server by the tier's ownership label, whose store lets a reconcile compare copies with their
 //!   source without a GET and find every copy of an owner without a LIST.
 //!
-//! Our own writes are recognised by the resourceVersion they returned and wake nothing. A kind the
-//! apiserver does not let the controller list or watch (HTTP 403: its RBAC does not cover the kind)
-//! fails the reconcile at once, and its watches are stopped until the next attempt.
+//! A kind the apiserver does not let the controller list or watch (HTTP 403: its RBAC does not cover
+//! the kind) fails the reconcile at once, and its watches are stopped until the next attempt (see
+//! `watch_errors`).
 
-use crate::metrics::Metrics;
+use crate::{
+    index::{CrRef, ObjectIndex, ObjectKey},
+    metrics::Metrics,
+    wake::Wake,
+    watch_errors::{Refusal, describe_watch_error, record},
+};
 use futures::StreamExt;
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client,
     api::{ApiResource, DynamicObject, PartialObjectMeta},
     runtime::{
         WatchStreamExt,
-        reflector::{self, ObjectRef, Store},
+        reflector::{self, Store},
         watcher::{self, Event},
     },
 };
 use shared::{
-    crd::{ClusterProjection, Projection},
-    keys::{OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_PROJECTION},
     ownership::Owner,
     source::{GroupKind, SourceKey},
 };
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     sync::{Arc, Mutex},
     time::Duration,
 };
-use tokio::{sync::mpsc::UnboundedSender, task::JoinHandle};
-
-/// Coordinates of one object of a kind.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ObjectKey {
-    /// Its group and kind.
-    pub group_kind: GroupKind,
-    /// Its namespace.
-    pub namespace: String,
-    /// Its name.
-    pub name: String,
-}
-
-/// A CR that can be woken.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum CrRef {
-    /// A Projection.
-    Projection(ObjectRef<Projection>),
-    /// A ClusterProjection.
-    Cluster(ObjectRef<ClusterProjection>),
-}
-
-impl CrRef {
-    /// The CR that owns copies stamped for `owner`.
-    pub fn of(owner: &Owner) -> Self {
-        match owner {
-            Owner::Projection { namespace, name, .. } => {
-                Self::Projection(ObjectRef::new(name).within(namespace))
-            }
-            Owner::ClusterProjection { name, .. } => Self::Cluster(ObjectRef::new(name)),
-        }
-    }
-}
+use tokio::task::JoinHandle;
 
 /// Which CRs' copies a copies-watch follows (they carry different ownership labels).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -89,78 +57,8 @@ impl Tier {
     }
 }
 
-/// Senders that wake each kind of CR.
-#[derive(Clone)]
-pub struct Wake {
-    /// Wakes Projections.
-    pub projections: UnboundedSender<ObjectRef<Projection>>,
-    /// Wakes ClusterProjections.
-    pub clusters: UnboundedSender<ObjectRef<ClusterProjection>>,
-}
-
-impl Wake {
-    /// Queues a reconcile of `waker`.
-    pub fn send(&self, waker: CrRef) {
-        // A closed channel means the controller is shutting down: nothing left to wake.
-        let _ = match waker {
-            CrRef::Projection(r) => self.projections.send(r).map_err(|_| ()),
-            CrRef::Cluster(r) => self.clusters.send(r).map_err(|_| ()),
-        };
-    }
-}
-
-/// How many of our own recent writes per copy are remembered: a watch lagging behind a burst of
-/// writes still recognises each of them.
-const REMEMBERED_WRITES: usize = 4;
-
 /// How long a reconcile waits for the watches of a kind to sync.
 const SYNC_LIMIT: Duration = Duration::from_secs(30);
-
-/// What we did to a copy, so the watch events our own writes cause wake nothing.
-#[derive(Default)]
-struct Mark {
-    /// The resourceVersions our recent writes produced, newest last.
-    ours: std::collections::VecDeque<String>,
-    /// A write is on its way: events seen meanwhile that are not known to be ours (their
-    /// resourceVersion, `None` for a delete) are held until it answers.
-    in_flight: Option<Vec<Option<String>>>,
-    /// We deleted it.
-    deleted: bool,
-}
-
-impl Mark {
-    /// Whether a watch event is one of ours (or held until our write answers).
-    fn absorbs(&mut self, resource_version: Option<&String>, deleted: bool) -> bool {
-        if deleted && self.deleted {
-            return true;
-        }
-        if !deleted && resource_version.is_some_and(|rv| self.ours.contains(rv)) {
-            return true;
-        }
-        match &mut self.in_flight {
-            Some(held) => {
-                held.push(if deleted { None } else { resource_version.cloned() });
-                true
-            }
-            None => false,
-        }
-    }
-}
-
-#[derive(Default)]
-struct Indexes {
-    /// Which CRs read which source.
-    readers: HashMap<SourceKey, HashSet<CrRef>>,
-    reads: HashMap<CrRef, SourceKey>,
-    /// Which CRs wait for coordinates held by a stranger.
-    waiters: HashMap<ObjectKey, HashSet<CrRef>>,
-    waits: HashMap<CrRef, Vec<ObjectKey>>,
-    /// CRs that follow discovery of their source's API group (their kind is unknown, or their
-    /// source names no version): woken when that group's CRDs or APIServices change.
-    discovery_followers: HashMap<CrRef, String>,
-    /// What we last did to each copy.
-    written: HashMap<ObjectKey, Mark>,
-}
 
 struct KindWatch {
     resource: ApiResource,
@@ -170,9 +68,6 @@ struct KindWatch {
     /// controller's RBAC does not let it list or watch the kind. Cleared by the next success.
     refused: Refusal,
 }
-
-/// Where a watch task records that the apiserver refused it.
-type Refusal = Arc<Mutex<Option<String>>>;
 
 /// Why the watches of a kind cannot serve a reconcile.
 #[derive(Debug, PartialEq, Eq)]
@@ -191,57 +86,12 @@ impl std::fmt::Display for WatchError {
     }
 }
 
-/// The apiserver's message if a watch error is a refusal (HTTP 403).
-fn refusal(error: &watcher::Error) -> Option<String> {
-    let status = match error {
-        watcher::Error::InitialListFailed(kube::Error::Api(s))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
-        | watcher::Error::WatchFailed(kube::Error::Api(s))
-        | watcher::Error::WatchError(s) => s,
-        _ => return None,
-    };
-    (status.code == 403).then(|| crate::error::describe_status(status))
-}
-
-/// A watch error for the log, with the apiserver's message instead of the dump of its answer.
-fn describe_watch_error(error: &watcher::Error) -> String {
-    use crate::error::{describe, describe_status};
-    match error {
-        watcher::Error::InitialListFailed(e) => {
-            format!("failed to perform initial object list: {}", describe(e))
-        }
-        watcher::Error::WatchStartFailed(e) => format!("failed to start watching object: {}", describe(e)),
-        watcher::Error::WatchFailed(e) => format!("watch stream failed: {}", describe(e)),
-        watcher::Error::WatchError(s) => {
-            format!("error returned by apiserver during watch: {}", describe_status(s))
-        }
-        other => other.to_string(),
-    }
-}
-
-/// Records the outcome of one watch step: a refusal is kept until the watch succeeds again.
-fn record(refused: &Refusal, error: Option<&watcher::Error>) {
-    let mut slot = refused.lock().unwrap_or_else(|e| e.into_inner());
-    match error {
-        Some(e) => {
-            if let Some(message) = refusal(e) {
-                *slot = Some(message);
-            }
-        }
-        None => {
-            if slot.is_some() {
-                *slot = None;
-            }
-        }
-    }
-}
-
 /// The lazily started watches and their indexes.
 pub struct WatchRegistry {
     client: Client,
     metrics: Arc<Metrics>,
     wake: Wake,
-    indexes: Arc<Mutex<Indexes>>,
+    index: Arc<Mutex<ObjectIndex>>,
     kinds: Mutex<HashMap<GroupKind, KindWatch>>,
 }
 
@@ -252,13 +102,13 @@ impl WatchRegistry {
             client,
             metrics,
             wake,
-            indexes: Arc::default(),
+            index: Arc::default(),
             kinds: Mutex::default(),
         }
     }
 
-    fn indexes(&self) -> std::sync::MutexGuard<'_, Indexes> {
-        self.indexes.lock().unwrap_or_else(|e| e.into_inner())
+    fn index(&self) -> std::sync::MutexGuard<'_, ObjectIndex> {
+        lock(&self.index)
     }
 
     /// Starts the watches of `resource`'s kind (and of `tier`'s copies of it) unless they run, and
@@ -336,7 +186,7 @@ impl WatchRegistry {
         let all_metadata = Api::<PartialObjectMeta<DynamicObject>>::all_with(self.client.clone(), resource);
         let events =
             watcher::watcher(all_metadata, watcher::Config::default().any_semantic()).default_backoff();
-        let indexes = self.indexes.clone();
+        let index = self.index.clone();
         let wake = self.wake.clone();
         let gk = group_kind.clone();
         let refused = Refusal::default();
@@ -345,13 +195,17 @@ impl WatchRegistry {
             events
                 .for_each(|event| {
                     record(&recorder, event.as_ref().err());
-                    match event {
-                        Ok(Event::Apply(o) | Event::InitApply(o)) => {
-                            route(&indexes, &wake, &gk, &o.metadata, false)
+                    let routed = match event {
+                        Ok(Event::Apply(o) | Event::InitApply(o)) => lock(&index).route(&gk, &o.metadata, false),
+                        Ok(Event::Delete(o)) => lock(&index).route(&gk, &o.metadata, true),
+                        Ok(Event::Init | Event::InitDone) => Vec::new(),
+                        Err(e) => {
+                            tracing::warn!(kind = %gk, error = %describe_watch_error(&e), "source watch error; retrying");
+                            Vec::new()
                         }
-                        Ok(Event::Delete(o)) => route(&indexes, &wake, &gk, &o.metadata, true),
-                        Ok(Event::Init | Event::InitDone) => {}
-                        Err(e) => tracing::warn!(kind = %gk, error = %describe_watch_error(&e), "source watch error; retrying"),
+                    };
+                    for cr in routed {
+                        wake.send(cr);
                     }
                     std::future::ready(())
                 })
@@ -394,95 +248,44 @@ impl WatchRegistry {
         (copies, task)
     }
 
-    /// Records that `waker` reads `source` (replacing what it read before).
-    pub fn set_reads(&self, waker: &CrRef, source: SourceKey) {
-        let mut ix = self.indexes();
-        if let Some(old) = ix.reads.insert(waker.clone(), source.clone())
-            && old != source
-        {
-            remove_from(&mut ix.readers, &old, waker);
-        }
-        ix.readers.entry(source).or_default().insert(waker.clone());
+    /// Records that `cr` reads `source` (replacing what it read before).
+    pub fn set_reads(&self, cr: &CrRef, source: SourceKey) {
+        self.index().set_reads(cr, source);
     }
 
-    /// Records the coordinates held by strangers that `waker` waits for (replacing the earlier set).
-    pub fn set_waiting(&self, waker: &CrRef, keys: Vec<ObjectKey>) {
-        let mut ix = self.indexes();
-        for old in ix.waits.remove(waker).unwrap_or_default() {
-            remove_from(&mut ix.waiters, &old, waker);
-        }
-        if !keys.is_empty() {
-            for key in &keys {
-                ix.waiters.entry(key.clone()).or_default().insert(waker.clone());
-            }
-            ix.waits.insert(waker.clone(), keys);
-        }
+    /// Records the coordinates held by strangers that `cr` waits for (replacing the earlier set).
+    pub fn set_waiting(&self, cr: &CrRef, keys: Vec<ObjectKey>) {
+        self.index().set_waiting(cr, keys);
     }
 
-    /// Records whether `waker` follows discovery of API group `group` (its source kind did not
+    /// Records whether `cr` follows discovery of API group `group` (its source kind did not
     /// resolve, or it takes the group's preferred version), or no longer does (`None`).
-    pub fn follow_discovery(&self, waker: &CrRef, group: Option<&str>) {
-        let mut ix = self.indexes();
-        match group {
-            Some(group) => {
-                ix.discovery_followers.insert(waker.clone(), group.to_owned());
-            }
-            None => {
-                ix.discovery_followers.remove(waker);
-            }
-        }
+    pub fn follow_discovery(&self, cr: &CrRef, group: Option<&str>) {
+        self.index().follow_discovery(cr, group);
     }
 
     /// Wakes every CR that follows discovery of `group` (a CRD or APIService of it changed).
     pub fn wake_discovery_followers(&self, group: &str) {
-        let wakers: Vec<_> = self
-            .indexes()
-            .discovery_followers
-            .iter()
-            .filter(|(_, g)| g.as_str() == group)
-            .map(|(w, _)| w.clone())
-            .collect();
-        for w in wakers {
-            self.wake.send(w);
+        let followers = self.index().discovery_followers(group);
+        for cr in followers {
+            self.wake.send(cr);
         }
     }
 
     /// Forgets a CR that is gone.
-    pub fn forget(&self, waker: &CrRef) {
-        let mut ix = self.indexes();
-        if let Some(old) = ix.reads.remove(waker) {
-            remove_from(&mut ix.readers, &old, waker);
-        }
-        for old in ix.waits.remove(waker).unwrap_or_default() {
-            remove_from(&mut ix.waiters, &old, waker);
-        }
-        ix.discovery_followers.remove(waker);
+    pub fn forget(&self, cr: &CrRef) {
+        self.index().forget(cr);
     }
 
     /// Records that we are about to write a copy.
     pub fn begin_write(&self, key: ObjectKey) {
-        let mut ix = self.indexes();
-        let mark = ix.written.entry(key).or_default();
-        mark.in_flight = Some(Vec::new());
-        mark.deleted = false;
+        self.index().journal.begin_write(key);
     }
 
     /// Records how our write of a copy ended (its resourceVersion, or `None` if it failed). Events
     /// held meanwhile that were not ours wake `owner`.
     pub fn finish_write(&self, key: ObjectKey, owner: &Owner, resource_version: Option<String>) {
-        let foreign = {
-            let mut ix = self.indexes();
-            let mark = ix.written.entry(key).or_default();
-            let held = mark.in_flight.take().unwrap_or_default();
-            if let Some(rv) = resource_version {
-                mark.ours.push_back(rv);
-                if mark.ours.len() > REMEMBERED_WRITES {
-                    mark.ours.pop_front();
-                }
-            }
-            held.iter()
-                .any(|rv| rv.as_ref().is_none_or(|rv| !mark.ours.contains(rv)))
-        };
+        let foreign = self.index().journal.finish_write(key, resource_version);
         if foreign {
             self.wake.send(CrRef::of(owner));
         }
@@ -490,13 +293,7 @@ impl WatchRegistry {
 
     /// Records that we are deleting a copy, so its delete event wakes nothing.
     pub fn record_delete(&self, key: ObjectKey) {
-        self.indexes().written.insert(
-            key,
-            Mark {
-                deleted: true,
-                ..Mark::default()
-            },
-        );
+        self.index().journal.record_delete(key);
     }
 }
 
@@ -510,72 +307,8 @@ impl Drop for WatchRegistry {
     }
 }
 
-fn remove_from<K: std::hash::Hash + Eq>(map: &mut HashMap<K, HashSet<CrRef>>, key: &K, waker: &CrRef) {
-    if let Some(set) = map.get_mut(key) {
-        set.remove(waker);
-        if set.is_empty() {
-            map.remove(key);
-        }
-    }
-}
-
-/// The owner named by a copy's ownership annotations.
-fn annotated_owner(meta: &kube::api::ObjectMeta) -> Option<CrRef> {
-    let annotations = meta.annotations.as_ref()?;
-    if let Some((ns, name)) = annotations
-        .get(OWNED_BY_PROJECTION)
-        .and_then(|v| v.split_once('/'))
-    {
-        return Some(CrRef::Projection(ObjectRef::new(name).within(ns)));
-    }
-    annotations
-        .get(OWNED_BY_CLUSTER_PROJECTION)
-        .map(|name| CrRef::Cluster(ObjectRef::new(name)))
-}
-
-/// Maps one watch event to the CRs to wake.
-fn route(
-    indexes: &Mutex<Indexes>,
-    wake: &Wake,
-    group_kind: &GroupKind,
-    meta: &kube::api::ObjectMeta,
-    deleted: bool,
-) {
-    let (Some(namespace), Some(name)) = (meta.namespace.clone(), meta.name.clone()) else {
-        return;
-    };
-    let key = ObjectKey {
-        group_kind: group_kind.clone(),
-        namespace,
-        name,
-    };
-    let source = SourceKey {
-        group_kind: key.group_kind.clone(),
-        namespace: key.namespace.clone(),
-        name: key.name.clone(),
-    };
-    let mut wakers: Vec<CrRef> = Vec::new();
-    {
-        let mut ix = indexes.lock().unwrap_or_else(|e| e.into_inner());
-        wakers.extend(ix.readers.get(&source).into_iter().flatten().cloned());
-        wakers.extend(ix.waiters.get(&key).into_iter().flatten().cloned());
-        if let Some(owner) = annotated_owner(meta) {
-            let ours = ix
-                .written
-                .get_mut(&key)
-                .is_some_and(|mark| mark.absorbs(meta.resource_version.as_ref(), deleted));
-            if deleted && ix.written.get(&key).is_some_and(|mark| mark.deleted) {
-                // The copy is gone for good: nothing more to recognise.
-                ix.written.remove(&key);
-            }
-            if !ours {
-                wakers.push(owner);
-            }
-        }
-    }
-    for w in wakers {
-        wake.send(w);
-    }
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Waits until `store` has synced, up to `limit`. `Store::wait_until_ready` wakes only the last of
@@ -594,54 +327,4 @@ where
         }
     }
     false
-}
-
-/// The key of an object we read or wrote.
-pub fn key_of(group_kind: &GroupKind, object: &DynamicObject) -> ObjectKey {
-    ObjectKey {
-        group_kind: group_kind.clone(),
-        namespace: object.namespace().unwrap_or_default(),
-        name: object.name_any(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn status(code: u16) -> Box<kube::core::Status> {
-        kube::core::Status::failure(
-            "secrets is forbidden: User \"u\" cannot list resource \"secrets\"",
-            "Forbidden",
-        )
-        .with_code(code)
-        .boxed()
-    }
-
-    #[test]
-    fn a_refusal_is_kept_until_the_watch_succeeds() {
-        let refused = Refusal::default();
-        let forbidden = watcher::Error::InitialListFailed(kube::Error::Api(status(403)));
-        record(&refused, Some(&forbidden));
-        assert_eq!(
-            refused.lock().unwrap().as_deref(),
-            Some("secrets is forbidden: User \"u\" cannot list resource \"secrets\"")
-        );
-        // Another failure does not clear it, a success does.
-        record(
-            &refused,
-            Some(&watcher::Error::WatchFailed(kube::Error::Api(status(500)))),
-        );
-        assert!(refused.lock().unwrap().is_some());
-        record(&refused, None);
-        assert!(refused.lock().unwrap().is_none());
-        // Only a 403 is a refusal.
-        record(
-            &refused,
-            Some(&watcher::Error::InitialListFailed(kube::Error::Api(status(500)))),
-        );
-        assert!(refused.lock().unwrap().is_none());
-        record(&refused, Some(&watcher::Error::WatchError(status(403))));
-        assert!(refused.lock().unwrap().is_some());
-    }
 }

@@ -3,7 +3,7 @@
 //! annotation names us (with a resourceVersion precondition), deleted only when it does (with uid
 //! and resourceVersion preconditions).
 
-use crate::watches::{ObjectKey, WatchRegistry, key_of};
+use crate::{index::ObjectKey, watches::WatchRegistry};
 use kube::{
     Api, ResourceExt,
     api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions},
@@ -254,7 +254,7 @@ pub async fn remove_known(
     if current.metadata.deletion_timestamp.is_some() {
         return Ok(Removed::Deleted);
     }
-    registry.record_delete(key_of(group_kind, current));
+    registry.record_delete(ObjectKey::of(group_kind, current));
     let preconditions = Preconditions {
         uid: current.uid(),
         resource_version: current.resource_version(),

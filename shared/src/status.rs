@@ -178,6 +178,25 @@ pub fn source_failure(
     }
 }
 
+/// The failure of a pass whose source is fine but whose copies are not (`resolved`: the
+/// `SourceResolved` message); retried as its reason says, the copies recorded as they were.
+pub fn destination_failure(
+    resolved: &str,
+    reason: Reason,
+    message: String,
+    recorded: Option<WrittenDestination>,
+) -> Failure {
+    Failure {
+        outcome: Outcome::DestinationFailed {
+            resolved: resolved.to_owned(),
+            reason,
+            message,
+        },
+        retry: reason.retry(),
+        written: recorded,
+    }
+}
+
 /// A Projection's next status: the conditions of `outcome`, the copy's name once projected (kept
 /// from `current` otherwise), and the copy `written` as recorded for cleanup.
 pub fn projection_status(
@@ -390,6 +409,21 @@ mod tests {
             assert_eq!(f.written.is_some(), kept, "{reason} {copies:?}");
             assert_eq!(f.outcome.reason(), reason);
             assert_eq!(f.outcome.category(), ResultCategory::SourceError);
+        }
+    }
+
+    #[test]
+    fn a_destination_failure_keeps_the_record_and_retries_by_its_reason() {
+        for (reason, retry) in [
+            (Reason::DestinationConflict, Retry::OnChange),
+            (Reason::TargetResolutionFailed, Retry::OnChange),
+            (Reason::DestinationCreateFailed, Retry::Backoff),
+        ] {
+            let f = destination_failure("resolved", reason, "m".into(), Some(recorded("cfg")));
+            assert_eq!(f.retry, retry, "{reason}");
+            assert_eq!(f.written, Some(recorded("cfg")));
+            assert_eq!(f.outcome.reason(), reason);
+            assert_eq!(f.outcome.conditions()[0].3, "resolved");
         }
     }
 

@@ -1,0 +1,286 @@
+//! Watched objects → the CRs to wake: the CRs reading an object as their source, the CRs waiting
+//! for a stranger to leave its coordinates, and the owner named by its ownership annotation (a copy
+//! edited or deleted by someone else, unless the [`Journal`] knows the event as ours).
+
+use super::{CrRef, Journal, ObjectKey};
+use kube::{api::ObjectMeta, runtime::reflector::ObjectRef};
+use shared::{
+    keys::{OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_PROJECTION},
+    source::{GroupKind, SourceKey},
+};
+use std::collections::{HashMap, HashSet};
+
+/// The index of watched objects and the CRs they concern.
+#[derive(Debug, Default)]
+pub struct ObjectIndex {
+    /// Which CRs read which source.
+    readers: HashMap<SourceKey, HashSet<CrRef>>,
+    reads: HashMap<CrRef, SourceKey>,
+    /// Which CRs wait for coordinates held by a stranger.
+    waiters: HashMap<ObjectKey, HashSet<CrRef>>,
+    waits: HashMap<CrRef, Vec<ObjectKey>>,
+    /// CRs that follow discovery of their source's API group (their kind is unknown, or their
+    /// source names no version): woken when that group's CRDs or APIServices change.
+    discovery_followers: HashMap<CrRef, String>,
+    /// Our own writes.
+    pub journal: Journal,
+}
+
+impl ObjectIndex {
+    /// Records that `cr` reads `source` (replacing what it read before).
+    pub fn set_reads(&mut self, cr: &CrRef, source: SourceKey) {
+        if let Some(old) = self.reads.insert(cr.clone(), source.clone())
+            && old != source
+        {
+            remove_from(&mut self.readers, &old, cr);
+        }
+        self.readers.entry(source).or_default().insert(cr.clone());
+    }
+
+    /// Records the coordinates held by strangers that `cr` waits for (replacing the earlier set).
+    pub fn set_waiting(&mut self, cr: &CrRef, keys: Vec<ObjectKey>) {
+        for old in self.waits.remove(cr).unwrap_or_default() {
+            remove_from(&mut self.waiters, &old, cr);
+        }
+        if !keys.is_empty() {
+            for key in &keys {
+                self.waiters.entry(key.clone()).or_default().insert(cr.clone());
+            }
+            self.waits.insert(cr.clone(), keys);
+        }
+    }
+
+    /// Records whether `cr` follows discovery of API group `group`, or no longer does (`None`).
+    pub fn follow_discovery(&mut self, cr: &CrRef, group: Option<&str>) {
+        match group {
+            Some(group) => {
+                self.discovery_followers.insert(cr.clone(), group.to_owned());
+            }
+            None => {
+                self.discovery_followers.remove(cr);
+            }
+        }
+    }
+
+    /// The CRs that follow discovery of `group`.
+    pub fn discovery_followers(&self, group: &str) -> Vec<CrRef> {
+        self.discovery_followers
+            .iter()
+            .filter(|(_, g)| g.as_str() == group)
+            .map(|(cr, _)| cr.clone())
+            .collect()
+    }
+
+    /// Forgets a CR that is gone.
+    pub fn forget(&mut self, cr: &CrRef) {
+        if let Some(old) = self.reads.remove(cr) {
+            remove_from(&mut self.readers, &old, cr);
+        }
+        for old in self.waits.remove(cr).unwrap_or_default() {
+            remove_from(&mut self.waiters, &old, cr);
+        }
+        self.discovery_followers.remove(cr);
+    }
+
+    /// The CRs one watch event of an object of `group_kind` concerns.
+    pub fn route(&mut self, group_kind: &GroupKind, meta: &ObjectMeta, deleted: bool) -> Vec<CrRef> {
+        let (Some(namespace), Some(name)) = (meta.namespace.clone(), meta.name.clone()) else {
+            return Vec::new();
+        };
+        let key = ObjectKey {
+            group_kind: group_kind.clone(),
+            namespace,
+            name,
+        };
+        let source = SourceKey {
+            group_kind: key.group_kind.clone(),
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+        };
+        let mut crs: Vec<CrRef> = Vec::new();
+        crs.extend(self.readers.get(&source).into_iter().flatten().cloned());
+        crs.extend(self.waiters.get(&key).into_iter().flatten().cloned());
+        if let Some(owner) = annotated_owner(meta)
+            && !self
+                .journal
+                .absorbs(&key, meta.resource_version.as_ref(), deleted)
+        {
+            crs.push(owner);
+        }
+        crs
+    }
+}
+
+fn remove_from<K: std::hash::Hash + Eq>(map: &mut HashMap<K, HashSet<CrRef>>, key: &K, cr: &CrRef) {
+    if let Some(set) = map.get_mut(key) {
+        set.remove(cr);
+        if set.is_empty() {
+            map.remove(key);
+        }
+    }
+}
+
+/// The owner named by a copy's ownership annotations.
+fn annotated_owner(meta: &ObjectMeta) -> Option<CrRef> {
+    let annotations = meta.annotations.as_ref()?;
+    if let Some((ns, name)) = annotations
+        .get(OWNED_BY_PROJECTION)
+        .and_then(|v| v.split_once('/'))
+    {
+        return Some(CrRef::Projection(ObjectRef::new(name).within(ns)));
+    }
+    annotations
+        .get(OWNED_BY_CLUSTER_PROJECTION)
+        .map(|name| CrRef::Cluster(ObjectRef::new(name)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn configmaps() -> GroupKind {
+        GroupKind {
+            group: String::new(),
+            kind: "ConfigMap".into(),
+        }
+    }
+
+    fn key(namespace: &str, name: &str) -> ObjectKey {
+        ObjectKey {
+            group_kind: configmaps(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    fn source(namespace: &str, name: &str) -> SourceKey {
+        SourceKey {
+            group_kind: configmaps(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    fn projection(name: &str) -> CrRef {
+        CrRef::Projection(ObjectRef::new(name).within("dst"))
+    }
+
+    fn cluster(name: &str) -> CrRef {
+        CrRef::Cluster(ObjectRef::new(name))
+    }
+
+    fn meta(namespace: &str, name: &str, annotation: Option<(&str, &str)>, rv: &str) -> ObjectMeta {
+        ObjectMeta {
+            namespace: Some(namespace.into()),
+            name: Some(name.into()),
+            resource_version: Some(rv.into()),
+            annotations: annotation.map(|(k, v)| BTreeMap::from([(k.to_owned(), v.to_owned())])),
+            ..ObjectMeta::default()
+        }
+    }
+
+    fn sorted(mut crs: Vec<CrRef>) -> Vec<String> {
+        let mut names: Vec<String> = crs
+            .drain(..)
+            .map(|cr| match cr {
+                CrRef::Projection(r) => format!("p:{}", r.name),
+                CrRef::Cluster(r) => format!("c:{}", r.name),
+            })
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn events_wake_readers_waiters_and_owners() {
+        let mut ix = ObjectIndex::default();
+        ix.set_reads(&projection("a"), source("src", "cfg"));
+        ix.set_reads(&cluster("c"), source("src", "cfg"));
+        ix.set_waiting(&projection("b"), vec![key("dst", "held")]);
+        // (event object, ownership annotation, woken)
+        for (namespace, name, annotation, woken) in [
+            ("src", "cfg", None, vec!["c:c", "p:a"]),
+            ("src", "other", None, vec![]),
+            ("dst", "held", None, vec!["p:b"]),
+            ("dst", "copy", Some((OWNED_BY_PROJECTION, "dst/a")), vec!["p:a"]),
+            (
+                "team",
+                "copy",
+                Some((OWNED_BY_CLUSTER_PROJECTION, "c")),
+                vec!["c:c"],
+            ),
+            ("dst", "copy", Some((OWNED_BY_PROJECTION, "malformed")), vec![]),
+        ] {
+            let got = ix.route(&configmaps(), &meta(namespace, name, annotation, "1"), false);
+            assert_eq!(sorted(got), woken, "{namespace}/{name}");
+        }
+        let unnamed = ObjectMeta::default();
+        assert!(ix.route(&configmaps(), &unnamed, false).is_empty());
+    }
+
+    #[test]
+    fn replacing_and_forgetting_update_every_direction() {
+        let mut ix = ObjectIndex::default();
+        let a = projection("a");
+        ix.set_reads(&a, source("src", "old"));
+        ix.set_reads(&a, source("src", "new"));
+        ix.set_waiting(&a, vec![key("dst", "x")]);
+        ix.set_waiting(&a, vec![key("dst", "y")]);
+        ix.follow_discovery(&a, Some("example.com"));
+        // (event object, woken)
+        for (name, woken) in [("old", 0), ("new", 1), ("x", 0), ("y", 1)] {
+            let ns = if name.len() == 1 { "dst" } else { "src" };
+            assert_eq!(
+                ix.route(&configmaps(), &meta(ns, name, None, "1"), false).len(),
+                woken,
+                "{name}"
+            );
+        }
+        assert_eq!(ix.discovery_followers("example.com"), vec![a.clone()]);
+        assert!(ix.discovery_followers("other.io").is_empty());
+        ix.follow_discovery(&a, None);
+        assert!(ix.discovery_followers("example.com").is_empty());
+        ix.follow_discovery(&a, Some("example.com"));
+        ix.forget(&a);
+        assert!(ix.discovery_followers("example.com").is_empty());
+        assert!(
+            ix.route(&configmaps(), &meta("src", "new", None, "1"), false)
+                .is_empty()
+        );
+        assert!(
+            ix.route(&configmaps(), &meta("dst", "y", None, "1"), false)
+                .is_empty()
+        );
+        assert!(
+            ix.readers.is_empty() && ix.waiters.is_empty(),
+            "no empty sets left behind"
+        );
+    }
+
+    #[test]
+    fn our_own_writes_wake_nothing() {
+        let mut ix = ObjectIndex::default();
+        let owned = Some((OWNED_BY_PROJECTION, "dst/a"));
+        ix.journal.begin_write(key("dst", "copy"));
+        assert!(!ix.journal.finish_write(key("dst", "copy"), Some("7".into())));
+        assert!(
+            ix.route(&configmaps(), &meta("dst", "copy", owned, "7"), false)
+                .is_empty()
+        );
+        assert_eq!(
+            sorted(ix.route(&configmaps(), &meta("dst", "copy", owned, "8"), false)),
+            ["p:a"]
+        );
+        ix.journal.record_delete(key("dst", "copy"));
+        assert!(
+            ix.route(&configmaps(), &meta("dst", "copy", owned, "8"), true)
+                .is_empty()
+        );
+        assert_eq!(
+            sorted(ix.route(&configmaps(), &meta("dst", "copy", owned, "9"), true)),
+            ["p:a"],
+            "a delete after ours is someone else's"
+        );
+    }
+}

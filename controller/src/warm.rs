@@ -1,0 +1,88 @@
+//! What a replica does before it leads: it watches the CRs, the namespaces and the source kinds
+//! its CRs name, and keeps the indexes, exactly as the leader does; only reconciles (which write)
+//! wait for the lease. A standby that takes over thus starts with synced caches: its first
+//! reconciles find the source kinds resolved and the copies' stores listed.
+
+use crate::{context::Context, watches::Tier};
+use futures::{Stream, StreamExt};
+use kube::runtime::watcher;
+use shared::{
+    crd::{ClusterProjection, Projection, SourceRef},
+    source::GroupKind,
+};
+use std::{
+    collections::HashSet,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// A CR whose source kind a standby prepares watches for.
+pub trait Warmable {
+    /// Its source and the tier of its copies.
+    fn warm_up(&self) -> (SourceRef, Tier);
+}
+
+impl Warmable for Projection {
+    fn warm_up(&self) -> (SourceRef, Tier) {
+        (self.spec.source.clone(), Tier::Projection)
+    }
+}
+
+impl Warmable for ClusterProjection {
+    fn warm_up(&self) -> (SourceRef, Tier) {
+        (self.spec.source.clone(), Tier::Cluster)
+    }
+}
+
+/// Drives the watch of one CR kind (which keeps its store): while this replica leads, each relevant
+/// change goes to the reconciler (`reconcile`); before, its source kind goes to the warm-up.
+pub async fn feed<K: Warmable>(
+    changes: impl Stream<Item = Result<K, watcher::Error>>,
+    reconcile: UnboundedSender<K>,
+    warm: UnboundedSender<(SourceRef, Tier)>,
+    leading: Arc<AtomicBool>,
+) {
+    changes
+        .for_each(|change| {
+            match change {
+                Ok(cr) if leading.load(Ordering::Acquire) => {
+                    // Closed when the reconciler shuts down: nothing left to do.
+                    let _ = reconcile.send(cr);
+                }
+                Ok(cr) => {
+                    let _ = warm.send(cr.warm_up());
+                }
+                Err(e) => tracing::debug!(error = %e, "CR watch error; retrying"),
+            }
+            std::future::ready(())
+        })
+        .await;
+}
+
+/// Starts the watches of every source kind the CRs of a standby name (once per kind and tier), so
+/// they have synced when it takes over. Read-only: discovery and the watches.
+pub async fn warm_up(
+    ctx: Arc<Context>,
+    mut sources: tokio::sync::mpsc::UnboundedReceiver<(SourceRef, Tier)>,
+) {
+    let mut warmed: HashSet<(GroupKind, String, Tier)> = HashSet::new();
+    while let Some((source, tier)) = sources.recv().await {
+        let group_kind = source.group_kind();
+        let key = (group_kind.clone(), source.version.clone(), tier);
+        if warmed.contains(&key) {
+            continue;
+        }
+        let Ok(resolved) = ctx.discovery.resolve(&source).await else {
+            // Unknown kinds are resolved by the reconcile once this replica leads.
+            continue;
+        };
+        match ctx.watches.ensure(&group_kind, &resolved.resource, tier).await {
+            Ok(_) => tracing::debug!(kind = %group_kind, ?tier, "standby: watches warm"),
+            Err(e) => tracing::debug!(kind = %group_kind, error = %e, "standby: could not warm the watches"),
+        }
+        warmed.insert(key);
+    }
+}
