@@ -10,8 +10,8 @@ use crate::{
     error::Error,
     index::{CrRef, ObjectKey},
     reconcile::{
-        ProjectionKind, conclude, copies_remain, gvk_display, observe_first_copy, read_or_withdraw,
-        resolved_kind,
+        ProjectionKind, Source, conclude, copies_remain, gvk_display, observe_first_copy, read_or_withdraw,
+        resolved_kind, written_destination,
     },
     watches::Tier,
     writer::{Removed, WriteError, Written, recorded_resource, remove_known, write_copy},
@@ -35,7 +35,7 @@ use shared::{
     targets::TargetRule,
     unwanted::{earlier_kind, is_labelled_for, is_unwanted},
 };
-use std::sync::Arc;
+use std::{collections::BTreeSet, sync::Arc};
 
 const KIND: &str = "ClusterProjection";
 
@@ -167,36 +167,10 @@ async fn fan_out(
     let name = destination_name(cp);
     let targets = rule.resolve(&ctx.namespaces.snapshot(), source, &name);
 
-    // Build and write, a capped number of namespaces at a time.
+    // Build and write, then remove the copies no longer wanted.
     let source_value = serde_json::to_value(&read.object)
         .map_err(|e| failed(Reason::DestinationCreateFailed, e.to_string()))?;
-    let results: Vec<(String, CopyWrite)> = futures::stream::iter(targets.write.iter().cloned())
-        .map(|namespace| {
-            let target = Target {
-                namespace: namespace.clone(),
-                name: name.clone(),
-            };
-            let desired = build_destination(&source_value, cp.spec.overlay.as_ref(), &owner, &target);
-            let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &read.resource);
-            let (read, owner) = (&read, &owner);
-            async move {
-                let written = write_copy(
-                    &ctx.watches,
-                    &api,
-                    &read.group_kind,
-                    &read.resource,
-                    &read.copies,
-                    &desired,
-                    owner,
-                )
-                .await;
-                (namespace, copy_write(written))
-            }
-        })
-        .buffer_unordered(ctx.settings.write_concurrency.max(1))
-        .collect()
-        .await;
-    let tally = Tally::of(results);
+    let tally = Tally::of(write_all(ctx, cp, &read, &source_value, &owner, &targets.write, &name).await);
     let waiting = tally
         .conflicts()
         .map(|namespace| ObjectKey {
@@ -206,34 +180,9 @@ async fn fan_out(
         })
         .collect();
     ctx.watches.set_waiting(&cr, waiting);
-
-    // Remove: copies outside the targets or under an old name, and those of an old kind.
-    let written = WrittenDestination {
-        group: read.resource.group.clone(),
-        version: read.resource.version.clone(),
-        kind: read.resource.kind.clone(),
-        name: name.clone(),
-    };
-    let keep = targets.keep();
-    let unwanted: Vec<Arc<DynamicObject>> = read
-        .copies
-        .state()
-        .into_iter()
-        .filter(|o| is_unwanted(&o.metadata, &owner, &keep, &name))
-        .collect();
-    let mut cleaned = remove_all(
-        ctx,
-        &owner,
-        &about,
-        &read.group_kind,
-        &read.resource,
-        &unwanted,
-        false,
-    )
-    .await;
-    if let Some(old) = earlier_kind(recorded.as_ref(), &written) {
-        cleaned &= sweep(ctx, &owner, &about, Some(&old), None).await;
-    }
+    let written = written_destination(&read.resource, &name);
+    let earlier = earlier_kind(recorded.as_ref(), &written);
+    let cleaned = remove_unwanted(ctx, &owner, &about, &read, &targets.keep(), &name, earlier).await;
 
     // Report.
     if tally.first_copy(current.destination_name.is_some()) {
@@ -250,6 +199,76 @@ async fn fan_out(
         outcome,
         retry,
     })
+}
+
+/// Builds and writes the copy in each of `namespaces`, a capped number at a time.
+async fn write_all(
+    ctx: &Context,
+    cp: &ClusterProjection,
+    read: &Source,
+    source_value: &serde_json::Value,
+    owner: &Owner,
+    namespaces: &[String],
+    name: &str,
+) -> Vec<(String, CopyWrite)> {
+    futures::stream::iter(namespaces.iter().cloned())
+        .map(|namespace| {
+            let target = Target {
+                namespace: namespace.clone(),
+                name: name.to_owned(),
+            };
+            let desired = build_destination(source_value, cp.spec.overlay.as_ref(), owner, &target);
+            let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &read.resource);
+            async move {
+                let written = write_copy(
+                    &ctx.watches,
+                    &api,
+                    &read.group_kind,
+                    &read.resource,
+                    &read.copies,
+                    &desired,
+                    owner,
+                )
+                .await;
+                (namespace, copy_write(written))
+            }
+        })
+        .buffer_unordered(ctx.settings.write_concurrency.max(1))
+        .collect()
+        .await
+}
+
+/// Removes the copies of the current kind outside `keep` or under another name than `name`, and
+/// every copy of an `earlier` kind. Returns whether all are gone.
+async fn remove_unwanted(
+    ctx: &Context,
+    owner: &Owner,
+    about: &ObjectReference,
+    read: &Source,
+    keep: &BTreeSet<String>,
+    name: &str,
+    earlier: Option<WrittenDestination>,
+) -> bool {
+    let unwanted: Vec<Arc<DynamicObject>> = read
+        .copies
+        .state()
+        .into_iter()
+        .filter(|o| is_unwanted(&o.metadata, owner, keep, name))
+        .collect();
+    let mut cleaned = remove_all(
+        ctx,
+        owner,
+        about,
+        &read.group_kind,
+        &read.resource,
+        &unwanted,
+        false,
+    )
+    .await;
+    if let Some(old) = earlier {
+        cleaned &= sweep(ctx, owner, about, Some(&old), None).await;
+    }
+    cleaned
 }
 
 /// A write's result as the fan-out's decisions read it.

@@ -8,7 +8,7 @@ use crate::{
     index::{CrRef, ObjectKey},
     reconcile::{
         ProjectionKind, conclude, copies_remain, gvk_display, observe_first_copy, read_or_withdraw,
-        resolved_kind,
+        resolved_kind, written_destination,
     },
     watches::Tier,
     writer::{Removed, Written, remove_copy, write_copy},
@@ -200,12 +200,7 @@ async fn project(
     }
 
     // What an earlier spec wrote elsewhere goes (a rename, another source or kind).
-    let now_written = WrittenDestination {
-        group: read.resource.group.clone(),
-        version: read.resource.version.clone(),
-        kind: read.resource.kind.clone(),
-        name: target.name.clone(),
-    };
+    let now_written = written_destination(&read.resource, &target.name);
     if let Some(old) = earlier_copy(recorded.as_ref(), &now_written)
         && remove_recorded(p, ctx, &owner, &about, &old).await.is_err()
     {

@@ -280,6 +280,16 @@ pub async fn resolved_kind(ctx: &Context, source: &SourceRef) -> Option<(GroupKi
     Some((source.group_kind(), resolved.resource))
 }
 
+/// The record of copies named `name` of `resource`, as the status keeps it for cleanup.
+pub fn written_destination(resource: &ApiResource, name: &str) -> WrittenDestination {
+    WrittenDestination {
+        group: resource.group.clone(),
+        version: resource.version.clone(),
+        kind: resource.kind.clone(),
+        name: name.to_owned(),
+    }
+}
+
 /// A cleanup that could not remove every copy yet: retried with backoff, the finalizer kept.
 pub fn copies_remain() -> Error {
     Error::Retry {
