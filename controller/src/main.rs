@@ -215,6 +215,7 @@ fn log_result<T, E: std::fmt::Display>(result: Result<T, E>) -> std::future::Rea
 /// and the warm-up of the source kinds they name.
 struct Replica {
     ctx: Arc<context::Context>,
+    wake: wake::Wake,
     leading: Arc<AtomicBool>,
     projections: reflector::Store<Projection>,
     clusters: reflector::Store<ClusterProjection>,
@@ -247,13 +248,18 @@ impl Replica {
             projections: projections_tx,
             clusters: clusters_tx,
             leading: leading.clone(),
+            missed: Arc::default(),
         };
         let namespaces = namespaces::Namespaces::new();
         let mut tasks = vec![tokio::spawn(namespaces.clone().run(client.clone(), wake.clone()))];
         let ctx = Arc::new(context::Context {
             client: client.clone(),
             discovery: discovery::Discovery::new(client.clone()),
-            watches: Arc::new(watches::WatchRegistry::new(client.clone(), metrics.clone(), wake)),
+            watches: Arc::new(watches::WatchRegistry::new(
+                client.clone(),
+                metrics.clone(),
+                wake.clone(),
+            )),
             namespaces,
             events: events::Events::new(client.clone()),
             metrics,
@@ -303,6 +309,7 @@ impl Replica {
         }));
         Self {
             ctx,
+            wake,
             leading,
             projections,
             clusters,
@@ -318,6 +325,22 @@ impl Replica {
     async fn lead(self, stop: CancellationToken) {
         self.leading.store(true, Ordering::Release);
         // Changes seen from now on are forwarded by `warm::feed`; those before are in the stores.
+        // The CRs a watch would have woken meanwhile go first (a source edited while the leader
+        // was gone), then every CR.
+        for cr in self.wake.take_missed() {
+            match cr {
+                index::CrRef::Projection(r) => {
+                    if let Some(cr) = self.projections.get(&r) {
+                        let _ = self.projection_changes.0.send((*cr).clone());
+                    }
+                }
+                index::CrRef::Cluster(r) => {
+                    if let Some(cr) = self.clusters.get(&r) {
+                        let _ = self.cluster_changes.0.send((*cr).clone());
+                    }
+                }
+            }
+        }
         for cr in self.projections.state() {
             let _ = self.projection_changes.0.send((*cr).clone());
         }

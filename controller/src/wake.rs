@@ -1,13 +1,16 @@
 //! Waking reconciles from the watch tasks. Wakes go only to a running controller: a standby (which
-//! watches and indexes before it holds the lease) drops them, since every CR is reconciled when it
-//! takes over.
+//! watches and indexes before it holds the lease) keeps the set of CRs it would have woken, and
+//! reconciles those first when it takes over (every other CR follows).
 
 use crate::index::CrRef;
 use kube::runtime::reflector::ObjectRef;
 use shared::crd::{ClusterProjection, Projection};
-use std::sync::{
-    Arc,
-    atomic::{AtomicBool, Ordering},
+use std::{
+    collections::HashSet,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -20,12 +23,15 @@ pub struct Wake {
     pub clusters: UnboundedSender<ObjectRef<ClusterProjection>>,
     /// Whether the reconcilers run (this replica leads).
     pub leading: Arc<AtomicBool>,
+    /// The CRs woken while the reconcilers did not run.
+    pub missed: Arc<Mutex<HashSet<CrRef>>>,
 }
 
 impl Wake {
     /// Queues a reconcile of `cr`, if the reconcilers run.
     pub fn send(&self, cr: CrRef) {
         if !self.leading.load(Ordering::Acquire) {
+            self.missed.lock().unwrap_or_else(|e| e.into_inner()).insert(cr);
             return;
         }
         // A closed channel means the controller is shutting down: nothing left to wake.
@@ -33,5 +39,39 @@ impl Wake {
             CrRef::Projection(r) => self.projections.send(r).map_err(|_| ()),
             CrRef::Cluster(r) => self.clusters.send(r).map_err(|_| ()),
         };
+    }
+
+    /// The CRs woken while the reconcilers did not run, forgotten once returned.
+    pub fn take_missed(&self) -> Vec<CrRef> {
+        std::mem::take(&mut *self.missed.lock().unwrap_or_else(|e| e.into_inner()))
+            .into_iter()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_standby_keeps_its_wakes_for_the_takeover() {
+        let (projections, mut woken) = tokio::sync::mpsc::unbounded_channel();
+        let (clusters, _) = tokio::sync::mpsc::unbounded_channel();
+        let wake = Wake {
+            projections,
+            clusters,
+            leading: Arc::default(),
+            missed: Arc::default(),
+        };
+        let a = CrRef::Projection(ObjectRef::new("a").within("ns"));
+        wake.send(a.clone());
+        wake.send(a.clone());
+        assert!(woken.try_recv().is_err(), "nothing runs before the lease");
+        assert_eq!(wake.take_missed(), vec![a.clone()]);
+        assert!(wake.take_missed().is_empty(), "taken once");
+        wake.leading.store(true, Ordering::Release);
+        wake.send(a);
+        assert_eq!(woken.try_recv().ok().map(|r| r.name), Some("a".to_owned()));
+        assert!(wake.take_missed().is_empty());
     }
 }
