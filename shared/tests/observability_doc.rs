@@ -108,7 +108,7 @@ fn every_event_reason_and_action_is_documented() {
     let reconcile = code("controller/src/reconcile.rs");
     names.extend(captures(r#"reason: "(\w+)""#, &reconcile));
     names.extend(captures(r#"\(\s*"(Source\w+)","#, &reconcile));
-    names.extend(captures(r#"reason: "(\w+)""#, &code("shared/src/policy.rs")));
+    names.extend(captures(r#"reason: "(\w+)""#, &code("shared/src/projectable.rs")));
     assert_documented("event reasons", &names, 16);
 
     let actions = captures(r#"Self::\w+ => "(\w+)""#, &code("controller/src/events.rs"));
@@ -132,7 +132,7 @@ fn every_metric_is_documented() {
             });
         }
     }
-    let process = code("shared/src/process.rs");
+    let process = code("runtime/src/process_metrics.rs");
     names.extend(captures(r#""(process_\w+)""#, &process));
     // The CPU counter is registered without its `_total` suffix.
     if names.remove("process_cpu_seconds") {
