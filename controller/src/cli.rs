@@ -1,7 +1,7 @@
 //! Command-line flags. Names and defaults follow the Go operator so manifests carry over.
 
 use clap::Parser;
-use shared::policy::SourceMode;
+use shared::projectable::SourceMode;
 use std::time::Duration;
 
 /// projection-controller: mirrors namespaced objects for Projection and ClusterProjection.
@@ -44,8 +44,6 @@ pub struct Args {
     pub leader_election_namespace: String,
 }
 
-pub use shared::http::bind_address;
-
 /// A boolean as Go's `strconv.ParseBool` reads it (the Go operator's flag package uses it), so
 /// `--leader-elect=True` or `=1` in an existing manifest keeps working.
 fn parse_go_bool(value: &str) -> Result<bool, String> {
@@ -59,6 +57,7 @@ fn parse_go_bool(value: &str) -> Result<bool, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use runtime::http::bind_address;
 
     #[test]
     fn defaults_match_the_go_operator() {

@@ -4,7 +4,7 @@
 use crate::{
     discovery::Discovery, events::Events, metrics::Metrics, namespaces::Namespaces, watches::WatchRegistry,
 };
-use shared::policy::SourceMode;
+use shared::projectable::SourceMode;
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -71,7 +71,7 @@ impl WrittenStatuses {
 /// Per-object exponential backoff: 500 ms, 1 s, 2 s, ... up to the cap; reset on success.
 #[derive(Default)]
 pub struct Backoff {
-    failures: Mutex<HashMap<String, u32>>,
+    failing: Mutex<HashMap<String, runtime::backoff::Backoff>>,
 }
 
 const FIRST_RETRY: Duration = Duration::from_millis(500);
@@ -79,19 +79,16 @@ const FIRST_RETRY: Duration = Duration::from_millis(500);
 impl Backoff {
     /// Records a failure of `uid` and returns how long to wait before the next attempt.
     pub fn next_delay(&self, uid: &str, cap: Duration) -> Duration {
-        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let n = failures.entry(uid.to_owned()).or_insert(0);
-        let delay = FIRST_RETRY.saturating_mul(1u32 << (*n).min(20));
-        *n = n.saturating_add(1);
-        delay.min(cap)
+        let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        failing
+            .entry(uid.to_owned())
+            .or_insert_with(|| runtime::backoff::Backoff::doubling(FIRST_RETRY, cap))
+            .next_delay()
     }
 
     /// Forgets the failures of `uid` after a success.
     pub fn reset(&self, uid: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(uid);
+        self.failing.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
     }
 }
 

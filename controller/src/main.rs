@@ -7,7 +7,6 @@ mod context;
 mod discovery;
 mod error;
 mod events;
-mod http;
 mod index;
 mod leader;
 mod metrics;
@@ -35,6 +34,7 @@ use kube::{
     },
 };
 use prometheus_client::registry::Registry;
+use runtime::http;
 use shared::{
     crd::{ClusterProjection, Projection},
     keys::{CLUSTER_PROJECTION_FINALIZER, PROJECTION_FINALIZER},
@@ -54,11 +54,11 @@ const RECONCILE_CONCURRENCY: u16 = 32;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    shared::process::install_crypto_provider();
+    runtime::crypto::install_crypto_provider();
     let args = cli::Args::parse();
-    shared::process::init_json_logs();
-    let metrics_addr = cli::bind_address(&args.metrics_bind_address)?;
-    let probe_addr = cli::bind_address(&args.health_probe_bind_address)?;
+    runtime::logs::init_json_logs();
+    let metrics_addr = http::bind_address(&args.metrics_bind_address)?;
+    let probe_addr = http::bind_address(&args.health_probe_bind_address)?;
     tracing::info!(
         source_mode = %args.source_mode,
         requeue_interval = ?args.requeue_interval,
@@ -72,7 +72,7 @@ async fn main() -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     let on_signal = stop.clone();
     tokio::spawn(async move {
-        let signal = shared::process::shutdown_signal().await;
+        let signal = runtime::signals::shutdown_signal().await;
         tracing::info!(signal, "projection-controller shutting down");
         on_signal.cancel();
     });
@@ -92,7 +92,7 @@ async fn main() -> anyhow::Result<()> {
         stopped(),
     ));
 
-    let client = shared::client::infer().await?;
+    let client = runtime::kube_client::infer().await?;
     let settings = context::Settings {
         source_mode: args.source_mode,
         requeue_cap: args.requeue_interval,

@@ -101,7 +101,7 @@ impl Metrics {
             "Destination kinds with a running watch",
             metrics.watched_dest_gvks.clone(),
         );
-        registry.register_collector(Box::new(shared::process::ProcessCollector::default()));
+        registry.register_collector(Box::new(runtime::process_metrics::ProcessCollector::default()));
         metrics
     }
 }

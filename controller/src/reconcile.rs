@@ -23,7 +23,7 @@ use kube::{
 use serde::{Serialize, de::DeserializeOwned};
 use shared::{
     crd::{SourceRef, WrittenDestination},
-    policy::check_projectable,
+    projectable::check_projectable,
     reason::{Reason, Retry},
     source::{GroupKind, SourceKey},
     status::{Copies, Failure, Outcome, source_failure},

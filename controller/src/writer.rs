@@ -4,6 +4,7 @@
 //! and resourceVersion preconditions).
 
 use crate::{index::ObjectKey, watches::WatchRegistry};
+use backon::{ConstantBuilder, Retryable};
 use kube::{
     Api, ResourceExt,
     api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions},
@@ -17,6 +18,7 @@ use shared::{
     source::GroupKind,
     write_plan::{WritePlan, plan_update},
 };
+use std::time::Duration;
 
 /// The field manager of every write of the controller.
 pub const FIELD_MANAGER: &str = "projection-controller";
@@ -205,20 +207,24 @@ async fn recreate(
         Err(kube::Error::Api(s)) if s.is_not_found() => {}
         Err(e) => return Err(WriteError::Update(e)),
     }
-    // The delete may still be in progress (finalizers of others): wait briefly for the name to free.
-    for _ in 0..50 {
-        match create_copy(registry, api, key, owner, desired).await {
-            Ok(()) => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await
-            }
-            Err(e) => return Err(WriteError::Create(e)),
-        }
+    // The delete may still be in progress (finalizers of others): try the create again every
+    // 100 ms, 50 tries in all, while the name is still taken.
+    let name_taken = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 409);
+    let while_deleting = ConstantBuilder::new()
+        .with_delay(Duration::from_millis(100))
+        .with_max_times(49);
+    match (|| create_copy(registry, api, key, owner, desired))
+        .retry(while_deleting)
+        .when(name_taken)
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(e) if name_taken(&e) => Err(WriteError::Conflict(format!(
+            "destination {}/{} is still being deleted; it will be recreated on the next attempt",
+            key.namespace, key.name
+        ))),
+        Err(e) => Err(WriteError::Create(e)),
     }
-    Err(WriteError::Conflict(format!(
-        "destination {}/{} is still being deleted; it will be recreated on the next attempt",
-        key.namespace, key.name
-    )))
 }
 
 /// The API resource of copies recorded in a status, or `None` when their kind is no longer served

@@ -197,7 +197,26 @@ async fn a_list_of_three_namespaces_gets_three_copies() {
         "{out}"
     );
 
-    // A source edit reaches every copy, in one pass: our own writes wake nothing.
+    // A source edit reaches every copy, in one pass: our own writes wake nothing. The count starts
+    // once the last pass has counted itself and the watch has delivered everything before (a probe
+    // of the other kind follows an edit of its source), and ends once the edit's pass has counted
+    // itself and the watch has delivered everything after our writes.
+    let (probe_src, probe_dst) = w.env.names();
+    let (probe_sources, probe_copies) = (w.configmaps(&probe_src), w.configmaps(&probe_dst));
+    create(
+        &probe_sources,
+        json!({"metadata": {"name": "probe", "annotations": opted_in()}, "data": {"barrier": "0"}}),
+    )
+    .await;
+    create(
+        &w.env.projections(),
+        projection("probe", cm_source(&probe_src, "probe"), json!({})),
+    )
+    .await;
+    wait_ready(&w.env.projections(), "probe").await;
+    let projected_at = event_time(&w.client, "default", &cp, "Projected").await;
+    wait_reconciled_after(&w.controller, &cp, projected_at).await;
+    watch_barrier(&probe_sources, &probe_copies, "probe", 1).await;
     let sample = "projection_reconcile_total{kind=\"ClusterProjection\",result=\"success\"}";
     let before = metric_value(&w.controller.metrics(), sample).expect("reconcile metric");
     merge(&w.configmaps(&w.source), "cfg", json!({"data": {"k": "v2"}})).await;
@@ -207,7 +226,13 @@ async fn a_list_of_three_namespaces_gets_three_copies() {
         })
         .await;
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_for("the edit's pass counted", TIMEOUT, || async {
+        metric_value(&w.controller.metrics(), sample)
+            .filter(|v| *v > before)
+            .ok_or_else(|| "not yet".to_owned())
+    })
+    .await;
+    watch_barrier(&probe_sources, &probe_copies, "probe", 2).await;
     let after = metric_value(&w.controller.metrics(), sample).expect("reconcile metric");
     assert_eq!(after - before, 1.0, "one reconcile for one source edit");
     wait_for_event(&w.client, "default", &cp, "Updated").await;

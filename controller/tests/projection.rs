@@ -17,7 +17,7 @@ use projection_tests::{
     ServiceProcess, kubectl_ok, metric_value, wait_crd_established, wait_for, wait_for_event,
 };
 use serde_json::{Value, json};
-use shared::crd::Projection;
+use shared::crd::{ClusterProjection, Projection};
 use std::time::Duration;
 
 mod common;
@@ -171,14 +171,38 @@ async fn source_edits_propagate_and_other_writers_are_left_alone() {
     assert_eq!(copy.labels().get("added-by").map(String::as_str), Some("someone"));
     wait_for_event(&env.client, &dst, "cfg", "Updated").await;
 
-    // One reconcile per source edit, one write, and no echo from our own writes.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // One reconcile per source edit, one write, and no echo from our own writes. The count starts
+    // once the last edit's reconcile has counted itself, and ends once that of the next edit has
+    // and the watch has delivered everything after our write (a probe of the other kind follows
+    // an edit of its source).
+    let probe = format!("probe-{dst}");
+    create(
+        &sources,
+        json!({"metadata": {"name": "probe", "annotations": opted_in()}, "data": {"barrier": "0"}}),
+    )
+    .await;
+    let probes: Api<ClusterProjection> = Api::all(env.client.clone());
+    create(
+        &probes,
+        json!({"apiVersion": "projection.sh/v1", "kind": "ClusterProjection", "metadata": {"name": probe},
+               "spec": {"source": cm_source(&src, "probe"), "destination": {"namespaces": [dst]}}}),
+    )
+    .await;
+    wait_object(&copies, "probe", "the probe's copy", |_| true).await;
+    let updated_at = event_time(&env.client, &dst, "cfg", "Updated").await;
+    wait_reconciled_after(&controller, &format!("{dst}/cfg"), updated_at).await;
     let sample = "projection_reconcile_total{kind=\"Projection\",result=\"success\"}";
     let before = metric_value(&controller.metrics(), sample).expect("reconcile metric");
     let rv_before = copies.get("cfg").await.expect("copy").resource_version();
     merge(&sources, "cfg", json!({"data": {"a": "11"}})).await;
     wait_object(&copies, "cfg", "second edit", |c| data_of(c)["a"] == "11").await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_for("the second edit's reconcile counted", TIMEOUT, || async {
+        metric_value(&controller.metrics(), sample)
+            .filter(|v| *v > before)
+            .ok_or_else(|| "not yet".to_owned())
+    })
+    .await;
+    watch_barrier(&sources, &copies, "probe", 1).await;
     let after = metric_value(&controller.metrics(), sample).expect("reconcile metric");
     assert_eq!(after - before, 1.0, "exactly one reconcile for one source edit");
     let copy = copies.get("cfg").await.expect("copy");
@@ -197,6 +221,11 @@ async fn source_edits_propagate_and_other_writers_are_left_alone() {
         rv,
         "no write when nothing changed"
     );
+    probes
+        .delete(&probe, &DeleteParams::default())
+        .await
+        .expect("probe deleted");
+    wait_absent(&probes, &probe, "the probe gone").await;
     env.finish().await;
 }
 
@@ -1286,9 +1315,19 @@ async fn a_refused_finalizer_removal_is_retried_with_backoff() {
             .ok_or_else(|| "none yet".to_owned())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    let count = metric_value(&controller.metrics(), failures).unwrap_or_default();
+    // Settled once the delay has grown to 2 s (the third failure): a fixed 500 ms retry would have
+    // failed about 13 times by then.
     let name = format!("{dst}/cfg");
+    wait_for("the retry delay grown to 2s", TIMEOUT, || async {
+        let retries = retries_of(&controller, &name);
+        retries
+            .iter()
+            .any(|r| r == "2s")
+            .then_some(())
+            .ok_or_else(|| format!("retry_in so far: {retries:?}"))
+    })
+    .await;
+    let count = metric_value(&controller.metrics(), failures).unwrap_or_default();
     let retries = retries_of(&controller, &name);
     // From 500 ms, doubling: attempts at about 0, 0.5, 1.5, 3.5 (and 7.5) s; a fixed 500 ms retry
     // would have made about 13.

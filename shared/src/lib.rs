@@ -1,16 +1,13 @@
-//! Types and pure logic shared by `projection-controller` and `projection-webhook`.
+//! Types and pure logic shared by `projection-controller` and `projection-webhook`: no network,
+//! process or server dependency (the services' runtime lives in the `runtime` crate, the generated
+//! files' generators in `codegen`).
 
-pub mod api_reference;
-pub mod client;
 pub mod crd;
-pub mod crdgen;
 pub mod destination;
 pub mod fan_out;
-pub mod http;
 pub mod keys;
 pub mod ownership;
-pub mod policy;
-pub mod process;
+pub mod projectable;
 pub mod reason;
 pub mod self_copy;
 pub mod source;

@@ -121,7 +121,7 @@ fn every_metric_is_documented() {
             });
         }
     }
-    let process = code("shared/src/process.rs");
+    let process = code("runtime/src/process_metrics.rs");
     names.extend(captures(r#""(process_\w+)""#, &process));
     // The CPU counter is registered without its `_total` suffix.
     if names.remove("process_cpu_seconds") {

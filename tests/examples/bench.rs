@@ -135,7 +135,7 @@ async fn connect(args: &Args) -> anyhow::Result<Client> {
     };
     let kubeconfig = Kubeconfig::read_from(&path).with_context(|| format!("reading {}", path.display()))?;
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    let client = shared::client::client_for(config)?;
+    let client = runtime::kube_client::client_for(config)?;
     client
         .apiserver_version()
         .await
@@ -477,7 +477,7 @@ where
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    shared::process::install_crypto_provider();
+    runtime::crypto::install_crypto_provider();
     let args = Args::parse();
     let plan = plan(&args)?;
     let client = connect(&args).await?;

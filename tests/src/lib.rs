@@ -65,7 +65,7 @@ async fn try_client() -> anyhow::Result<Client> {
     let kubeconfig =
         Kubeconfig::read_from(&path).with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    let client = shared::client::client_for(config)?;
+    let client = runtime::kube_client::client_for(config)?;
     tokio::time::timeout(Duration::from_secs(10), client.apiserver_version())
         .await
         .context("the apiserver did not answer within 10s")?
@@ -208,7 +208,7 @@ impl Drop for TestNamespace {
 /// they are Established. Idempotent; every test that needs the CRDs calls it.
 pub async fn install_crds(client: &Client) {
     let api = Api::<CustomResourceDefinition>::all(client.clone());
-    let dir = repo_root().join(shared::crdgen::CRD_DIR);
+    let dir = repo_root().join(codegen::crds::CRD_DIR);
     let params = PatchParams::apply(TEST_FIELD_MANAGER).force();
     let mut names = Vec::new();
     for entry in std::fs::read_dir(&dir).expect("CRD folder exists") {

@@ -12,6 +12,7 @@
 //! [`CA_PUBLISH_DELAY`]).
 
 use crate::error::CertError;
+use base64::{Engine as _, engine::general_purpose::STANDARD};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
     KeyPair, KeyUsagePurpose, SanType,
@@ -536,15 +537,6 @@ fn pem_of(der: &[u8]) -> String {
     )
 }
 
-/// Standard base64, as the apiserver's JSON carries `[]byte` fields.
-fn base64_encode(bytes: &[u8]) -> String {
-    match serde_json::to_value(k8s_openapi::ByteString(bytes.to_vec())) {
-        Ok(serde_json::Value::String(encoded)) => encoded,
-        // ByteString always serializes to a string.
-        _ => String::new(),
-    }
-}
-
 /// Carries out `assessment` on `material`: the Secret's new contents. Earlier CAs stay in `ca.crt`
 /// until they expire.
 pub fn renew(
@@ -636,7 +628,8 @@ pub struct WebhookEntry<'a> {
 /// between makes the patch fail instead of writing the wrong entry.
 pub fn ca_bundle_patch(entries: &[WebhookEntry<'_>], bundle: &[u8]) -> Option<json_patch::Patch> {
     use json_patch::{AddOperation, PatchOperation, TestOperation};
-    let encoded = base64_encode(bundle);
+    // Standard base64, as the apiserver's JSON carries `[]byte` fields.
+    let encoded = STANDARD.encode(bundle);
     let mut operations = Vec::new();
     for (i, entry) in entries.iter().enumerate() {
         if entry.ca_bundle == Some(bundle) {

@@ -3,7 +3,7 @@
 
 use crate::error::ConfigError;
 use clap::Parser;
-use shared::policy::SourceMode;
+use shared::projectable::SourceMode;
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 /// projection-webhook: admission webhook for projection.sh resources.

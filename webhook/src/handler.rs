@@ -3,7 +3,7 @@
 //! well-formed AdmissionReview carrying the reason.
 
 use crate::{
-    cluster::Cluster,
+    cluster_view::ClusterView,
     error::RequestError,
     metrics::{CategoryLabels, Metrics, RequestLabels},
     review::{Endpoint, ReviewSettings, Verdict, operation_label, resource_label, review},
@@ -39,22 +39,22 @@ pub struct App<C> {
 }
 
 /// `POST /validate` and `POST /mutate`.
-pub fn router<C: Cluster>(app: Arc<App<C>>) -> Router {
+pub fn router<C: ClusterView>(app: Arc<App<C>>) -> Router {
     Router::new()
         .route("/validate", post(validate::<C>))
         .route("/mutate", post(mutate::<C>))
         .with_state(app)
 }
 
-async fn validate<C: Cluster>(State(app): State<Arc<App<C>>>, body: Body) -> Response {
+async fn validate<C: ClusterView>(State(app): State<Arc<App<C>>>, body: Body) -> Response {
     handle(&app, Endpoint::Validate, body).await
 }
 
-async fn mutate<C: Cluster>(State(app): State<Arc<App<C>>>, body: Body) -> Response {
+async fn mutate<C: ClusterView>(State(app): State<Arc<App<C>>>, body: Body) -> Response {
     handle(&app, Endpoint::Mutate, body).await
 }
 
-async fn handle<C: Cluster>(app: &App<C>, endpoint: Endpoint, body: Body) -> Response {
+async fn handle<C: ClusterView>(app: &App<C>, endpoint: Endpoint, body: Body) -> Response {
     let started = Instant::now();
     let (response, labels) = match read_request(body).await {
         Ok(request) => {

@@ -3,7 +3,7 @@
 
 pub mod certs;
 pub mod cli;
-pub mod cluster;
+pub mod cluster_view;
 pub mod error;
 pub mod handler;
 pub mod metrics;
@@ -15,7 +15,10 @@ pub mod tls;
 
 use anyhow::Context as _;
 use prometheus_client::registry::Registry;
-use shared::http::{Readiness, bind_address};
+use runtime::{
+    backoff::Backoff,
+    http::{Readiness, bind_address},
+};
 use std::{sync::Arc, time::Duration};
 use tokio_util::sync::CancellationToken;
 
@@ -36,7 +39,7 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
 
     // `stop_accepting` ends the admission server; `stop_all` the rest, once it has drained.
     let (stop_accepting, stop_all) = (CancellationToken::new(), CancellationToken::new());
-    let probes = tokio::spawn(shared::http::serve(
+    let probes = tokio::spawn(runtime::http::serve(
         metrics_addr,
         probe_addr,
         Arc::new(registry),
@@ -47,7 +50,7 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
         let (readiness, stop_accepting, delay) =
             (readiness.clone(), stop_accepting.clone(), args.shutdown_delay);
         tokio::spawn(async move {
-            let signal = shared::process::shutdown_signal().await;
+            let signal = runtime::signals::shutdown_signal().await;
             tracing::info!(
                 signal,
                 ?delay,
@@ -72,7 +75,7 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
             stop_all.clone().cancelled_owned(),
         ));
     }
-    let client = shared::client::infer()
+    let client = runtime::kube_client::infer()
         .await
         .context("building the Kubernetes client")?;
     if let Some(settings) = self_managed {
@@ -97,7 +100,7 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
         }
     }
 
-    let cluster = cluster::KubeCluster::new(client);
+    let cluster = cluster_view::KubeCluster::new(client);
     tokio::select! {
         warmed = warm_discovery(&cluster) => warmed,
         () = stop_accepting.cancelled() => {
@@ -141,11 +144,11 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
 
 /// Takes the first discovery snapshot, retrying with capped backoff (the apiserver may come up after
 /// the webhook).
-async fn warm_discovery(cluster: &cluster::KubeCluster) {
-    let mut delay = Duration::from_millis(200);
+async fn warm_discovery(cluster: &cluster_view::KubeCluster) {
+    let mut backoff = Backoff::doubling(Duration::from_millis(200), Duration::from_secs(10));
     while let Err(e) = cluster.refresh().await {
+        let delay = backoff.next_delay();
         tracing::warn!(error = %e, ?delay, "discovery failed; not ready, retrying");
         tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(10));
     }
 }

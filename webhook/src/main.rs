@@ -4,9 +4,9 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    shared::process::install_crypto_provider();
+    runtime::crypto::install_crypto_provider();
     let args = webhook::cli::Args::parse();
-    shared::process::init_json_logs();
+    runtime::logs::init_json_logs();
     tracing::info!(
         bind_address = %args.bind_address,
         tls_cert_file = %args.tls_cert_file.display(),

@@ -104,7 +104,7 @@ impl Metrics {
             "Writes of the self-managed certificate mode (Secret, caBundle patches), by target and result",
             metrics.self_managed_writes_total.clone(),
         );
-        registry.register_collector(Box::new(shared::process::ProcessCollector::default()));
+        registry.register_collector(Box::new(runtime::process_metrics::ProcessCollector::default()));
         metrics
     }
 

@@ -3,14 +3,14 @@
 //! Runs only when `spec.source` is new or changed.
 
 use crate::{
-    cluster::{Cluster, KindScope, UserInfo},
+    cluster_view::{ClusterView, KindScope, UserInfo},
     error::PolicyError,
 };
 use kube::discovery::ApiResource;
 use shared::{
     crd::SourceRef,
     keys::PROJECTABLE,
-    policy::{SourceMode, check_projectable},
+    projectable::{SourceMode, check_projectable},
     reason::Reason,
     source::cluster_scoped_message,
 };
@@ -37,7 +37,7 @@ pub struct PolicySettings {
 }
 
 /// Checks `source` for a request from `user`.
-pub async fn check_source<C: Cluster>(
+pub async fn check_source<C: ClusterView>(
     cluster: &C,
     settings: PolicySettings,
     user: &UserInfo,

@@ -7,7 +7,7 @@
 //! webhook reaches the user before the schema's terser messages.
 
 use crate::{
-    cluster::Cluster,
+    cluster_view::ClusterView,
     error::PolicyError,
     policy::{PolicySettings, PolicyVerdict, check_source},
 };
@@ -114,7 +114,7 @@ fn spec_of(object: Option<&DynamicObject>) -> Option<&Value> {
 }
 
 /// Reviews one request at `endpoint`.
-pub async fn review<C: Cluster>(
+pub async fn review<C: ClusterView>(
     endpoint: Endpoint,
     settings: ReviewSettings,
     cluster: &C,

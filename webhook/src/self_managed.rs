@@ -30,6 +30,7 @@ use kube::{
     api::{Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
+use runtime::backoff::Backoff;
 use serde::de::DeserializeOwned;
 use std::{
     collections::BTreeMap,
@@ -150,7 +151,7 @@ impl SecretKeeper {
         // `None` until the watch has listed the Secret once.
         let mut state: Option<Option<Secret>> = None;
         let mut wake = Instant::now() + MAX_WAKE;
-        let mut failures = 0u32;
+        let mut backoff = Backoff::doubling(Duration::from_secs(2), Duration::from_secs(60));
         loop {
             tokio::select! {
                 update = secrets.next() => match update {
@@ -168,7 +169,7 @@ impl SecretKeeper {
                     if let Some(written) = written {
                         state = Some(Some(written));
                     }
-                    failures = 0;
+                    backoff.reset();
                     let wait = next_check
                         .duration_since(SystemTime::now())
                         .unwrap_or_default()
@@ -176,8 +177,7 @@ impl SecretKeeper {
                     wake = Instant::now() + wait;
                 }
                 Err(e) => {
-                    failures = failures.saturating_add(1);
-                    let delay = Duration::from_secs(1 << failures.min(6)).min(Duration::from_secs(60));
+                    let delay = backoff.next_delay();
                     if matches!(e, SelfManagedError::NotOurs { .. }) {
                         tracing::error!(category = e.category(), error = %e, "self-managed certificate Secret is not ours; not touching it");
                     } else {
@@ -443,6 +443,9 @@ webhook_configuration!(MutatingWebhookConfiguration, "mutating_configuration");
 /// A patch needed within this long of the previous one means someone keeps resetting the bundle:
 /// the next patch waits (1 s, doubling, up to a minute) so the two writers do not hot-loop.
 const CONTESTED_WITHIN: Duration = Duration::from_secs(10);
+/// A failed patch is tried again this soon; repeated failures are paced by the contested backoff
+/// (each attempt counts as a patch).
+const RETRY_FAILED_PATCH: Duration = Duration::from_secs(2);
 
 /// Keeps the caBundle of every entry of configuration `name` equal to the current bundle: patches
 /// when the bundle changes and when the configuration is changed (or created) with another one.
@@ -459,6 +462,7 @@ async fn publish_bundle<K: WebhookConfiguration>(
     let mut listed = false;
     let mut retry: Option<Instant> = None;
     let mut last_patch: Option<Instant> = None;
+    let mut contested = Backoff::doubling(Duration::from_secs(1), Duration::from_secs(60));
     let mut backoff = Duration::ZERO;
     let mut not_before = Instant::now();
     let kind = K::kind(&());
@@ -496,8 +500,9 @@ async fn publish_bundle<K: WebhookConfiguration>(
             continue;
         }
         backoff = if last_patch.is_some_and(|last| now.duration_since(last) < CONTESTED_WITHIN) {
-            (backoff * 2).clamp(Duration::from_secs(1), Duration::from_secs(60))
+            contested.next_delay()
         } else {
+            contested.reset();
             Duration::ZERO
         };
         last_patch = Some(now);
@@ -524,7 +529,7 @@ async fn publish_bundle<K: WebhookConfiguration>(
                 // A failed guard (the list changed) or a conflict: the watch brings the new state;
                 // anything else is retried.
                 tracing::warn!(%kind, %name, error = %e, "patching the caBundle failed; retrying");
-                retry = Some(Instant::now() + Duration::from_secs(2));
+                retry = Some(Instant::now() + RETRY_FAILED_PATCH);
             }
         }
     }

@@ -10,11 +10,11 @@ use axum::{
 use http_body_util::BodyExt;
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
-use shared::{crd::SourceRef, policy::SourceMode};
+use shared::{crd::SourceRef, projectable::SourceMode};
 use std::{collections::BTreeMap, sync::Arc};
 use tower::ServiceExt;
 use webhook::{
-    cluster::{Cluster, KindScope, UserInfo},
+    cluster_view::{ClusterView, KindScope, UserInfo},
     error::PolicyError,
     handler::{App, MAX_BODY_BYTES, router},
     metrics::Metrics,
@@ -31,7 +31,7 @@ struct FixedCluster {
     unreadable: Vec<String>,
 }
 
-impl Cluster for FixedCluster {
+impl ClusterView for FixedCluster {
     async fn resolve(&self, source: &SourceRef) -> Result<KindScope, PolicyError> {
         Ok(match (source.group.as_str(), source.kind.as_str()) {
             ("", "ConfigMap") => KindScope::Namespaced(ApiResource {

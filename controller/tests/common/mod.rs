@@ -265,3 +265,79 @@ impl DenyPolicy {
         Self { _guards: guards }
     }
 }
+
+/// When the controller last published the event with `reason` about `regarding` (its series' last
+/// observation when it repeated).
+pub async fn event_time(
+    client: &Client,
+    namespace: &str,
+    regarding: &str,
+    reason: &str,
+) -> k8s_openapi::jiff::Timestamp {
+    projection_tests::events_about(client, namespace, regarding)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| {
+            let first = e.event_time.map(|t| t.0);
+            let last = e.series.map(|s| s.last_observed_time.0);
+            first.max(last)
+        })
+        .max()
+        .unwrap_or_else(|| panic!("no {reason} event about {namespace}/{regarding}"))
+}
+
+/// Waits until the controller has logged a reconcile of `name` (`namespace/name` for a Projection)
+/// that ended after `at`. The "reconciled" line is written right after the reconcile counted itself
+/// in `projection_reconcile_total`, so from then on that count includes it: a settled baseline
+/// when `at` is the time of an event the reconcile published.
+pub async fn wait_reconciled_after(
+    controller: &ServiceProcess,
+    name: &str,
+    at: k8s_openapi::jiff::Timestamp,
+) {
+    wait_for(
+        &format!("a reconcile of {name} logged after {at}"),
+        TIMEOUT,
+        || async {
+            let log = std::fs::read_to_string(&controller.log).unwrap_or_default();
+            let last = log
+                .lines()
+                // Not by the parsed `message`: the line carries the outcome's message under the
+                // same key, and the parser keeps the last.
+                .filter(|l| l.contains(r#""message":"reconciled""#))
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter(|v| v["fields"]["name"] == name)
+                .filter_map(|v| {
+                    v["timestamp"]
+                        .as_str()?
+                        .parse::<k8s_openapi::jiff::Timestamp>()
+                        .ok()
+                })
+                .max();
+            match last {
+                Some(t) if t > at => Ok(()),
+                other => Err(format!("last logged: {other:?}")),
+            }
+        },
+    )
+    .await;
+}
+
+/// A barrier on the controller's watch of ConfigMaps: edits the source of a probe (a CR of the
+/// other kind, so the counters under test stay untouched) and waits for its copy to follow. The
+/// watch delivers events in order, so once the copy follows, every event before the edit (the
+/// ones our own writes caused included) has been routed, and anything it woke is under way.
+pub async fn watch_barrier(
+    probe_source: &Api<ConfigMap>,
+    probe_copy: &Api<ConfigMap>,
+    name: &str,
+    round: u32,
+) {
+    let round = round.to_string();
+    merge(probe_source, name, json!({"data": {"barrier": round}})).await;
+    wait_object(probe_copy, name, "the probe's copy after the barrier edit", |c| {
+        data_of(c)["barrier"] == round.as_str()
+    })
+    .await;
+}

@@ -2,10 +2,10 @@
 //! columns, every schema field (type, required, default, validation, description) and the CEL rules.
 //! The `apidocs` binary writes it; a test fails when the committed file is stale.
 
-use crate::crd::{ClusterProjection, Projection};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 use serde_json::Value;
+use shared::crd::{ClusterProjection, Projection};
 use std::fmt::Write as _;
 
 /// Where the reference lives, relative to the workspace root.
@@ -15,7 +15,7 @@ pub const API_REFERENCE_PATH: &str = "docs/api-reference.md";
 pub fn render() -> String {
     let mut out = String::new();
     out.push_str(
-        "<!-- Generated from the CRD schemas (shared/src/crd.rs) by `cargo run -p controller --bin apidocs`. \
+        "<!-- Generated from the CRD schemas (shared/src/crd.rs) by `cargo run -p codegen --bin apidocs`. \
          Do not edit by hand. -->\n\n",
     );
     out.push_str("# API reference: `projection.sh/v1`\n\n");
@@ -410,7 +410,7 @@ mod tests {
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
         assert!(
             committed == render(),
-            "{} is stale: run `cargo run -p controller --bin apidocs` and commit the result",
+            "{} is stale: run `cargo run -p codegen --bin apidocs` and commit the result",
             path.display()
         );
     }

@@ -1,13 +1,13 @@
 //! Writes `docs/api-reference.md`, rendered from the CRD schemas generated from the Rust types.
-//! Run `cargo run -p controller --bin apidocs` after changing `shared/src/crd.rs` (with `crdgen`).
+//! Run `cargo run -p codegen --bin apidocs` after changing `shared/src/crd.rs` (with `crdgen`).
 
 use std::path::Path;
 
 fn main() -> anyhow::Result<()> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
-        .join(shared::api_reference::API_REFERENCE_PATH);
-    std::fs::write(&path, shared::api_reference::render())?;
+        .join(codegen::api_reference::API_REFERENCE_PATH);
+    std::fs::write(&path, codegen::api_reference::render())?;
     println!("wrote {}", path.display());
     Ok(())
 }

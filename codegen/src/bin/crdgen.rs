@@ -1,14 +1,14 @@
 //! Writes the CRD manifests generated from the Rust types into `charts/projection/crds/`.
-//! Run `cargo run -p controller --bin crdgen` after changing `shared/src/crd.rs`.
+//! Run `cargo run -p codegen --bin crdgen` after changing `shared/src/crd.rs`.
 
 use std::path::Path;
 
 fn main() -> anyhow::Result<()> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
-        .join(shared::crdgen::CRD_DIR);
+        .join(codegen::crds::CRD_DIR);
     std::fs::create_dir_all(&dir)?;
-    for manifest in shared::crdgen::manifests()? {
+    for manifest in codegen::crds::manifests()? {
         let path = dir.join(&manifest.file_name);
         std::fs::write(&path, manifest.yaml)?;
         println!("wrote {}", path.display());

@@ -34,7 +34,7 @@ pub enum KindScope {
 }
 
 /// The cluster as admission sees it.
-pub trait Cluster: Send + Sync + 'static {
+pub trait ClusterView: Send + Sync + 'static {
     /// The scope and resource of the source's kind (at its pinned or preferred version).
     fn resolve(&self, source: &SourceRef) -> impl Future<Output = Result<KindScope, PolicyError>> + Send;
 
@@ -135,7 +135,7 @@ impl KubeCluster {
     }
 }
 
-impl Cluster for Arc<KubeCluster> {
+impl ClusterView for Arc<KubeCluster> {
     async fn resolve(&self, source: &SourceRef) -> Result<KindScope, PolicyError> {
         match self.lookup(source) {
             Some(KindScope::Unknown) | None => {

@@ -1,8 +1,8 @@
 //! Rendering of the CRD manifests from the Rust types. The `crdgen` binary writes them into the
 //! chart; a test fails when the committed files are stale.
 
-use crate::crd::{ClusterProjection, Projection};
 use kube::CustomResourceExt;
+use shared::crd::{ClusterProjection, Projection};
 
 /// A CRD manifest: its file name in `charts/projection/crds/` and its YAML.
 pub struct CrdManifest {
@@ -15,7 +15,7 @@ pub struct CrdManifest {
 /// Where the generated files live, relative to the workspace root.
 pub const CRD_DIR: &str = "charts/projection/crds";
 
-const HEADER: &str = "# Generated from the Rust types in shared/src/crd.rs by `cargo run -p controller --bin crdgen`.\n# Do not edit by hand.\n";
+const HEADER: &str = "# Generated from the Rust types in shared/src/crd.rs by `cargo run -p codegen --bin crdgen`.\n# Do not edit by hand.\n";
 
 /// Renders both CRDs.
 pub fn manifests() -> Result<Vec<CrdManifest>, serde_yaml::Error> {
@@ -45,7 +45,7 @@ mod tests {
                 .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
             assert!(
                 committed == manifest.yaml,
-                "{} is stale: run `cargo run -p controller --bin crdgen` and commit the result",
+                "{} is stale: run `cargo run -p codegen --bin crdgen` and commit the result",
                 path.display()
             );
         }

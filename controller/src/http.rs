@@ -1,3 +1,0 @@
-//! The plain-HTTP endpoints (`/metrics`, `/healthz`, `/readyz`), shared with the webhook.
-
-pub use shared::http::{Readiness, serve};

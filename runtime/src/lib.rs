@@ -1,0 +1,11 @@
+//! The runtime both services share, kept out of the pure `shared` crate: the metrics and health
+//! endpoints, the Kubernetes client, logs, the shutdown signal, the crypto provider, process
+//! metrics and the retry backoff.
+
+pub mod backoff;
+pub mod crypto;
+pub mod http;
+pub mod kube_client;
+pub mod logs;
+pub mod process_metrics;
+pub mod signals;
