@@ -46,3 +46,32 @@ stop_demo_services() {
   stop_process projection-webhook
   stop_process projection-controller
 }
+
+# --- The node (node-up.sh, node-down.sh) and its network, by the rule of SPEC §7: every address
+# stays on this machine, in 198.18.0.0/15 (neither public nor 10/8, 172.16/12, 192.168/16), and
+# nothing is routed off it. One node per machine: the kubelet keeps a few fixed host paths.
+NODE_DIR=$TESTENV_DIR/node
+NODE_NAME=projection-node
+# The node IP, on a port-less bridge of our own (this kernel has no `dummy` link type).
+NODE_IP=198.19.255.1
+NODE_LINK=prjnode0
+# Pods: one bridge, no default route, no masquerade.
+POD_CIDR=198.18.0.0/16
+POD_GATEWAY=198.18.0.1
+POD_BRIDGE=prjbr0
+# The whole range: pods' only route, and a blackhole for host traffic to unused addresses in it.
+NODE_RANGE=198.18.0.0/15
+# Services (kube-apiserver --service-cluster-ip-range), not containing the node IP; the first
+# address is the `kubernetes` Service, DNAT'd to the apiserver on 127.0.0.1 for pods.
+SERVICE_CIDR=198.19.0.0/17
+SERVICE_APISERVER_IP=198.19.0.1
+# Comment on every iptables rule of ours, so cleanup finds exactly them.
+NODE_RULE_TAG=projection-node
+# Images built here and imported into the node (no registry is reachable; pull policy Never).
+LOCAL_IMAGE_PREFIX=local.test
+PAUSE_IMAGE=$LOCAL_IMAGE_PREFIX/pause:local
+OUR_IMAGE_TAG=dev
+CACHE_ROOT=${PROJECTION_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/projection-testenv}
+
+# ctr against the node's containerd, in the CRI's namespace.
+node_ctr() { ctr --address "$NODE_DIR/containerd.sock" -n k8s.io "$@"; }

@@ -44,7 +44,7 @@ issue() { # issue NAME SUBJECT EXTENSIONS...
     -days 3650 -out "$PKI/$name.crt" -extfile "$PKI/$name.ext"
 }
 issue apiserver "/CN=kube-apiserver" \
-  "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc" \
+  "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:$SERVICE_APISERVER_IP,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc" \
   "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth"
 issue admin "/O=system:masters/CN=projection-testenv-admin" \
   "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=clientAuth"
@@ -102,8 +102,10 @@ wait_for 60 etcd "$LOGS/etcd.log" curl -fsS --max-time 2 "http://127.0.0.1:$ETCD
 # --advertise-address=127.0.0.1 stops the apiserver from advertising a non-loopback interface, and
 # --endpoint-reconciler-type=none stops it from writing a loopback Endpoints (refused by validation).
 # --enable-aggregator-routing makes the apiserver call webhook Services at an EndpointSlice address
-# rather than the ClusterIP (no kube-proxy here), so tests can route the chart's webhook Service to a
-# webhook process on this host.
+# rather than the ClusterIP (no kube-proxy here): it reaches webhook pods at their pod IPs on the
+# node's bridge. The Service range and the node's addresses are in common.sh (the network rule of
+# SPEC §7); the kubelet (node-up.sh) is reached at its node IP for logs and exec, authenticated by
+# the admin certificate.
 cp_log "starting kube-apiserver on https://127.0.0.1:$API_PORT"
 start kube-apiserver "$bin/kube-apiserver" \
   --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
@@ -114,7 +116,9 @@ start kube-apiserver "$bin/kube-apiserver" \
   --client-ca-file="$PKI/ca.crt" \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
-  --service-cluster-ip-range=10.0.0.0/24 \
+  --service-cluster-ip-range="$SERVICE_CIDR" \
+  --kubelet-preferred-address-types=InternalIP \
+  --kubelet-client-certificate="$PKI/admin.crt" --kubelet-client-key="$PKI/admin.key" \
   --authorization-mode=RBAC \
   --allow-privileged=true \
   --profiling=false --v=1
