@@ -36,9 +36,15 @@ stop_process() {
   rm -f "$f"
 }
 
-# stop_demo_services: stops what scripts/demo.sh left running. The demo webhook's registration goes
-# first: with failurePolicy Fail it would block Projection writes once its server is gone.
+# stop_demo_services: stops what scripts/demo.sh left running (its Helm release; host processes of
+# earlier versions of the demo). The demo webhook's registration goes first: with failurePolicy
+# Fail it would block Projection writes once its server is gone.
 stop_demo_services() {
+  if [ -x "$TESTENV_DIR/bin/helm" ] && [ -f "$KUBECONFIG_FILE" ] && pid_alive kube-apiserver; then
+    HELM_CACHE_HOME="$TESTENV_DIR/helm/cache" HELM_CONFIG_HOME="$TESTENV_DIR/helm/config" \
+      HELM_DATA_HOME="$TESTENV_DIR/helm/data" "$TESTENV_DIR/bin/helm" --kubeconfig "$KUBECONFIG_FILE" \
+      uninstall projection -n projection-system --wait --ignore-not-found >/dev/null 2>&1 || true
+  fi
   if [ -f "$TESTENV_DIR/projection-webhook.pid" ] && [ -x "$TESTENV_DIR/bin/kubectl" ]; then
     "$TESTENV_DIR/bin/kubectl" --kubeconfig "$KUBECONFIG_FILE" --request-timeout=5s delete \
       mutatingwebhookconfiguration,validatingwebhookconfiguration projection-webhook-demo --ignore-not-found >/dev/null 2>&1
