@@ -22,6 +22,27 @@ pid_alive() {
 # port_busy PORT: something listens on 127.0.0.1:PORT.
 port_busy() { ss -Hltn "sport = :$1" | grep -q .; }
 
+# start_recorded NAME COMMAND...: runs COMMAND in the background, records its PID in NAME.pid and
+# logs to $LOGS/NAME.log (stop_process stops it).
+start_recorded() {
+  local name=$1; shift
+  nohup "$@" > "$LOGS/$name.log" 2>&1 &
+  echo $! > "$TESTENV_DIR/$name.pid"
+}
+
+# wait_until SECONDS DESCRIPTION LOGFILE COMMAND...: polls COMMAND every 0.2 s; after SECONDS prints
+# the last lines of LOGFILE and fails.
+wait_until() {
+  local secs=$1 what=$2 logf=$3; shift 3
+  for _ in $(seq "$((secs * 5))"); do
+    if "$@"; then return 0; fi
+    sleep 0.2
+  done
+  echo "$what not ready after ${secs}s; last lines of $logf:" >&2
+  tail -n 30 "$logf" >&2
+  return 1
+}
+
 # stop_process NAME: stops the process recorded in NAME.pid (TERM, then KILL after 10 s).
 stop_process() {
   local name=$1 f="$TESTENV_DIR/$1.pid" pid

@@ -125,30 +125,17 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     max_conf_num = 1
 TOML
 
-start() { # start NAME COMMAND...: in the background, PID recorded, log in $LOGS/NAME.log
-  local name=$1; shift
-  nohup "$@" > "$LOGS/$name.log" 2>&1 &
-  echo $! > "$TESTENV_DIR/$name.pid"
-}
-wait_for() { # wait_for SECONDS DESCRIPTION LOGFILE COMMAND...
-  local secs=$1 what=$2 logf=$3; shift 3
-  for _ in $(seq "$((secs * 5))"); do
-    if "$@"; then return 0; fi
-    sleep 0.2
-  done
-  log "$what not ready after ${secs}s; last lines of $logf:"
-  tail -n 30 "$logf" >&2
-  exit 1
-}
+# What does not come up is left for node-down.sh (run by the next node-up.sh or by down.sh).
+wait_for() { wait_until "$@" || exit 1; }
 
 log "starting containerd ($(containerd --version | cut -d' ' -f3))"
-start containerd containerd --config "$NODE_DIR/containerd.toml"
+start_recorded containerd containerd --config "$NODE_DIR/containerd.toml"
 wait_for 30 containerd "$LOGS/containerd.log" eval "node_ctr version >/dev/null 2>&1"
 "$CP_HERE/images.sh"
 
 # --- kube-scheduler and kubelet ----------------------------------------------------------------
 log "starting kube-scheduler"
-start kube-scheduler "$bin/kube-scheduler" --kubeconfig="$KUBECONFIG_FILE" \
+start_recorded kube-scheduler "$bin/kube-scheduler" --kubeconfig="$KUBECONFIG_FILE" \
   --authentication-kubeconfig="$KUBECONFIG_FILE" --authorization-kubeconfig="$KUBECONFIG_FILE" \
   --leader-elect=false --bind-address=127.0.0.1 --secure-port=10259 --v=1
 
@@ -183,7 +170,7 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "1%", nodefs.inodesF
 serializeImagePulls: false
 YAML
 log "starting kubelet (node $NODE_NAME at $NODE_IP)"
-start kubelet "$bin/kubelet" --config="$NODE_DIR/kubelet.yaml" --kubeconfig="$KUBECONFIG_FILE" \
+start_recorded kubelet "$bin/kubelet" --config="$NODE_DIR/kubelet.yaml" --kubeconfig="$KUBECONFIG_FILE" \
   --root-dir="$NODE_DIR/kubelet" --cert-dir="$NODE_DIR/kubelet-pki" \
   --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=1
 wait_for 60 "node $NODE_NAME" "$LOGS/kubelet.log" node_ready

@@ -72,27 +72,12 @@ current-context: projection-testenv
 KCFG
 chmod 600 "$KUBECONFIG_FILE"
 
-wait_for() { # wait_for SECONDS DESCRIPTION LOGFILE COMMAND...
-  local secs=$1 what=$2 logf=$3; shift 3
-  for _ in $(seq "$secs"); do
-    if "$@"; then return 0; fi
-    sleep 1
-  done
-  cp_log "$what not ready after ${secs}s; last lines of $logf:"
-  tail -n 30 "$logf" >&2
-  "$CP_HERE/down.sh" >/dev/null 2>&1 || true
-  exit 1
-}
-
-start() { # start NAME COMMAND...: runs in the background, records the PID, logs to $LOGS/NAME.log
-  local name=$1; shift
-  nohup "$@" > "$LOGS/$name.log" 2>&1 &
-  echo $! > "$TESTENV_DIR/$name.pid"
-}
+# A component that does not come up stops what started, so the next run begins clean.
+wait_for() { wait_until "$@" || { "$CP_HERE/down.sh" >/dev/null 2>&1 || true; exit 1; }; }
 
 # --- etcd ---------------------------------------------------------------------------------------
 cp_log "starting etcd on 127.0.0.1:$ETCD_PORT"
-start etcd "$bin/etcd" --name=default --data-dir="$TESTENV_DIR/etcd" --unsafe-no-fsync=true \
+start_recorded etcd "$bin/etcd" --name=default --data-dir="$TESTENV_DIR/etcd" --unsafe-no-fsync=true \
   --listen-client-urls="http://127.0.0.1:$ETCD_PORT" --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
   --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
   --initial-cluster="default=http://127.0.0.1:$ETCD_PEER_PORT" --log-level=warn
@@ -107,7 +92,7 @@ wait_for 60 etcd "$LOGS/etcd.log" curl -fsS --max-time 2 "http://127.0.0.1:$ETCD
 # SPEC §7); the kubelet (node-up.sh) is reached at its node IP for logs and exec, authenticated by
 # the admin certificate.
 cp_log "starting kube-apiserver on https://127.0.0.1:$API_PORT"
-start kube-apiserver "$bin/kube-apiserver" \
+start_recorded kube-apiserver "$bin/kube-apiserver" \
   --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
   --bind-address=127.0.0.1 --secure-port="$API_PORT" \
   --advertise-address=127.0.0.1 --endpoint-reconciler-type=none --enable-aggregator-routing=true \
@@ -126,7 +111,7 @@ wait_for 180 kube-apiserver "$LOGS/kube-apiserver.log" api_ready
 
 # --- kube-controller-manager -------------------------------------------------------------------
 cp_log "starting kube-controller-manager"
-start kube-controller-manager "$bin/kube-controller-manager" \
+start_recorded kube-controller-manager "$bin/kube-controller-manager" \
   --kubeconfig="$KUBECONFIG_FILE" \
   --authentication-kubeconfig="$KUBECONFIG_FILE" --authorization-kubeconfig="$KUBECONFIG_FILE" \
   --leader-elect=false \

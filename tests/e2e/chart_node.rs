@@ -199,6 +199,17 @@ async fn assert_uninstall_leaves_only(release: Release, rendered: &Rendered, kep
     }
 }
 
+/// What every release test starts with: the node with cert-manager, the test alone on it
+/// (`exclusive`), a client, our CRDs, and the release's namespace named after `prefix`.
+async fn on_the_node(prefix: &str) -> (tokio::sync::MutexGuard<'static, ()>, kube::Client, TestNamespace) {
+    node_with_cert_manager();
+    let serial = exclusive().await;
+    let client = client().await;
+    install_crds(&client).await;
+    let system = TestNamespace::create(&client, prefix).await;
+    (serial, client, system)
+}
+
 #[tokio::test]
 async fn pods_have_no_route_off_the_machine() {
     node_with_cert_manager();
@@ -231,11 +242,7 @@ async fn pods_have_no_route_off_the_machine() {
 
 #[tokio::test]
 async fn self_managed_install_serves_users_and_survives_disruptions() {
-    node_with_cert_manager();
-    let _serial = exclusive().await;
-    let client = client().await;
-    install_crds(&client).await;
-    let system = TestNamespace::create(&client, "node-sm").await;
+    let (_serial, client, system) = on_the_node("node-sm").await;
     let values = vec![
         ("controller.replicas", json!(2)),
         (
@@ -584,11 +591,7 @@ fn upgrade_rolls_the_webhook_without_failed_admission(
 /// pods without a restart.
 #[tokio::test]
 async fn cert_manager_issues_injects_and_renews_the_webhook_certificate() {
-    node_with_cert_manager();
-    let _serial = exclusive().await;
-    let client = client().await;
-    install_crds(&client).await;
-    let system = TestNamespace::create(&client, "node-cm").await;
+    let (_serial, client, system) = on_the_node("node-cm").await;
     let values = vec![("webhook.certificate.mode", json!("cert-manager"))];
     let release = Release::install_and_wait("projection-cm", system.name(), &values);
     let rendered = render(&release.name, &release.namespace, &values).expect("renders");
@@ -700,11 +703,7 @@ async fn cert_manager_issues_injects_and_renews_the_webhook_certificate() {
 /// signed by that CA, which cainjector puts in the caBundles.
 #[tokio::test]
 async fn cert_manager_mode_with_a_user_issuer() {
-    node_with_cert_manager();
-    let _serial = exclusive().await;
-    let client = client().await;
-    install_crds(&client).await;
-    let system = TestNamespace::create(&client, "node-issuer").await;
+    let (_serial, client, system) = on_the_node("node-issuer").await;
     let ns = system.name();
     // The user's CA: a self-signed root Certificate and a CA Issuer over its Secret.
     let out = apply(&format!(
@@ -777,12 +776,8 @@ async fn cert_manager_mode_with_a_user_issuer() {
 /// so the apiserver (and prometheus-operator's CRD) validate them.
 #[tokio::test]
 async fn provided_certificate_install_with_the_optional_objects() {
-    node_with_cert_manager();
-    let _serial = exclusive().await;
-    let client = client().await;
-    install_crds(&client).await;
+    let (_serial, client, system) = on_the_node("node-provided").await;
     install_service_monitor_crd(&client).await;
-    let system = TestNamespace::create(&client, "node-provided").await;
     let ns = system.name();
     let dns = vec![format!("projection-provided-webhook.{ns}.svc")];
     let (cert, key) = self_signed(&testenv_dir().join(format!("provided-{ns}")), &dns);
