@@ -19,10 +19,13 @@ if [ ! -d "$NODE_DIR" ] && [ -z "$owner" ]; then
 fi
 [ "$(id -u)" = 0 ] || { log "stopping the node needs root"; exit 1; }
 
-# The Node object goes first, while the apiserver runs, so no later control plane sees a stale node.
+# The Node object and the image policy go first, while the apiserver runs, so no later control
+# plane sees a stale node.
 if [ -x "$TESTENV_DIR/bin/kubectl" ] && pid_alive kube-apiserver; then
   "$TESTENV_DIR/bin/kubectl" --kubeconfig "$KUBECONFIG_FILE" --request-timeout=5s \
     delete node "$NODE_NAME" --ignore-not-found --wait=false >/dev/null 2>&1
+  "$TESTENV_DIR/bin/kubectl" --kubeconfig "$KUBECONFIG_FILE" --request-timeout=5s delete \
+    validatingadmissionpolicybinding,validatingadmissionpolicy "$NODE_RULE_TAG-local-images" --ignore-not-found >/dev/null 2>&1
 fi
 stop_process kubelet
 stop_process kube-scheduler

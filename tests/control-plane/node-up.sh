@@ -5,7 +5,8 @@
 # reused. Needs root (network links, iptables, mounts, cgroups). node-down.sh (also run by
 # down.sh) undoes everything it does.
 #
-# Network (SPEC §7): every address stays on this machine. The node IP is on a port-less bridge of
+# Network (SPEC §7): every address stays on this machine; a ValidatingAdmissionPolicy refuses pods
+# of images not built here, so nothing is ever pulled. The node IP is on a port-less bridge of
 # ours; pods sit on another bridge with one route (the 198.18.0.0/15 range, no default route, no
 # masquerade) and a resolv.conf naming the node IP, where nothing listens; an iptables rule drops
 # anything from the pods that would leave by another interface; a blackhole route keeps host
@@ -132,6 +133,37 @@ log "starting containerd ($(containerd --version | cut -d' ' -f3))"
 start_recorded containerd containerd --config "$NODE_DIR/containerd.toml"
 wait_for 30 containerd "$LOGS/containerd.log" eval "node_ctr version >/dev/null 2>&1"
 "$CP_HERE/images.sh"
+
+# --- Nothing is ever pulled --------------------------------------------------------------------
+# A pod naming any other image (a test mirroring a Deployment of "nginx", say) would make containerd
+# try a registry off this machine: the apiserver refuses such pods before they are scheduled.
+kubectl apply -f - >/dev/null <<YAML
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: $NODE_RULE_TAG-local-images}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [pods]}
+  validations:
+    - expression: >-
+        object.spec.containers.all(c, c.image.startsWith('$LOCAL_IMAGE_PREFIX/')) &&
+        (!has(object.spec.initContainers) || object.spec.initContainers.all(c, c.image.startsWith('$LOCAL_IMAGE_PREFIX/')))
+      message: "the local node runs only images built here ($LOCAL_IMAGE_PREFIX/...): nothing can be pulled"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: $NODE_RULE_TAG-local-images}
+spec:
+  policyName: $NODE_RULE_TAG-local-images
+  validationActions: [Deny]
+YAML
+policy_in_force() {
+  kubectl run image-policy-probe --image=not-built-here --restart=Never -n default --dry-run=server 2>&1 |
+    grep -q "nothing can be pulled"
+}
+wait_for 30 "the local-images policy" "$LOGS/kube-apiserver.log" policy_in_force
 
 # --- kube-scheduler and kubelet ----------------------------------------------------------------
 log "starting kube-scheduler"
