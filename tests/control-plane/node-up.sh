@@ -159,9 +159,10 @@ spec:
   policyName: $NODE_RULE_TAG-local-images
   validationActions: [Deny]
 YAML
-policy_in_force() {
-  kubectl run image-policy-probe --image=not-built-here --restart=Never -n default --dry-run=server 2>&1 |
-    grep -q "nothing can be pulled"
+policy_in_force() { # (kubectl fails on the refusal: its message is checked, not its status)
+  local answer
+  answer=$(kubectl run image-policy-probe --image=not-built-here --restart=Never -n default --dry-run=server 2>&1 || true)
+  grep -q "nothing can be pulled" <<< "$answer"
 }
 wait_for 30 "the local-images policy" "$LOGS/kube-apiserver.log" policy_in_force
 
