@@ -1,42 +1,48 @@
 #!/usr/bin/env bash
-# The main job: brings up the local control plane, installs the CRDs, applies examples/ and shows
-# what the cluster holds. The control plane keeps running afterwards so you can look around;
-# `tests/control-plane/down.sh` stops it.
+# The main job, as a platform engineer's first day: a local cluster with a real node, the images
+# built here, the real cert-manager, `helm install --wait` of our chart in cert-manager mode, then
+# the examples applied and what users see (mirrors, conditions, events, a rejected spec).
+# Everything keeps running afterwards so you can look around; `tests/control-plane/down.sh` stops
+# it all and cleans up. Needs root (the node's network, mounts and cgroups).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/prereqs.sh
 export PATH=$PATH:/usr/local/go/bin
 
+source tests/control-plane/common.sh
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-say "Local control plane (kube-apiserver, etcd, kube-controller-manager built from upstream modules)"
+say "Local cluster: kube-apiserver, etcd, kube-controller-manager, kube-scheduler and a kubelet node (containerd)"
 eval "$(tests/control-plane/up.sh)"
-export PATH="$PWD/.testenv/bin:$PATH"
-kubectl version
+export PATH="$TESTENV_DIR/bin:$PATH"
+tests/control-plane/node-up.sh
+kubectl get nodes -o wide
 
-say "CRDs generated from the Rust types (charts/projection/crds)"
-kubectl apply --server-side --force-conflicts -f charts/projection/crds/
-kubectl wait --for=condition=Established crd/projections.projection.sh crd/clusterprojections.projection.sh --timeout=60s
+say "cert-manager, built from its Go module and installed with its own chart"
+tests/control-plane/cert-manager.sh
+kubectl get pods -n cert-manager
 
-say "Building and starting projection-controller"
-cargo build --locked -q -p controller --bin projection-controller
-source tests/control-plane/common.sh
-stop_process projection-controller
-nohup target/debug/projection-controller --metrics-bind-address 127.0.0.1:18080 \
-  --health-probe-bind-address 127.0.0.1:18081 > "$LOGS/projection-controller.log" 2>&1 &
-echo $! > "$TESTENV_DIR/projection-controller.pid"
-for _ in $(seq 100); do curl -fsS http://127.0.0.1:18081/readyz >/dev/null 2>&1 && break; sleep 0.1; done
-curl -fsS http://127.0.0.1:18081/readyz >/dev/null || { echo "controller not ready; see $LOGS/projection-controller.log"; exit 1; }
-echo "running (pid $(cat "$TESTENV_DIR/projection-controller.pid")), logs in $LOGS/projection-controller.log"
+say "helm install --wait of charts/projection with cert-manager issuing the webhook certificate"
+export HELM_CACHE_HOME="$TESTENV_DIR/helm/cache" HELM_CONFIG_HOME="$TESTENV_DIR/helm/config" HELM_DATA_HOME="$TESTENV_DIR/helm/data"
+helm upgrade --install projection charts/projection -n projection-system --create-namespace --wait --timeout 3m \
+  --set webhook.certificate.mode=cert-manager \
+  --set controller.image.repository=local.test/projection-controller --set controller.image.tag=dev \
+  --set controller.image.pullPolicy=Never \
+  --set webhook.image.repository=local.test/projection-webhook --set webhook.image.tag=dev \
+  --set webhook.image.pullPolicy=Never | sed -n '1,/^NOTES:/p'
+kubectl get pods -A -o wide
+kubectl get certificate -n projection-system
+echo "caBundle injected by cainjector: $(kubectl get validatingwebhookconfiguration projection-webhook \
+  -o jsonpath='{.webhooks[0].clientConfig.caBundle}' | wc -c) bytes"
 
 say "Applying examples/"
-kubectl apply --server-side --force-conflicts -f examples/
-kubectl wait --for=condition=Ready projection/shared-settings -n team-a --timeout=30s
+kubectl apply -f examples/
+kubectl wait --for=condition=Ready projection/shared-settings -n team-a --timeout=60s
 
 say "The source (platform-config/shared-settings)"
 kubectl get configmap shared-settings -n platform-config -o jsonpath='{.data}{"\n"}'
 
-say "The Projection"
+say "The Projection and its conditions"
 kubectl get projections -A
 kubectl get projection shared-settings -n team-a \
   -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}){"\n"}{end}'
@@ -47,38 +53,25 @@ kubectl get configmap platform-settings -n team-a -o jsonpath='{.data}{"\n"}'
 
 say "Editing the source: log-level=debug"
 kubectl patch configmap shared-settings -n platform-config --type merge -p '{"data":{"log-level":"debug"}}'
-for _ in $(seq 50); do
+for _ in $(seq 100); do
   [ "$(kubectl get configmap platform-settings -n team-a -o jsonpath='{.data.log-level}')" = debug ] && break
   sleep 0.1
 done
 echo "copy now: $(kubectl get configmap platform-settings -n team-a -o jsonpath='{.data}')"
-kubectl get events -n team-a --field-selector involvedObject.name=shared-settings --sort-by=.lastTimestamp | tail -n 3
+
+say "Events, as kubectl describe shows them"
+kubectl describe projection shared-settings -n team-a | sed -n '/^Events:/,$p'
 
 say "ClusterProjections: by list (team-a, team-b) and by selector (tier=production)"
 kubectl create namespace team-b >/dev/null 2>&1 || true   # listed before it existed: written once created
-for _ in $(seq 50); do
+for _ in $(seq 100); do
   [ "$(kubectl get clusterprojection shared-settings-to-teams -o jsonpath='{.status.namespacesWritten}')" = 2 ] && break
   sleep 0.1
 done
 kubectl get clusterprojections -o wide
 kubectl get configmaps -A -l projection.sh/owned-by-cluster-projection-uid
 
-# --- admission webhook (issue 5) -------------------------------------------------------------
-say "Building and starting projection-webhook (certificates from certs/generate.sh)"
-cargo build --locked -q -p webhook --bin projection-webhook
-certs/generate.sh "$TESTENV_DIR/webhook-certs" >/dev/null
-stop_process projection-webhook
-nohup target/debug/projection-webhook --bind-address 127.0.0.1:19443 \
-  --tls-cert-file "$TESTENV_DIR/webhook-certs/tls.crt" --tls-key-file "$TESTENV_DIR/webhook-certs/tls.key" \
-  --metrics-bind-address 127.0.0.1:19080 --health-probe-bind-address 127.0.0.1:19080 \
-  > "$LOGS/projection-webhook.log" 2>&1 &
-echo $! > "$TESTENV_DIR/projection-webhook.pid"
-for _ in $(seq 100); do curl -fsS http://127.0.0.1:19080/readyz >/dev/null 2>&1 && break; sleep 0.1; done
-curl -fsS http://127.0.0.1:19080/readyz >/dev/null || { echo "webhook not ready; see $LOGS/projection-webhook.log"; exit 1; }
-scripts/register-webhook.sh 19443 "$TESTENV_DIR/webhook-certs/ca.crt" projection-webhook-demo
-echo "running (pid $(cat "$TESTENV_DIR/projection-webhook.pid")), logs in $LOGS/projection-webhook.log"
-
-say "A bad spec is rejected at kubectl apply"
+say "A bad spec is rejected at kubectl apply, by the webhook pods"
 bad_spec='apiVersion: projection.sh/v1
 kind: Projection
 metadata: {name: broken, namespace: team-a}
@@ -97,14 +90,8 @@ metadata: {name: private, namespace: team-a}
 spec:
   source: {kind: ConfigMap, namespace: platform-config, name: private-settings}
 YAML
-# --- end of admission webhook -------------------------------------------------------------------
-
-say "The Helm chart (charts/projection): lint, and what it installs (docs/getting-started.md)"
-helm lint --strict charts/projection | tail -n 1
-helm template projection charts/projection -n projection-system |
-  awk '/^kind:/ {kind=$2} /^  name:/ && kind {print kind "/" $2; kind=""}' | sort
 
 say "Done"
-echo "The control plane and the controller keep running. Use them with:"
-echo "  export KUBECONFIG=$KUBECONFIG PATH=$PWD/.testenv/bin:\$PATH"
-echo "Stop them all with: tests/control-plane/down.sh"
+echo "The cluster, its node, cert-manager and projection keep running. Use them with:"
+echo "  export KUBECONFIG=$KUBECONFIG PATH=$TESTENV_DIR/bin:\$PATH"
+echo "Stop everything and clean up with: tests/control-plane/down.sh"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Checks, and installs where it can, what building and testing need on a fresh machine:
-# Debian packages (openssl, curl, iproute2 for ss, ca-certificates), the Rust toolchain with
-# rustfmt and clippy, and a Go toolchain new enough for Kubernetes v1.36 (go 1.26).
+# Debian packages (openssl, curl, iproute2 for ss, ca-certificates; for the local node: containerd,
+# runc, containernetworking-plugins, iptables), the Rust toolchain with rustfmt and clippy, and a Go
+# toolchain new enough for Kubernetes v1.36 (go 1.26). No service is started or enabled: the node
+# scripts run containerd themselves.
 set -euo pipefail
 
 log() { echo "[prereqs] $*" >&2; }
@@ -12,11 +14,16 @@ command -v curl >/dev/null || missing+=(curl)
 command -v ss >/dev/null || missing+=(iproute2)
 command -v git >/dev/null || missing+=(git)
 [ -f /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
+command -v containerd >/dev/null || missing+=(containerd)
+command -v runc >/dev/null || missing+=(runc)
+[ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+command -v iptables >/dev/null || missing+=(iptables)
+command -v nsenter >/dev/null || missing+=(util-linux)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 if ! command -v cargo >/dev/null; then

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: unit tests and the integration tests against the real local control
-# plane. Starts the control plane if it is not running (and stops it again afterwards, unless
-# KEEP_CONTROL_PLANE=1); reuses one that is already up.
+# plane and its node (our images and the real cert-manager as pods). Starts the control plane and
+# the node if they are not running (and stops them again afterwards, unless KEEP_CONTROL_PLANE=1);
+# reuses what is already up. The node needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/prereqs.sh
@@ -16,5 +17,7 @@ fi
 tests/control-plane/up.sh >/dev/null
 # Tests run controllers and webhooks of their own; the demo's would act on their objects too.
 stop_demo_services
+# The node, with the images built here imported and cert-manager installed by its own chart.
+tests/control-plane/cert-manager.sh
 
 cargo test --workspace --locked --no-fail-fast "$@"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds (or reuses) the local control plane binaries: kube-apiserver,
-# kube-controller-manager and etcd from our wrapper module, helm by go install.
+# Builds (or reuses) the local cluster binaries from our wrapper module: kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubelet, etcd, kubectl and the node's pause program;
+# helm by go install.
 # Prints the bin directory on stdout's last line. The cache lives outside the
 # repository, keyed by versions and by the content of go.mod/go.sum/mains, so a
 # second run does not rebuild.
@@ -19,7 +20,7 @@ mkdir -p "$bin" "$helm_bin"
 log() { echo "[control-plane build] $*" >&2; }
 
 need_k8s=0
-for b in kube-apiserver kube-controller-manager etcd kubectl; do
+for b in kube-apiserver kube-controller-manager etcd kubectl kube-scheduler kubelet pause; do
   [ -x "$bin/$b" ] || need_k8s=1
 done
 if [ "$need_k8s" = 1 ]; then
@@ -32,7 +33,7 @@ if [ "$need_k8s" = 1 ]; then
   for kv in gitVersion=$K8S_VERSION gitMajor=1 gitMinor=$minor gitTreeState=clean buildDate=2026-01-01T00:00:00Z; do
     ldflags="$ldflags $v.$kv $c.$kv"
   done
-  log "building kube-apiserver, kube-controller-manager, etcd, kubectl ${K8S_VERSION} into $bin (cold: tens of minutes on 2 cores)"
+  log "building kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, etcd, kubectl, pause ${K8S_VERSION} into $bin (cold: tens of minutes on 2 cores)"
   start=$(date +%s)
   tmp="$bin.tmp"; rm -rf "$tmp"; mkdir -p "$tmp"
   (cd "$here" && go build -mod=readonly -trimpath -buildvcs=false -tags notest,grpcnotrace \

@@ -22,6 +22,27 @@ pid_alive() {
 # port_busy PORT: something listens on 127.0.0.1:PORT.
 port_busy() { ss -Hltn "sport = :$1" | grep -q .; }
 
+# start_recorded NAME COMMAND...: runs COMMAND in the background, records its PID in NAME.pid and
+# logs to $LOGS/NAME.log (stop_process stops it).
+start_recorded() {
+  local name=$1; shift
+  nohup "$@" > "$LOGS/$name.log" 2>&1 &
+  echo $! > "$TESTENV_DIR/$name.pid"
+}
+
+# wait_until SECONDS DESCRIPTION LOGFILE COMMAND...: polls COMMAND every 0.2 s; after SECONDS prints
+# the last lines of LOGFILE and fails.
+wait_until() {
+  local secs=$1 what=$2 logf=$3; shift 3
+  for _ in $(seq "$((secs * 5))"); do
+    if "$@"; then return 0; fi
+    sleep 0.2
+  done
+  echo "$what not ready after ${secs}s; last lines of $logf:" >&2
+  tail -n 30 "$logf" >&2
+  return 1
+}
+
 # stop_process NAME: stops the process recorded in NAME.pid (TERM, then KILL after 10 s).
 stop_process() {
   local name=$1 f="$TESTENV_DIR/$1.pid" pid
@@ -36,9 +57,15 @@ stop_process() {
   rm -f "$f"
 }
 
-# stop_demo_services: stops what scripts/demo.sh left running. The demo webhook's registration goes
-# first: with failurePolicy Fail it would block Projection writes once its server is gone.
+# stop_demo_services: stops what scripts/demo.sh left running (its Helm release; host processes of
+# earlier versions of the demo). The demo webhook's registration goes first: with failurePolicy
+# Fail it would block Projection writes once its server is gone.
 stop_demo_services() {
+  if [ -x "$TESTENV_DIR/bin/helm" ] && [ -f "$KUBECONFIG_FILE" ] && pid_alive kube-apiserver; then
+    HELM_CACHE_HOME="$TESTENV_DIR/helm/cache" HELM_CONFIG_HOME="$TESTENV_DIR/helm/config" \
+      HELM_DATA_HOME="$TESTENV_DIR/helm/data" "$TESTENV_DIR/bin/helm" --kubeconfig "$KUBECONFIG_FILE" \
+      uninstall projection -n projection-system --wait --ignore-not-found >/dev/null 2>&1 || true
+  fi
   if [ -f "$TESTENV_DIR/projection-webhook.pid" ] && [ -x "$TESTENV_DIR/bin/kubectl" ]; then
     "$TESTENV_DIR/bin/kubectl" --kubeconfig "$KUBECONFIG_FILE" --request-timeout=5s delete \
       mutatingwebhookconfiguration,validatingwebhookconfiguration projection-webhook-demo --ignore-not-found >/dev/null 2>&1
@@ -46,3 +73,32 @@ stop_demo_services() {
   stop_process projection-webhook
   stop_process projection-controller
 }
+
+# --- The node (node-up.sh, node-down.sh) and its network, by the rule of SPEC §7: every address
+# stays on this machine, in 198.18.0.0/15 (neither public nor 10/8, 172.16/12, 192.168/16), and
+# nothing is routed off it. One node per machine: the kubelet keeps a few fixed host paths.
+NODE_DIR=$TESTENV_DIR/node
+NODE_NAME=projection-node
+# The node IP, on a port-less bridge of our own (this kernel has no `dummy` link type).
+NODE_IP=198.19.255.1
+NODE_LINK=prjnode0
+# Pods: one bridge, no default route, no masquerade.
+POD_CIDR=198.18.0.0/16
+POD_GATEWAY=198.18.0.1
+POD_BRIDGE=prjbr0
+# The whole range: pods' only route, and a blackhole for host traffic to unused addresses in it.
+NODE_RANGE=198.18.0.0/15
+# Services (kube-apiserver --service-cluster-ip-range), not containing the node IP; the first
+# address is the `kubernetes` Service, DNAT'd to the apiserver on 127.0.0.1 for pods.
+SERVICE_CIDR=198.19.0.0/17
+SERVICE_APISERVER_IP=198.19.0.1
+# Comment on every iptables rule of ours, so cleanup finds exactly them.
+NODE_RULE_TAG=projection-node
+# Images built here and imported into the node (no registry is reachable; pull policy Never).
+LOCAL_IMAGE_PREFIX=local.test
+PAUSE_IMAGE=$LOCAL_IMAGE_PREFIX/pause:local
+OUR_IMAGE_TAG=dev
+CACHE_ROOT=${PROJECTION_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/projection-testenv}
+
+# ctr against the node's containerd, in the CRI's namespace.
+node_ctr() { ctr --address "$NODE_DIR/containerd.sock" -n k8s.io "$@"; }

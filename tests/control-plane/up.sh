@@ -44,7 +44,7 @@ issue() { # issue NAME SUBJECT EXTENSIONS...
     -days 3650 -out "$PKI/$name.crt" -extfile "$PKI/$name.ext"
 }
 issue apiserver "/CN=kube-apiserver" \
-  "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc" \
+  "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:$SERVICE_APISERVER_IP,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc" \
   "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth"
 issue admin "/O=system:masters/CN=projection-testenv-admin" \
   "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=clientAuth"
@@ -72,27 +72,12 @@ current-context: projection-testenv
 KCFG
 chmod 600 "$KUBECONFIG_FILE"
 
-wait_for() { # wait_for SECONDS DESCRIPTION LOGFILE COMMAND...
-  local secs=$1 what=$2 logf=$3; shift 3
-  for _ in $(seq "$secs"); do
-    if "$@"; then return 0; fi
-    sleep 1
-  done
-  cp_log "$what not ready after ${secs}s; last lines of $logf:"
-  tail -n 30 "$logf" >&2
-  "$CP_HERE/down.sh" >/dev/null 2>&1 || true
-  exit 1
-}
-
-start() { # start NAME COMMAND...: runs in the background, records the PID, logs to $LOGS/NAME.log
-  local name=$1; shift
-  nohup "$@" > "$LOGS/$name.log" 2>&1 &
-  echo $! > "$TESTENV_DIR/$name.pid"
-}
+# A component that does not come up stops what started, so the next run begins clean.
+wait_for() { wait_until "$@" || { "$CP_HERE/down.sh" >/dev/null 2>&1 || true; exit 1; }; }
 
 # --- etcd ---------------------------------------------------------------------------------------
 cp_log "starting etcd on 127.0.0.1:$ETCD_PORT"
-start etcd "$bin/etcd" --name=default --data-dir="$TESTENV_DIR/etcd" --unsafe-no-fsync=true \
+start_recorded etcd "$bin/etcd" --name=default --data-dir="$TESTENV_DIR/etcd" --unsafe-no-fsync=true \
   --listen-client-urls="http://127.0.0.1:$ETCD_PORT" --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
   --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
   --initial-cluster="default=http://127.0.0.1:$ETCD_PEER_PORT" --log-level=warn
@@ -102,10 +87,12 @@ wait_for 60 etcd "$LOGS/etcd.log" curl -fsS --max-time 2 "http://127.0.0.1:$ETCD
 # --advertise-address=127.0.0.1 stops the apiserver from advertising a non-loopback interface, and
 # --endpoint-reconciler-type=none stops it from writing a loopback Endpoints (refused by validation).
 # --enable-aggregator-routing makes the apiserver call webhook Services at an EndpointSlice address
-# rather than the ClusterIP (no kube-proxy here), so tests can route the chart's webhook Service to a
-# webhook process on this host.
+# rather than the ClusterIP (no kube-proxy here): it reaches webhook pods at their pod IPs on the
+# node's bridge. The Service range and the node's addresses are in common.sh (the network rule of
+# SPEC §7); the kubelet (node-up.sh) is reached at its node IP for logs and exec, authenticated by
+# the admin certificate.
 cp_log "starting kube-apiserver on https://127.0.0.1:$API_PORT"
-start kube-apiserver "$bin/kube-apiserver" \
+start_recorded kube-apiserver "$bin/kube-apiserver" \
   --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
   --bind-address=127.0.0.1 --secure-port="$API_PORT" \
   --advertise-address=127.0.0.1 --endpoint-reconciler-type=none --enable-aggregator-routing=true \
@@ -114,7 +101,9 @@ start kube-apiserver "$bin/kube-apiserver" \
   --client-ca-file="$PKI/ca.crt" \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
-  --service-cluster-ip-range=10.0.0.0/24 \
+  --service-cluster-ip-range="$SERVICE_CIDR" \
+  --kubelet-preferred-address-types=InternalIP \
+  --kubelet-client-certificate="$PKI/admin.crt" --kubelet-client-key="$PKI/admin.key" \
   --authorization-mode=RBAC \
   --allow-privileged=true \
   --profiling=false --v=1
@@ -122,7 +111,7 @@ wait_for 180 kube-apiserver "$LOGS/kube-apiserver.log" api_ready
 
 # --- kube-controller-manager -------------------------------------------------------------------
 cp_log "starting kube-controller-manager"
-start kube-controller-manager "$bin/kube-controller-manager" \
+start_recorded kube-controller-manager "$bin/kube-controller-manager" \
   --kubeconfig="$KUBECONFIG_FILE" \
   --authentication-kubeconfig="$KUBECONFIG_FILE" --authorization-kubeconfig="$KUBECONFIG_FILE" \
   --leader-elect=false \

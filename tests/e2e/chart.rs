@@ -1,10 +1,11 @@
 //! The Helm chart. Without a cluster: `helm lint`, the values schema, and assertions on what
-//! `helm template` renders (and that the Dockerfiles agree with it). On the local control plane:
-//! install, upgrade and uninstall in every certificate mode; the controller and the webhook run as
-//! local processes authenticated as the chart's ServiceAccounts through a scenario suite; cert-manager
-//! mode with a stand-in issuer; and the RBAC matrix through SubjectAccessReviews.
+//! `helm template` renders (and that the Dockerfiles and the image script agree with it). On the
+//! local control plane: the RBAC matrix through SubjectAccessReviews (chart_cluster); on its node,
+//! with our images and the real cert-manager: `helm install --wait` in every certificate mode and
+//! what users do with it (chart_node).
 
 mod chart_cluster;
+mod chart_node;
 
 use projection_tests::{
     chart::{Rendered, args_of, container, flag_value, helm, render},
@@ -774,6 +775,14 @@ fn dockerfiles_match_the_workspace_and_the_chart() {
             .filter_map(|p| p["containerPort"].as_u64())
             .collect();
         assert_eq!(file.exposed, ports, "{component}: EXPOSE and the chart's ports");
+        // The images built here for the local node (tests/control-plane/images.sh) are the same.
+        let script = image_script_entry(&binary);
+        assert_eq!(script.user, file.user, "images.sh: USER of {binary}");
+        assert_eq!(script.exposed, file.exposed, "images.sh: EXPOSE of {binary}");
+        assert_eq!(
+            script.entrypoint, file.entrypoint,
+            "images.sh: ENTRYPOINT of {binary}"
+        );
     }
     // The build image's Rust is not older than the workspace's rust-version.
     let manifest = std::fs::read_to_string(repo_root().join("Cargo.toml")).expect("manifest");
@@ -795,6 +804,42 @@ fn dockerfiles_match_the_workspace_and_the_chart() {
             version_at_least(version, &required),
             "Dockerfile.{component} builds with Rust {version}, the workspace needs {required}"
         );
+    }
+}
+
+/// One image of the table `OUR_IMAGES` in tests/control-plane/images.sh (name, user, ports,
+/// entrypoint), read from its text.
+fn image_script_entry(name: &str) -> Dockerfile {
+    let path = repo_root().join("tests/control-plane/images.sh");
+    let text = std::fs::read_to_string(&path).expect("images.sh exists");
+    let table = text
+        .split_once("OUR_IMAGES=(")
+        .and_then(|(_, rest)| rest.split_once("\n)"))
+        .expect("images.sh has an OUR_IMAGES table")
+        .0;
+    let fields: Vec<&str> = table
+        .lines()
+        .map(|l| l.trim().trim_matches('"'))
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("images.sh builds no image {name}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        fields.len(),
+        4,
+        "images.sh: {fields:?} is name, user, ports, entrypoint"
+    );
+    Dockerfile {
+        build_bin: name.to_owned(),
+        runtime_base: "scratch".to_owned(),
+        runtime_runs: false,
+        user: fields[1].to_owned(),
+        exposed: fields[2]
+            .split(',')
+            .map(|p| p.parse().expect("numeric port"))
+            .collect(),
+        entrypoint: vec![fields[3].to_owned()],
+        copied: format!("{} {}", name, fields[3]),
     }
 }
 

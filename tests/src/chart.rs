@@ -1,8 +1,10 @@
-//! Support for the Helm chart's tests: rendering and installing the chart, kubeconfigs that
-//! authenticate as the chart's ServiceAccounts, routing the chart's webhook Service to a process on
-//! this host, and a stand-in for cert-manager (no cert-manager controller can run here).
+//! Support for the Helm chart's tests: rendering the chart, installing it on the local node with
+//! the images built here, user certificates for the provided mode, and SubjectAccessReviews.
 
-use crate::{control_plane_bin, kubeconfig_path, kubectl, kubectl_ok, kubectl_stdin, repo_root, testenv_dir};
+use crate::{
+    control_plane_bin, kubeconfig_path, kubectl, kubectl_stdin, node::local_image_values, repo_root,
+    testenv_dir,
+};
 use base64::{Engine as _, engine::general_purpose::STANDARD};
 use serde_json::{Value, json};
 
@@ -148,7 +150,8 @@ pub fn flag_value(deployment: &Value, flag: &str) -> Option<String> {
         .find_map(|a| a.strip_prefix(&prefix).map(str::to_owned))
 }
 
-/// A Helm release installed by a test, uninstalled when dropped.
+/// A Helm release installed by a test, uninstalled when dropped. Its pods run the images built
+/// here (`node::local_image_values`, ahead of the test's own values).
 pub struct Release {
     /// The release name.
     pub name: String,
@@ -157,24 +160,36 @@ pub struct Release {
     uninstalled: bool,
 }
 
+/// How long `helm --wait` may take for our chart on the local node.
+const HELM_WAIT: &str = "3m";
+
 impl Release {
-    /// `helm install` of the chart (not waiting for pods: no kubelet runs them here).
+    /// `helm install` of the chart, not waiting for its pods.
     pub fn install(name: &str, namespace: &str, values: Values<'_>) -> Self {
+        Self::install_with(name, namespace, values, &[])
+    }
+
+    /// `helm install --wait`: returns once every Deployment is Available (their real probes passed).
+    pub fn install_and_wait(name: &str, namespace: &str, values: Values<'_>) -> Self {
+        Self::install_with(name, namespace, values, &["--wait", "--timeout", HELM_WAIT])
+    }
+
+    fn install_with(name: &str, namespace: &str, values: Values<'_>, flags: &[&str]) -> Self {
         let release = Self {
             name: name.to_owned(),
             namespace: namespace.to_owned(),
             uninstalled: false,
         };
-        release.run("install", values);
+        release.run("install", values, flags);
         release
     }
 
-    /// `helm upgrade` with new values (replacing the previous ones).
-    pub fn upgrade(&self, values: Values<'_>) {
-        self.run("upgrade", values);
+    /// `helm upgrade --wait` with new values (replacing the previous ones).
+    pub fn upgrade_and_wait(&self, values: Values<'_>) {
+        self.run("upgrade", values, &["--wait", "--timeout", HELM_WAIT]);
     }
 
-    fn run(&self, verb: &str, values: Values<'_>) {
+    fn run(&self, verb: &str, values: Values<'_>, flags: &[&str]) {
         let chart = chart_dir();
         let mut args = vec![
             verb.to_owned(),
@@ -183,12 +198,15 @@ impl Release {
             "--namespace".to_owned(),
             self.namespace.clone(),
         ];
-        args.extend(value_args(values));
+        args.extend(flags.iter().map(|f| (*f).to_owned()));
+        let mut all = local_image_values();
+        all.extend(values.iter().cloned());
+        args.extend(value_args(&all));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         helm_ok(&args);
     }
 
-    /// `helm uninstall`, asserting it succeeds.
+    /// `helm uninstall --wait`, asserting it succeeds.
     pub fn uninstall(mut self) {
         self.uninstalled = true;
         helm_ok(&["uninstall", &self.name, "--namespace", &self.namespace, "--wait"]);
@@ -201,154 +219,6 @@ impl Drop for Release {
             let _ = helm(&["uninstall", &self.name, "--namespace", &self.namespace]);
         }
     }
-}
-
-/// An IPv4 address of this host that is not loopback: EndpointSlices refuse loopback addresses, and
-/// the apiserver must reach the webhook at it.
-pub fn host_address() -> String {
-    let out = Command::new("ip")
-        .args(["-o", "-4", "addr", "show", "scope", "global"])
-        .output()
-        .expect("ip (iproute2, installed by scripts/prereqs.sh) runs");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|line| {
-            let mut words = line.split_whitespace();
-            words.find(|w| *w == "inet")?;
-            Some(words.next()?.split('/').next()?.to_owned())
-        })
-        .expect("this host has a non-loopback IPv4 address for the webhook's EndpointSlice")
-}
-
-/// Routes Service `namespace/service` (port named `port_name`) to `address:port` with an
-/// EndpointSlice of our own: the apiserver (with aggregator routing on) then calls a webhook
-/// process on this host through the chart's Service, with the Service's DNS name as TLS server
-/// name, as it would call the webhook pods.
-pub fn route_service_to(namespace: &str, service: &str, port_name: &str, address: &str, port: u16) {
-    let slice = json!({
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": format!("{service}-local"),
-            "namespace": namespace,
-            "labels": {
-                "kubernetes.io/service-name": service,
-                "endpointslice.kubernetes.io/managed-by": "projection-tests",
-            },
-        },
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [address], "conditions": {"ready": true}}],
-        "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],
-    });
-    let out = kubectl_stdin(&["apply", "-f", "-"], &slice.to_string());
-    assert!(
-        out.status.success(),
-        "cannot create the EndpointSlice: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Plays cert-manager for one Certificate, **in tests only**: it issues what cert-manager's
-/// SelfSigned issuer would (a self-signed certificate for the Certificate's DNS names, stored in its
-/// `secretName` with `tls.crt`, `tls.key` and `ca.crt`), marks the Certificate Ready, and does
-/// cainjector's job: copies `ca.crt` into the caBundle of every webhook of every webhook
-/// configuration whose `cert-manager.io/inject-ca-from` annotation names this Certificate.
-pub struct StandInCertManager;
-
-/// What the stand-in issued.
-pub struct Issued {
-    /// The Secret it wrote.
-    pub secret_name: String,
-    /// PEM of the certificate, key and CA (the certificate itself: self-signed).
-    pub cert_pem: String,
-    pub key_pem: String,
-    /// The webhook configurations it injected the CA into, as `kind/name`.
-    pub injected: Vec<String>,
-}
-
-impl StandInCertManager {
-    /// Issues the Certificate `namespace/name` and injects its CA; panics if the Certificate is
-    /// not there or names no DNS names.
-    pub fn issue(namespace: &str, name: &str, work_dir: &Path) -> Issued {
-        let certificate: Value = serde_json::from_str(&kubectl_ok(&[
-            "get",
-            "certificate",
-            name,
-            "-n",
-            namespace,
-            "-o",
-            "json",
-        ]))
-        .expect("kubectl prints JSON");
-        let secret_name = certificate["spec"]["secretName"]
-            .as_str()
-            .expect("the Certificate names its Secret")
-            .to_owned();
-        let dns_names: Vec<String> = certificate["spec"]["dnsNames"]
-            .as_array()
-            .expect("the Certificate lists DNS names")
-            .iter()
-            .map(|n| n.as_str().expect("DNS names are strings").to_owned())
-            .collect();
-        let (cert_pem, key_pem) = self_signed(work_dir, &dns_names);
-        write_tls_secret(namespace, &secret_name, &cert_pem, &key_pem, &cert_pem);
-        let ready = json!({"status": {"conditions": [{
-            "type": "Ready", "status": "True", "reason": "Issued",
-            "message": "issued by the test stand-in for cert-manager",
-            "lastTransitionTime": "2026-01-01T00:00:00Z",
-        }]}});
-        kubectl_ok(&[
-            "patch",
-            "certificate",
-            name,
-            "-n",
-            namespace,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &ready.to_string(),
-        ]);
-        let injected = inject_ca(&format!("{namespace}/{name}"), &cert_pem);
-        Issued {
-            secret_name,
-            cert_pem,
-            key_pem,
-            injected,
-        }
-    }
-}
-
-/// Sets the caBundle of every webhook in configurations annotated
-/// `cert-manager.io/inject-ca-from: <certificate>`; returns them as `kind/name`.
-fn inject_ca(certificate: &str, ca_pem: &str) -> Vec<String> {
-    let mut injected = Vec::new();
-    for kind in ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"] {
-        let list: Value =
-            serde_json::from_str(&kubectl_ok(&["get", kind, "-o", "json"])).expect("kubectl prints JSON");
-        for config in list["items"].as_array().into_iter().flatten() {
-            if config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] != certificate {
-                continue;
-            }
-            let name = config["metadata"]["name"].as_str().expect("named").to_owned();
-            let count = config["webhooks"].as_array().map_or(0, Vec::len);
-            let patch: Vec<Value> = (0..count)
-                .map(|i| {
-                    json!({"op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"),
-                           "value": encode(ca_pem.as_bytes())})
-                })
-                .collect();
-            kubectl_ok(&[
-                "patch",
-                kind,
-                &name,
-                "--type=json",
-                "-p",
-                &Value::from(patch).to_string(),
-            ]);
-            injected.push(format!("{kind}/{name}"));
-        }
-    }
-    injected
 }
 
 /// Writes (or replaces) a `kubernetes.io/tls` Secret.
@@ -370,12 +240,12 @@ pub fn write_tls_secret(namespace: &str, name: &str, cert_pem: &str, key_pem: &s
     );
 }
 
-/// A self-signed ECDSA P-256 serving certificate for `dns_names` (what cert-manager's SelfSigned
-/// issuer produces), made with openssl; returns the certificate and key PEM.
+/// A self-signed ECDSA P-256 serving certificate for `dns_names`, made with openssl (a user's own
+/// certificate, for the provided mode); returns the certificate and key PEM.
 pub fn self_signed(work_dir: &Path, dns_names: &[String]) -> (String, String) {
     std::fs::create_dir_all(work_dir).expect("work folder");
-    let key = work_dir.join("stand-in.key");
-    let cert = work_dir.join("stand-in.crt");
+    let key = work_dir.join("tls.key");
+    let cert = work_dir.join("tls.crt");
     let san = dns_names
         .iter()
         .map(|n| format!("DNS:{n}"))
@@ -403,10 +273,7 @@ pub fn self_signed(work_dir: &Path, dns_names: &[String]) -> (String, String) {
         .stderr(std::process::Stdio::null())
         .status()
         .expect("openssl runs");
-    assert!(
-        status.success(),
-        "openssl could not issue the stand-in certificate"
-    );
+    assert!(status.success(), "openssl could not make the certificate");
     (
         std::fs::read_to_string(cert).expect("certificate written"),
         std::fs::read_to_string(key).expect("key written"),

@@ -6,6 +6,7 @@
 //! the kubeconfig named by `PROJECTION_TEST_KUBECONFIG`), because they create and delete objects.
 
 pub mod chart;
+pub mod node;
 
 use anyhow::Context as _;
 use k8s_openapi::{

@@ -1,0 +1,834 @@
+//! The chart on the local node, as a user runs it: `helm install --wait` in every certificate mode
+//! with the images built here and the real cert-manager, then what users do and what disrupts a
+//! cluster (a bad spec, Projections, a deleted leader, evictions, an upgrade, an uninstall).
+//!
+//! Every release here registers webhooks that fail closed for all Projection writes and a
+//! controller acting on the whole cluster, so these tests run one at a time (`exclusive`).
+
+use projection_tests::{
+    ClusterScopedGuard, TestNamespace,
+    chart::{Release, Rendered, exists, helm_ok, render, self_signed, write_tls_secret},
+    client, control_plane_bin, exclusive, install_crds, kubectl, kubectl_ok, kubectl_stdin,
+    node::{
+        GUARD_RULE_COMMENT, NODE_IP, NODE_NAME, POD_BRIDGE, POD_CIDR, container_pid, deployment_available,
+        in_network_of, node_with_cert_manager, pod_name, pods, served_certificate,
+    },
+    testenv_dir, wait_crd_established, wait_for, wait_for_event,
+};
+use serde_json::{Value, json};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+/// The controller's lease in the failover test: another replica must lead within it (plus a retry).
+const LEASE: Duration = Duration::from_secs(6);
+
+fn apply(yaml: &str) -> std::process::Output {
+    kubectl_stdin(&["apply", "-f", "-"], yaml)
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The names of the pods of `release`'s `component` that are not being deleted.
+fn live_pods(release: &Release, component: &str) -> Vec<String> {
+    pods(&release.namespace, &selector(&release.name, component))
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .map(pod_name)
+        .collect()
+}
+
+fn selector(release: &str, component: &str) -> String {
+    format!("app.kubernetes.io/instance={release},app.kubernetes.io/component={component}")
+}
+
+/// The caBundles of both webhook configurations named `name`, decoded (PEM).
+fn decoded_ca_bundles(name: &str) -> Vec<String> {
+    use base64::{Engine as _, engine::general_purpose::STANDARD};
+    webhook_ca_bundles(name)
+        .iter()
+        .map(|b| String::from_utf8(STANDARD.decode(b).unwrap_or_default()).unwrap_or_default())
+        .collect()
+}
+
+fn webhook_ca_bundles(name: &str) -> Vec<String> {
+    ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"]
+        .iter()
+        .map(|kind| {
+            kubectl_ok(&[
+                "get",
+                kind,
+                name,
+                "-o",
+                "jsonpath={.webhooks[0].clientConfig.caBundle}",
+            ])
+        })
+        .collect()
+}
+
+/// A field of a Secret, decoded.
+fn secret_field(namespace: &str, name: &str, field: &str) -> String {
+    use base64::{Engine as _, engine::general_purpose::STANDARD};
+    let encoded = kubectl_ok(&[
+        "get",
+        "secret",
+        name,
+        "-n",
+        namespace,
+        "-o",
+        &format!("jsonpath={{.data.{}}}", field.replace('.', "\\.")),
+    ]);
+    String::from_utf8(STANDARD.decode(encoded.trim()).expect("base64")).expect("PEM is text")
+}
+
+/// Both Deployments are Available, and their pods run on the node from the images built here.
+fn assert_running_from_local_images(release: &Release) {
+    for component in ["controller", "webhook"] {
+        let name = format!("{}-{component}", release.name);
+        assert_eq!(
+            deployment_available(&release.namespace, &name),
+            "True",
+            "{name} is not Available"
+        );
+        for pod in pods(&release.namespace, &selector(&release.name, component)) {
+            assert_eq!(pod["spec"]["nodeName"], NODE_NAME, "{}", pod_name(&pod));
+            assert_eq!(pod["status"]["phase"], "Running", "{}", pod_name(&pod));
+            let image = pod["status"]["containerStatuses"][0]["image"]
+                .as_str()
+                .unwrap_or_default();
+            assert_eq!(image, format!("local.test/projection-{component}:dev"));
+        }
+    }
+}
+
+/// What the runtime enforces: the container process runs as 65532, its root filesystem is mounted
+/// read-only (the images have no shell, so this is read from the host, not with kubectl exec).
+fn assert_hardened_at_runtime(release: &Release) {
+    for component in ["controller", "webhook"] {
+        for pod in pods(&release.namespace, &selector(&release.name, component)) {
+            let pid = container_pid(&pod);
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("process status");
+            let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap_or_default();
+            assert_eq!(
+                uid.split_whitespace().skip(1).collect::<Vec<_>>(),
+                ["65532"; 4],
+                "{}: {uid}",
+                pod_name(&pod)
+            );
+            let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).expect("mountinfo");
+            let root_options = mounts
+                .lines()
+                .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                .find(|f| f.get(4) == Some(&"/"))
+                .map(|f| f[5].to_owned())
+                .unwrap_or_default();
+            assert!(
+                root_options.split(',').any(|o| o == "ro"),
+                "{}: root mounted {root_options}",
+                pod_name(&pod)
+            );
+            // A write to the root filesystem fails for the container's process.
+            let probe = format!("/proc/{pid}/root/written-by-test");
+            let write = std::fs::write(&probe, "x");
+            let _ = std::fs::remove_file(&probe);
+            assert!(
+                write.is_err(),
+                "{}: the root filesystem took a write",
+                pod_name(&pod)
+            );
+        }
+    }
+}
+
+/// A bad spec, refused by the webhook pods (not by the CRD schema): the source names a
+/// cluster-scoped kind. The apiserver calls the webhook through its Service at the pods' IPs.
+fn assert_webhook_refuses_bad_spec(namespace: &str) {
+    let out = apply(&format!(
+        "apiVersion: projection.sh/v1\nkind: Projection\nmetadata: {{name: bad, namespace: {namespace}}}\n\
+         spec:\n  source: {{version: v1, kind: Namespace, namespace: default, name: default}}\n"
+    ));
+    let err = stderr(&out);
+    assert!(
+        !out.status.success() && err.contains("denied the request") && err.contains("cluster-scoped"),
+        "the webhook did not refuse a cluster-scoped source: exit {}: {err}",
+        out.status
+    );
+}
+
+/// `helm uninstall` leaves the CRDs and what the docs say stays (`kept`), nothing else of the
+/// release; its pods are gone.
+async fn assert_uninstall_leaves_only(release: Release, rendered: &Rendered, kept: &[(&str, &str)]) {
+    let (name, namespace) = (release.name.clone(), release.namespace.clone());
+    release.uninstall();
+    for object in &rendered.0 {
+        let kind = object["kind"].as_str().expect("kind");
+        let object_name = object["metadata"]["name"].as_str().expect("name");
+        let object_namespace = object["metadata"]["namespace"].as_str();
+        assert!(
+            !exists(kind, object_name, object_namespace),
+            "{kind} {object_name} is left after uninstall"
+        );
+    }
+    wait_for("the release's pods to go", TIMEOUT, || async {
+        let left: Vec<String> = pods(&namespace, &format!("app.kubernetes.io/instance={name}"))
+            .iter()
+            .map(pod_name)
+            .collect();
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{left:?}"))
+        }
+    })
+    .await;
+    for (kind, kept_name) in kept {
+        assert!(
+            exists(kind, kept_name, Some(&namespace)),
+            "{kind} {kept_name} should stay"
+        );
+    }
+    for crd in ["projections.projection.sh", "clusterprojections.projection.sh"] {
+        assert!(exists("crd", crd, None), "{crd} stays (Helm never deletes crds/)");
+    }
+}
+
+/// What every release test starts with: the node with cert-manager, the test alone on it
+/// (`exclusive`), a client, our CRDs, and the release's namespace named after `prefix`.
+async fn on_the_node(prefix: &str) -> (tokio::sync::MutexGuard<'static, ()>, kube::Client, TestNamespace) {
+    node_with_cert_manager();
+    let serial = exclusive().await;
+    let client = client().await;
+    install_crds(&client).await;
+    let system = TestNamespace::create(&client, prefix).await;
+    (serial, client, system)
+}
+
+#[tokio::test]
+async fn pods_have_no_route_off_the_machine() {
+    node_with_cert_manager();
+    let pod = pods("cert-manager", "app.kubernetes.io/component=webhook")
+        .into_iter()
+        .next()
+        .expect("cert-manager's webhook runs on the node");
+    let pid = container_pid(&pod);
+    // Only the node's range: no default route (routing lookups only; nothing is sent).
+    let routes = in_network_of(pid, &["ip", "-4", "route"]);
+    assert!(
+        !routes.contains("default"),
+        "a pod has a default route:\n{routes}"
+    );
+    assert!(routes.contains("198.18.0.0/15 via 198.18.0.1"), "{routes}");
+    let lookup = in_network_of(pid, &["ip", "route", "get", "192.0.2.1"]);
+    assert!(lookup.contains("Network is unreachable"), "{lookup}");
+    // The second guard: pod traffic leaving by any other interface than the pod bridge is dropped.
+    let rule = std::process::Command::new("iptables")
+        .args(["-C", "FORWARD", "-s", POD_CIDR, "!", "-o", POD_BRIDGE])
+        .args(["-m", "comment", "--comment", GUARD_RULE_COMMENT, "-j", "DROP"])
+        .status()
+        .expect("iptables runs");
+    assert!(rule.success(), "the FORWARD guard rule is missing");
+    // The pod's resolver is the node IP, where nothing listens (never the host's resolver).
+    let resolv = std::fs::read_to_string(format!("/proc/{pid}/root/etc/resolv.conf")).expect("resolv.conf");
+    let servers: Vec<&str> = resolv.lines().filter(|l| l.starts_with("nameserver")).collect();
+    assert_eq!(servers, [format!("nameserver {NODE_IP}")], "{resolv}");
+}
+
+#[tokio::test]
+async fn self_managed_install_serves_users_and_survives_disruptions() {
+    let (_serial, client, system) = on_the_node("node-sm").await;
+    let values = vec![
+        ("controller.replicas", json!(2)),
+        (
+            "controller.leaderElection.leaseDuration",
+            json!(format!("{}s", LEASE.as_secs())),
+        ),
+    ];
+    let release = Release::install_and_wait("projection-sm", system.name(), &values);
+    let rendered = render(&release.name, &release.namespace, &values).expect("renders");
+    assert_running_from_local_images(&release);
+    assert_hardened_at_runtime(&release);
+    wait_for("the webhook to set both caBundles", TIMEOUT, || async {
+        let bundles = webhook_ca_bundles("projection-sm-webhook");
+        if bundles.iter().all(|b| !b.is_empty()) {
+            Ok(())
+        } else {
+            Err(format!("{bundles:?}"))
+        }
+    })
+    .await;
+
+    let team = TestNamespace::create(&client, "node-sm-team").await;
+    assert_webhook_refuses_bad_spec(team.name());
+    let source = TestNamespace::create(&client, "node-sm-source").await;
+    projections_are_mirrored_with_events(&client, &source, &team).await;
+    leader_pod_deleted_another_replica_takes_over(&release, source.name(), team.name()).await;
+    pdb_allows_one_webhook_eviction_and_refuses_the_second(&release);
+    upgrade_rolls_the_webhook_without_failed_admission(&release, &values, team.name());
+
+    for ns in [team, source] {
+        ns.delete_and_wait(&client).await;
+    }
+    // The self-managed webhook's Secret is not a chart object (docs/getting-started.md).
+    assert_uninstall_leaves_only(release, &rendered, &[("secret", "projection-sm-webhook-tls")]).await;
+    system.delete_and_wait(&client).await;
+}
+
+/// A Projection and a ClusterProjection, mirrored by the controller pod: Ready, and their events
+/// shown by `kubectl describe`.
+async fn projections_are_mirrored_with_events(
+    client: &kube::Client,
+    source: &TestNamespace,
+    team: &TestNamespace,
+) {
+    let (src, dst) = (source.name(), team.name());
+    kubectl_ok(&[
+        "-n",
+        src,
+        "create",
+        "configmap",
+        "app-settings",
+        "--from-literal=color=blue",
+    ]);
+    kubectl_ok(&[
+        "-n",
+        src,
+        "annotate",
+        "configmap",
+        "app-settings",
+        "projection.sh/projectable=true",
+    ]);
+    let out = apply(&format!(
+        "apiVersion: projection.sh/v1\nkind: Projection\nmetadata: {{name: app-settings, namespace: {dst}}}\n\
+         spec:\n  source: {{kind: ConfigMap, namespace: {src}, name: app-settings}}\n"
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    kubectl_ok(&[
+        "-n",
+        dst,
+        "wait",
+        "--for=condition=Ready",
+        "projection/app-settings",
+        "--timeout=60s",
+    ]);
+    wait_for_copy_color(dst, "blue").await;
+    wait_for_event(client, dst, "app-settings", "Projected").await;
+    let described = kubectl_ok(&["-n", dst, "describe", "projection", "app-settings"]);
+    assert!(
+        described.contains("Projected") && described.contains("Ready"),
+        "kubectl describe shows no condition or event:\n{described}"
+    );
+
+    let name = format!("node-{}", std::process::id());
+    let _guard = ClusterScopedGuard::new("clusterprojection", &name);
+    let out = apply(&format!(
+        "apiVersion: projection.sh/v1\nkind: ClusterProjection\nmetadata: {{name: {name}}}\nspec:\n  \
+         source: {{kind: ConfigMap, namespace: {src}, name: app-settings}}\n  \
+         destination: {{namespaces: [{dst}], name: fanned-out}}\n"
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    kubectl_ok(&[
+        "wait",
+        "--for=condition=Ready",
+        &format!("clusterprojection/{name}"),
+        "--timeout=60s",
+    ]);
+    assert!(exists("configmap", "fanned-out", Some(dst)));
+    let described = wait_for(
+        "the ClusterProjection's event in kubectl describe",
+        TIMEOUT,
+        || async {
+            let text = kubectl_ok(&["describe", "clusterprojection", &name]);
+            if text.contains("Events:") && !text.contains("Events:  <none>") {
+                Ok(text)
+            } else {
+                Err(text)
+            }
+        },
+    )
+    .await;
+    assert!(described.contains("Ready"), "{described}");
+    kubectl_ok(&[
+        "delete",
+        "clusterprojection",
+        &name,
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    assert!(
+        !exists("configmap", "fanned-out", Some(dst)),
+        "the fan-out copy is removed"
+    );
+}
+
+/// Waits until the copy `app-settings` in `namespace` has `data.color` = `color`.
+async fn wait_for_copy_color(namespace: &str, color: &str) {
+    wait_for(
+        &format!("the copy of app-settings with color {color}"),
+        TIMEOUT,
+        || async {
+            let out = kubectl(&[
+                "-n",
+                namespace,
+                "get",
+                "configmap",
+                "app-settings",
+                "-o",
+                "jsonpath={.data.color}",
+            ]);
+            let seen = String::from_utf8_lossy(&out.stdout);
+            if seen == color {
+                Ok(())
+            } else {
+                Err(format!("color {seen:?}: {}", stderr(&out)))
+            }
+        },
+    )
+    .await;
+}
+
+fn lease_holder(namespace: &str) -> String {
+    let out = kubectl(&[
+        "-n",
+        namespace,
+        "get",
+        "lease",
+        "projection-controller-leader",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Two controller replicas: the leader's pod is deleted, and another replica leads within the
+/// lease and mirrors the next edit. The standby and the ReplicaSet's replacement pod race for the
+/// released Lease; either may win, never the deleted pod.
+async fn leader_pod_deleted_another_replica_takes_over(release: &Release, source: &str, team: &str) {
+    let system = &release.namespace;
+    let controllers: Vec<String> = pods(system, &selector(&release.name, "controller"))
+        .iter()
+        .map(pod_name)
+        .collect();
+    assert_eq!(controllers.len(), 2, "{controllers:?}");
+    let holder = lease_holder(system);
+    let leader = controllers
+        .iter()
+        .find(|p| holder.starts_with(p.as_str()))
+        .unwrap_or_else(|| panic!("the Lease holder {holder:?} is none of {controllers:?}"))
+        .clone();
+    let deleted = Instant::now();
+    kubectl_ok(&["-n", system, "delete", "pod", &leader, "--wait=false"]);
+    let new_holder = wait_for("another replica to take the Lease", LEASE * 4, || async {
+        let holder = lease_holder(system);
+        if !holder.is_empty() && !holder.starts_with(&leader) {
+            Ok(holder)
+        } else {
+            Err(holder)
+        }
+    })
+    .await;
+    let took = deleted.elapsed();
+    // A clean shutdown releases the Lease; a crash would leave it to expire. Either way: within it
+    // plus a retry period.
+    assert!(
+        took < LEASE * 2,
+        "{new_holder} led {took:?} after the leader's pod was deleted"
+    );
+    let running = live_pods(release, "controller");
+    assert!(
+        running.iter().any(|p| new_holder.starts_with(p.as_str())),
+        "the Lease holder {new_holder} is none of the running controllers {running:?}"
+    );
+    kubectl_ok(&[
+        "-n",
+        source,
+        "patch",
+        "configmap",
+        "app-settings",
+        "-p",
+        r#"{"data":{"color":"green"}}"#,
+    ]);
+    wait_for_copy_color(team, "green").await;
+}
+
+/// The PodDisruptionBudget (minAvailable 1 of 2 webhook pods): the first eviction is allowed, the
+/// second, right after, is refused.
+fn pdb_allows_one_webhook_eviction_and_refuses_the_second(release: &Release) {
+    let system = &release.namespace;
+    let webhooks: Vec<String> = pods(system, &selector(&release.name, "webhook"))
+        .iter()
+        .map(pod_name)
+        .collect();
+    assert_eq!(webhooks.len(), 2, "{webhooks:?}");
+    let evict = |pod: &str| {
+        let eviction = json!({
+            "apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": pod, "namespace": system},
+        });
+        kubectl_stdin(
+            &[
+                "create",
+                "--raw",
+                &format!("/api/v1/namespaces/{system}/pods/{pod}/eviction"),
+                "-f",
+                "-",
+            ],
+            &eviction.to_string(),
+        )
+    };
+    // The budget's status is computed by the disruption controller: wait until it allows one.
+    let allowed = || {
+        kubectl_ok(&[
+            "-n",
+            system,
+            "get",
+            "pdb",
+            &format!("{}-webhook", release.name),
+            "-o",
+            "jsonpath={.status.disruptionsAllowed}",
+        ])
+    };
+    let start = Instant::now();
+    while allowed() != "1" {
+        assert!(
+            start.elapsed() < TIMEOUT,
+            "the PDB never allowed a disruption: {}",
+            allowed()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let first = evict(&webhooks[0]);
+    assert!(
+        first.status.success(),
+        "the first eviction was refused: {}",
+        stderr(&first)
+    );
+    let second = evict(&webhooks[1]);
+    assert!(!second.status.success(), "the second eviction was allowed");
+    assert!(
+        stderr(&second).contains("disruption budget"),
+        "refused for another reason: {}",
+        stderr(&second)
+    );
+}
+
+/// `helm upgrade` of a webhook value rolls the webhook pods while a loop of applies runs: none of
+/// them is refused or fails.
+fn upgrade_rolls_the_webhook_without_failed_admission(
+    release: &Release,
+    values: &[(&str, Value)],
+    namespace: &str,
+) {
+    let system = &release.namespace;
+    kubectl_ok(&[
+        "-n",
+        system,
+        "rollout",
+        "status",
+        &format!("deployment/{}-webhook", release.name),
+        "--timeout=120s",
+    ]);
+    let before = live_pods(release, "webhook");
+    let stop = Arc::new(AtomicBool::new(false));
+    let applier = {
+        let (stop, namespace) = (stop.clone(), namespace.to_owned());
+        std::thread::spawn(move || {
+            let (mut applied, mut failures) = (0, Vec::new());
+            // Bounded: the upgrade's own timeout ends long before 2000 applies.
+            for i in 0..2000 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let out = apply(&format!(
+                    "apiVersion: projection.sh/v1\nkind: Projection\nmetadata:\n  name: during-upgrade\n  \
+                     namespace: {namespace}\n  annotations: {{attempt: \"{i}\"}}\nspec:\n  \
+                     source: {{kind: ConfigMap, namespace: default, name: not-there}}\n"
+                ));
+                applied += 1;
+                if !out.status.success() {
+                    failures.push(stderr(&out));
+                }
+            }
+            (applied, failures)
+        })
+    };
+    let mut upgraded = values.to_vec();
+    upgraded.push(("webhook.logLevel", json!("debug")));
+    release.upgrade_and_wait(&upgraded);
+    stop.store(true, Ordering::Relaxed);
+    let (applied, failures) = applier.join().expect("the apply loop ends");
+    let after = live_pods(release, "webhook");
+    assert!(
+        after.iter().all(|p| !before.contains(p)),
+        "the webhook did not roll: {before:?} → {after:?}"
+    );
+    assert!(applied >= 5, "only {applied} applies ran during the rollout");
+    assert!(
+        failures.is_empty(),
+        "{} of {applied} applies failed during the rollout:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    kubectl_ok(&[
+        "-n",
+        namespace,
+        "delete",
+        "projection",
+        "during-upgrade",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+}
+
+/// cert-manager mode with the chart's self-signed Issuer: cert-manager issues the Certificate,
+/// cainjector fills both caBundles, and a renewed certificate is served by the running webhook
+/// pods without a restart.
+#[tokio::test]
+async fn cert_manager_issues_injects_and_renews_the_webhook_certificate() {
+    let (_serial, client, system) = on_the_node("node-cm").await;
+    let values = vec![("webhook.certificate.mode", json!("cert-manager"))];
+    let release = Release::install_and_wait("projection-cm", system.name(), &values);
+    let rendered = render(&release.name, &release.namespace, &values).expect("renders");
+    assert_running_from_local_images(&release);
+    let ns = system.name();
+    let secret = "projection-cm-webhook-tls";
+    kubectl_ok(&[
+        "-n",
+        ns,
+        "wait",
+        "--for=condition=Ready",
+        "certificate/projection-cm-webhook",
+        "--timeout=60s",
+    ]);
+    let issuer = kubectl_ok(&[
+        "-n",
+        ns,
+        "get",
+        "secret",
+        secret,
+        "-o",
+        "jsonpath={.metadata.annotations.cert-manager\\.io/issuer-name}",
+    ]);
+    assert_eq!(
+        issuer, "projection-cm-webhook-selfsigned",
+        "issued by cert-manager through the chart's Issuer"
+    );
+    // cainjector keeps the CA it injected before next to the new one (so a rotation never leaves
+    // the apiserver without the CA of a certificate still served): the bundle holds the Secret's CA.
+    let ca_injected = |ca: String| async move {
+        let bundles = decoded_ca_bundles("projection-cm-webhook");
+        if bundles.iter().all(|b| b.contains(ca.trim())) {
+            Ok(())
+        } else {
+            Err("the caBundles lack the Secret's ca.crt".to_owned())
+        }
+    };
+    let ca = secret_field(ns, secret, "ca.crt");
+    wait_for("cainjector to inject the Secret's CA", TIMEOUT, || {
+        ca_injected(ca.clone())
+    })
+    .await;
+    let team = TestNamespace::create(&client, "node-cm-team").await;
+    assert_webhook_refuses_bad_spec(team.name());
+
+    // Renewal: the Secret is deleted, cert-manager issues a new certificate, the kubelet updates
+    // the mounted files, and the running webhook pods serve it (no restart).
+    let webhooks = pods(ns, &selector(&release.name, "webhook"));
+    let old = secret_field(ns, secret, "tls.crt");
+    kubectl_ok(&["-n", ns, "delete", "secret", secret]);
+    let renewed = wait_for("cert-manager to issue a new certificate", TIMEOUT, || async {
+        let out = kubectl(&["-n", ns, "get", "secret", secret, "-o", "name"]);
+        if !out.status.success() {
+            return Err("no Secret yet".to_owned());
+        }
+        let cert = secret_field(ns, secret, "tls.crt");
+        if cert != old && !cert.is_empty() {
+            Ok(cert)
+        } else {
+            Err("the old certificate".to_owned())
+        }
+    })
+    .await;
+    let server_name = format!("projection-cm-webhook.{ns}.svc");
+    for pod in &webhooks {
+        let ip = pod["status"]["podIP"].as_str().expect("pod IP").to_owned();
+        wait_for(
+            &format!("{} to serve the renewed certificate", pod_name(pod)),
+            Duration::from_secs(120),
+            || async {
+                let served = served_certificate(&ip, 9443, &server_name);
+                if served.trim() == renewed.trim() {
+                    Ok(())
+                } else {
+                    Err(format!("serving {served}"))
+                }
+            },
+        )
+        .await;
+    }
+    let restarts: Vec<Value> = pods(ns, &selector(&release.name, "webhook"))
+        .iter()
+        .map(|p| p["status"]["containerStatuses"][0]["restartCount"].clone())
+        .collect();
+    assert_eq!(restarts, [json!(0), json!(0)], "the webhook pods restarted");
+    let names: Vec<String> = pods(ns, &selector(&release.name, "webhook"))
+        .iter()
+        .map(pod_name)
+        .collect();
+    assert_eq!(
+        names,
+        webhooks.iter().map(pod_name).collect::<Vec<_>>(),
+        "the same pods serve"
+    );
+    let ca = secret_field(ns, secret, "ca.crt");
+    wait_for("cainjector to inject the renewed CA", TIMEOUT, || {
+        ca_injected(ca.clone())
+    })
+    .await;
+    assert_webhook_refuses_bad_spec(team.name());
+
+    team.delete_and_wait(&client).await;
+    // cert-manager keeps the Secret it issued when the Certificate goes (docs/getting-started.md).
+    assert_uninstall_leaves_only(release, &rendered, &[("secret", secret)]).await;
+    system.delete_and_wait(&client).await;
+}
+
+/// cert-manager mode with the user's own CA Issuer (`issuerRef`): the webhook serves a certificate
+/// signed by that CA, which cainjector puts in the caBundles.
+#[tokio::test]
+async fn cert_manager_mode_with_a_user_issuer() {
+    let (_serial, client, system) = on_the_node("node-issuer").await;
+    let ns = system.name();
+    // The user's CA: a self-signed root Certificate and a CA Issuer over its Secret.
+    let out = apply(&format!(
+        "apiVersion: cert-manager.io/v1\nkind: Issuer\nmetadata: {{name: root, namespace: {ns}}}\nspec: {{selfSigned: {{}}}}\n\
+         ---\napiVersion: cert-manager.io/v1\nkind: Certificate\nmetadata: {{name: team-ca, namespace: {ns}}}\n\
+         spec: {{isCA: true, commonName: team-ca, secretName: team-ca, issuerRef: {{name: root, kind: Issuer}}}}\n\
+         ---\napiVersion: cert-manager.io/v1\nkind: Issuer\nmetadata: {{name: team-ca, namespace: {ns}}}\n\
+         spec: {{ca: {{secretName: team-ca}}}}\n"
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    kubectl_ok(&[
+        "-n",
+        ns,
+        "wait",
+        "--for=condition=Ready",
+        "issuer/team-ca",
+        "--timeout=60s",
+    ]);
+    let values = vec![
+        ("webhook.certificate.mode", json!("cert-manager")),
+        ("webhook.certificate.certManager.issuerRef.name", json!("team-ca")),
+    ];
+    let release = Release::install_and_wait("projection-issuer", ns, &values);
+    let rendered = render(&release.name, &release.namespace, &values).expect("renders");
+    assert!(
+        !rendered.has("Issuer", "projection-issuer-webhook-selfsigned"),
+        "no Issuer of the chart's own"
+    );
+    kubectl_ok(&[
+        "-n",
+        ns,
+        "wait",
+        "--for=condition=Ready",
+        "certificate/projection-issuer-webhook",
+        "--timeout=60s",
+    ]);
+    let team_ca = secret_field(ns, "team-ca", "tls.crt");
+    let served_ca = secret_field(ns, "projection-issuer-webhook-tls", "ca.crt");
+    assert_eq!(
+        served_ca.trim(),
+        team_ca.trim(),
+        "the webhook's certificate is signed by the user's CA"
+    );
+    wait_for("cainjector to inject the user's CA", TIMEOUT, || async {
+        use base64::{Engine as _, engine::general_purpose::STANDARD};
+        let bundles = webhook_ca_bundles("projection-issuer-webhook");
+        if bundles
+            .iter()
+            .all(|b| STANDARD.decode(b).is_ok_and(|pem| pem == served_ca.as_bytes()))
+        {
+            Ok(())
+        } else {
+            Err(format!("{} caBundles, not the user's CA yet", bundles.len()))
+        }
+    })
+    .await;
+    let team = TestNamespace::create(&client, "node-issuer-team").await;
+    assert_webhook_refuses_bad_spec(team.name());
+    team.delete_and_wait(&client).await;
+    assert_uninstall_leaves_only(
+        release,
+        &rendered,
+        &[("secret", "projection-issuer-webhook-tls"), ("issuer", "team-ca")],
+    )
+    .await;
+    system.delete_and_wait(&client).await;
+}
+
+/// Provided mode: the user's Secret and CA; the optional ServiceMonitors and NetworkPolicies too,
+/// so the apiserver (and prometheus-operator's CRD) validate them.
+#[tokio::test]
+async fn provided_certificate_install_with_the_optional_objects() {
+    let (_serial, client, system) = on_the_node("node-provided").await;
+    install_service_monitor_crd(&client).await;
+    let ns = system.name();
+    let dns = vec![format!("projection-provided-webhook.{ns}.svc")];
+    let (cert, key) = self_signed(&testenv_dir().join(format!("provided-{ns}")), &dns);
+    write_tls_secret(ns, "my-webhook-tls", &cert, &key, &cert);
+    let values = vec![
+        ("webhook.certificate.mode", json!("provided")),
+        ("webhook.certificate.provided.secretName", json!("my-webhook-tls")),
+        ("webhook.certificate.provided.caBundle", json!(cert)),
+        ("metrics.serviceMonitor.enabled", json!(true)),
+        ("networkPolicy.enabled", json!(true)),
+    ];
+    let release = Release::install_and_wait("projection-provided", ns, &values);
+    let rendered = render(&release.name, &release.namespace, &values).expect("renders");
+    for object in &rendered.0 {
+        let kind = object["kind"].as_str().expect("kind");
+        let name = object["metadata"]["name"].as_str().expect("name");
+        assert!(
+            exists(kind, name, object["metadata"]["namespace"].as_str()),
+            "{kind} {name} was not created"
+        );
+    }
+    assert_running_from_local_images(&release);
+    for pod in pods(ns, &selector(&release.name, "webhook")) {
+        let ip = pod["status"]["podIP"].as_str().expect("pod IP");
+        assert_eq!(
+            served_certificate(ip, 9443, &dns[0]).trim(),
+            cert.trim(),
+            "the user's certificate is served"
+        );
+    }
+    let team = TestNamespace::create(&client, "node-provided-team").await;
+    assert_webhook_refuses_bad_spec(team.name());
+    let notes = helm_ok(&["get", "notes", &release.name, "-n", ns]);
+    assert!(
+        notes.contains("apiVersion: projection.sh/v1"),
+        "NOTES show a first Projection:\n{notes}"
+    );
+    team.delete_and_wait(&client).await;
+    // Not ours: the user's Secret survives the uninstall.
+    assert_uninstall_leaves_only(release, &rendered, &[("secret", "my-webhook-tls")]).await;
+    system.delete_and_wait(&client).await;
+}
+
+/// prometheus-operator's ServiceMonitor CRD (from its Go module, cached by
+/// `tests/control-plane/build.sh`), so the apiserver validates the chart's ServiceMonitors.
+async fn install_service_monitor_crd(client: &kube::Client) {
+    // The trailing slash makes kubectl follow the link to the folder (the cache keeps the files).
+    let dir = format!(
+        "{}/",
+        control_plane_bin().join("prometheus-operator-crds").display()
+    );
+    kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", &dir]);
+    wait_crd_established(client, "servicemonitors.monitoring.coreos.com").await;
+}
