@@ -5,6 +5,7 @@
 //! Tests never read the user's `KUBECONFIG`: they only ever talk to the local control plane (or to
 //! the kubeconfig named by `PROJECTION_TEST_KUBECONFIG`), because they create and delete objects.
 
+pub mod black_hole;
 pub mod chart;
 
 use anyhow::Context as _;
@@ -60,12 +61,16 @@ pub async fn client() -> Client {
         .unwrap_or_else(|e| panic!("no local control plane: {e:#}\n{HOW_TO_START}"))
 }
 
-async fn try_client() -> anyhow::Result<Client> {
+/// The client configuration of the test kubeconfig (for tests that build a client of their own).
+pub async fn test_config() -> anyhow::Result<Config> {
     let path = kubeconfig_path();
     let kubeconfig =
         Kubeconfig::read_from(&path).with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    let client = runtime::kube_client::client_for(config)?;
+    Ok(Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
+}
+
+async fn try_client() -> anyhow::Result<Client> {
+    let client = runtime::kube_client::client_for(test_config().await?)?;
     tokio::time::timeout(Duration::from_secs(10), client.apiserver_version())
         .await
         .context("the apiserver did not answer within 10s")?
