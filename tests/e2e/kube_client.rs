@@ -117,3 +117,62 @@ async fn a_watch_on_a_silent_path_ends_within_the_read_timeout() {
         "the watch failed only after {waited:?}"
     );
 }
+
+#[tokio::test]
+async fn a_write_into_a_terminating_namespace_is_recognised_as_such() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+    use runtime::api_error::{describe, is_namespace_terminating};
+
+    let client = projection_tests::client().await;
+    let ns = projection_tests::TestNamespace::create(&client, "terminating").await;
+    // A finalizer nobody removes keeps the namespace Terminating until the test lets it go.
+    let configmaps = Api::<ConfigMap>::namespaced(client.clone(), ns.name());
+    let held: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "held", "finalizers": ["projection.test/hold"]}
+    }))
+    .expect("configmap");
+    configmaps
+        .create(&PostParams::default(), &held)
+        .await
+        .expect("create");
+    Api::<Namespace>::all(client.clone())
+        .delete(ns.name(), &DeleteParams::default())
+        .await
+        .expect("delete the namespace");
+
+    let other: ConfigMap =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "late"}})).expect("configmap");
+    let refusal = wait_for(
+        "the namespace to refuse new content",
+        Duration::from_secs(30),
+        || async {
+            match configmaps.create(&PostParams::default(), &other).await {
+                Err(e) => Ok(e),
+                Ok(_) => Err("created".to_owned()),
+            }
+        },
+    )
+    .await;
+    assert!(is_namespace_terminating(&refusal), "{refusal}");
+    assert!(
+        describe(&refusal).contains("because it is being terminated"),
+        "{}",
+        describe(&refusal)
+    );
+    assert!(!describe(&refusal).contains("Status {"), "{}", describe(&refusal));
+    let forbidden_elsewhere = Api::<Namespace>::all(client.clone())
+        .get("projection-test-no-such-namespace")
+        .await
+        .expect_err("absent");
+    assert!(!is_namespace_terminating(&forbidden_elsewhere));
+
+    configmaps
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("release the finalizer");
+}
