@@ -14,13 +14,12 @@
 
 use anyhow::{Context as _, bail, ensure};
 use clap::Parser;
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
-use projection_tests::ServiceProcess;
+use projection_tests::{ServiceProcess, in_parallel};
 use serde_json::{Value, json};
 use shared::{
     crd::{ClusterProjection, Projection},
@@ -211,28 +210,19 @@ async fn controller_kills(
 ) -> anyhow::Result<Value> {
     let source_ns = format!("{run}-src");
     create_namespace(client, &source_ns, BTreeMap::new(), run).await?;
-    let sources: Api<ConfigMap> = Api::namespaced(client.clone(), &source_ns);
-    sources
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "settings", "annotations": {PROJECTABLE: "true"}},
-                "data": {"value": "0"},
-            }))?,
-        )
-        .await?;
+    let sources = create_source(client, &source_ns).await?;
 
     // Half the namespaces selected to begin with; a stranger (a ConfigMap of the copy's name that
     // is not ours) in one namespace out of 25, selected or not.
     let names: Vec<String> = (0..plan.namespaces).map(|i| format!("{run}-n{i}")).collect();
     let mut selected: BTreeSet<String> = names.iter().filter(|_| random.below(2) == 0).cloned().collect();
     let strangers: BTreeSet<String> = names.iter().step_by(25).cloned().collect();
-    in_parallel(names.clone(), |name| {
+    in_parallel(names.clone(), PARALLEL, |name| {
         let labels = BTreeMap::from([(SELECTED_LABEL.to_owned(), selected.contains(&name).to_string())]);
         async move { create_namespace(client, &name, labels, run).await }
     })
     .await?;
-    in_parallel(strangers.iter().cloned().collect(), |ns| async move {
+    in_parallel(strangers.iter().cloned().collect(), PARALLEL, |ns| async move {
         Api::<ConfigMap>::namespaced(client.clone(), &ns)
             .create(
                 &PostParams::default(),
@@ -337,7 +327,7 @@ async fn flip_labels(
         flips.push((name.clone(), now));
     }
     let flipped = flips.len();
-    in_parallel(flips, |(name, now)| async move {
+    in_parallel(flips, PARALLEL, |(name, now)| async move {
         Api::<Namespace>::all(client.clone())
             .patch(
                 &name,
@@ -474,16 +464,7 @@ async fn control_plane_restarts(
     let (source_ns, dest_ns) = (format!("{run}-rsrc"), format!("{run}-rdst"));
     create_namespace(client, &source_ns, BTreeMap::new(), run).await?;
     create_namespace(client, &dest_ns, BTreeMap::new(), run).await?;
-    let sources: Api<ConfigMap> = Api::namespaced(client.clone(), &source_ns);
-    sources
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "settings", "annotations": {PROJECTABLE: "true"}},
-                "data": {"value": "0"},
-            }))?,
-        )
-        .await?;
+    let sources = create_source(client, &source_ns).await?;
     Api::<Projection>::namespaced(client.clone(), &dest_ns)
         .create(
             &PostParams::default(),
@@ -689,18 +670,19 @@ async fn create_namespace(
     Ok(())
 }
 
-/// Runs `f` over `items`, `PARALLEL` at a time, failing on the first error.
-async fn in_parallel<T, F, Fut>(items: Vec<T>, f: F) -> anyhow::Result<()>
-where
-    F: Fn(T) -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<()>>,
-{
-    futures::stream::iter(items)
-        .map(f)
-        .buffer_unordered(PARALLEL)
-        .try_collect::<Vec<()>>()
+/// The source every scenario projects: an opted-in ConfigMap `settings` with `value: "0"`.
+async fn create_source(client: &Client, namespace: &str) -> anyhow::Result<Api<ConfigMap>> {
+    let sources: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    sources
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "settings", "annotations": {PROJECTABLE: "true"}},
+                "data": {"value": "0"},
+            }))?,
+        )
         .await?;
-    Ok(())
+    Ok(sources)
 }
 
 /// Deletes what the run created. The controller is gone by now, so the CRs' finalizers are dropped

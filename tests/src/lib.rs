@@ -160,6 +160,22 @@ where
     }
 }
 
+/// Runs `f` over `items`, `parallel` at a time, failing on the first error (the harnesses' bulk
+/// creations).
+pub async fn in_parallel<T, F, Fut>(items: Vec<T>, parallel: usize, f: F) -> anyhow::Result<()>
+where
+    F: Fn(T) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    use futures::{StreamExt, TryStreamExt};
+    futures::stream::iter(items)
+        .map(f)
+        .buffer_unordered(parallel)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
 /// A namespace of its own for one test, deleted when dropped (also when the test panics).
 pub struct TestNamespace {
     name: String,
