@@ -127,7 +127,8 @@ impl Events {
             Err(e) if runtime::api_error::is_namespace_terminating(&e) => {
                 tracing::debug!(%reason, error = %crate::error::describe(&e), "event not published: its namespace is being deleted")
             }
-            Err(e) => tracing::warn!(%reason, error = %crate::error::describe(&e), "could not publish event"),        }
+            Err(e) => tracing::warn!(%reason, error = %crate::error::describe(&e), "could not publish event"),
+        }
     }
 
     async fn create(
