@@ -364,7 +364,7 @@ async fn remove_all(
             }),
             Ok(_) => {}
             Err(e) => {
-                tracing::warn!(copy, error = %e, "could not remove copy");
+                tracing::warn!(copy, error = %crate::error::describe(&e), "could not remove copy");
                 all_gone = false;
             }
         }

@@ -63,26 +63,8 @@ pub fn api_error(action: &'static str) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Api { action, source }
 }
 
-/// A client error as a person should read it in a condition or an event: for an error answered by
-/// the apiserver, its own message (`configmaps "x" is forbidden: User "..." cannot get resource
-/// ...`), not the debug dump of the whole `Status`; any other error as it displays itself.
-pub fn describe(error: &kube::Error) -> String {
-    match error {
-        kube::Error::Api(status) => describe_status(status),
-        other => other.to_string(),
-    }
-}
-
-/// The message of an apiserver `Status`, or its reason and code when it carries no message.
-pub fn describe_status(status: &kube::core::Status) -> String {
-    let message = status.message.trim();
-    let reason = status.reason.trim();
-    match (message.is_empty(), reason.is_empty()) {
-        (false, _) => message.to_owned(),
-        (true, false) => format!("{reason} (HTTP {})", status.code),
-        (true, true) => format!("the apiserver answered HTTP {}", status.code),
-    }
-}
+/// Client errors as a person should read them in a condition, an event or a log line.
+pub use runtime::api_error::{describe, describe_status};
 
 /// The message of `SourceForbidden`: the controller may not `verbs` the source's kind (or, with
 /// `object`, that object), because its RBAC does not cover the kind; `refusal` is the apiserver's

@@ -123,7 +123,11 @@ impl Events {
                     },
                 );
             }
-            Err(e) => tracing::warn!(%reason, error = %e, "could not publish event"),
+            // Expected while a namespace goes away: nothing to warn anyone about.
+            Err(e) if runtime::api_error::is_namespace_terminating(&e) => {
+                tracing::debug!(%reason, error = %crate::error::describe(&e), "event not published: its namespace is being deleted")
+            }
+            Err(e) => tracing::warn!(%reason, error = %crate::error::describe(&e), "could not publish event"),
         }
     }
 

@@ -57,7 +57,7 @@ impl Namespaces {
                             wake.send(CrRef::Cluster(cp));
                         }
                     }
-                    Err(e) => tracing::warn!(error = %e, "namespace watch error; retrying"),
+                    Err(e) => tracing::warn!(error = %crate::watch_errors::describe_watch_error(&e), "namespace watch error; retrying"),
                 }
                 std::future::ready(())
             })

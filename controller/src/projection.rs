@@ -246,7 +246,7 @@ async fn retract(
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!(error = %e, "could not remove copy");
+                    tracing::warn!(error = %crate::error::describe(&e), "could not remove copy");
                     all_gone = false;
                 }
             }
@@ -283,7 +283,7 @@ async fn remove_recorded(
         }
         Ok(Removed::Absent) => {}
         Err(e) => {
-            tracing::warn!(error = %e, copy = %note, "could not remove copy");
+            tracing::warn!(error = %crate::error::describe(&e), copy = %note, "could not remove copy");
             return Err(());
         }
     }

@@ -21,20 +21,7 @@ fn refusal(error: &watcher::Error) -> Option<String> {
 }
 
 /// A watch error for the log, with the apiserver's message instead of the dump of its answer.
-pub fn describe_watch_error(error: &watcher::Error) -> String {
-    use crate::error::{describe, describe_status};
-    match error {
-        watcher::Error::InitialListFailed(e) => {
-            format!("failed to perform initial object list: {}", describe(e))
-        }
-        watcher::Error::WatchStartFailed(e) => format!("failed to start watching object: {}", describe(e)),
-        watcher::Error::WatchFailed(e) => format!("watch stream failed: {}", describe(e)),
-        watcher::Error::WatchError(s) => {
-            format!("error returned by apiserver during watch: {}", describe_status(s))
-        }
-        other => other.to_string(),
-    }
-}
+pub use runtime::api_error::describe_watch_error;
 
 /// Records the outcome of one watch step: a refusal is kept until the watch succeeds again.
 pub fn record(refused: &Refusal, error: Option<&watcher::Error>) {

@@ -239,7 +239,7 @@ pub async fn recorded_resource(
         Err(kube::Error::Discovery(_)) => Ok(None),
         Err(kube::Error::Api(s)) if s.is_not_found() => Ok(None),
         Err(e) => {
-            tracing::warn!(error = %e, "could not resolve the recorded copies' kind");
+            tracing::warn!(error = %crate::error::describe(&e), "could not resolve the recorded copies' kind");
             Err(())
         }
     }

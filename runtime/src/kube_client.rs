@@ -2,26 +2,90 @@
 //! connections. kube's default connector leaves Nagle's algorithm on, and a request written in
 //! more than one segment then waits for the server's delayed acknowledgement (about 40 ms on Linux)
 //! before its last segment leaves: every write would cost that much latency.
+//!
+//! Building the stack ourselves must not lose what `kube::Client::try_from` gives: socket timeouts,
+//! the retry of 429/503/504 (kube's own policy) and a trace span per request. On top of kube's
+//! defaults it bounds the wait for an answer, so a connection that accepts and never answers (a
+//! half-open path, a black-holed peer) fails the request instead of hanging it forever.
 
+use hyper_timeout::TimeoutConnector;
 use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioExecutor};
 use kube::{
     Client, Config,
-    client::{Body, ConfigExt},
+    client::{Body, ConfigExt, retry::RetryPolicy},
 };
-use tower::{BoxError, ServiceBuilder};
+use std::time::Duration;
+use tower::{BoxError, ServiceBuilder, retry::RetryLayer, timeout::TimeoutLayer};
+use tower_http::trace::{DefaultMakeSpan, DefaultOnFailure, DefaultOnResponse, TraceLayer};
+use tracing::Level;
 
-/// A client for `config` whose connections send small requests at once.
+/// How long the client waits on the network.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Until a connection is up, TLS handshake included.
+    pub connect: Duration,
+    /// Until the response's head arrives. The apiserver ends every request that is not a watch
+    /// after 60 s (`--request-timeout`) and answers a watch's head at once, so waiting longer only
+    /// ever waits on a dead path.
+    pub response: Duration,
+    /// Between two reads of a response body, counted again from each write. A watch is never
+    /// silent that long: the apiserver sends a bookmark to every watch about once a minute (kube's
+    /// watcher asks for them).
+    pub read: Duration,
+    /// For a write to the socket to complete.
+    pub write: Duration,
+}
+
+impl Timeouts {
+    /// The defaults, with kube's connect and write timeouts when `config` sets them.
+    pub fn for_config(config: &Config) -> Self {
+        Self {
+            connect: config.connect_timeout.unwrap_or(Duration::from_secs(30)),
+            response: Duration::from_secs(65),
+            read: config.read_timeout.unwrap_or(Duration::from_secs(150)),
+            write: config.write_timeout.unwrap_or(Duration::from_secs(295)),
+        }
+    }
+}
+
+/// A client for `config` whose connections send small requests at once, with the default
+/// [`Timeouts`].
 pub fn client_for(config: Config) -> Result<Client, kube::Error> {
-    let mut connector = HttpConnector::new();
-    connector.enforce_http(false);
-    connector.set_nodelay(true);
-    let https = config.rustls_https_connector_with_connector(connector)?;
+    let timeouts = Timeouts::for_config(&config);
+    client_with_timeouts(config, timeouts)
+}
+
+/// A client for `config` with the given timeouts (tests and the fault harness shorten them).
+pub fn client_with_timeouts(config: Config, timeouts: Timeouts) -> Result<Client, kube::Error> {
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    let mut connector = TimeoutConnector::new(config.rustls_https_connector_with_connector(tcp)?);
+    connector.set_connect_timeout(Some(timeouts.connect));
+    connector.set_read_timeout(Some(timeouts.read));
+    connector.set_write_timeout(Some(timeouts.write));
+    // Otherwise the time a pooled connection sat idle would count against the next request.
+    connector.set_reset_reader_on_write(true);
     let http: hyper_util::client::legacy::Client<_, Body> =
-        hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https);
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(connector);
+    // Failures are the callers' to report (with what they were doing): the trace layer logs them at
+    // debug level only, like every request.
+    let trace = TraceLayer::new_for_http()
+        .make_span_with(DefaultMakeSpan::new().level(Level::DEBUG))
+        .on_response(DefaultOnResponse::new().level(Level::DEBUG))
+        .on_failure(DefaultOnFailure::new().level(Level::DEBUG));
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
+        .option_layer(
+            config
+                .default_retry
+                .then(|| RetryLayer::new(RetryPolicy::server_retry())),
+        )
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
+        .layer(trace)
+        // Inside the retry: each attempt gets the whole response timeout.
+        .layer(TimeoutLayer::new(timeouts.response))
         .map_err(BoxError::from)
         .service(http);
     Ok(Client::new(service, config.default_namespace))
@@ -30,4 +94,83 @@ pub fn client_for(config: Config) -> Result<Client, kube::Error> {
 /// The client from the environment (in-cluster ServiceAccount, `KUBECONFIG` or `~/.kube/config`).
 pub async fn infer() -> anyhow::Result<Client> {
     Ok(client_for(Config::infer().await?)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    };
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::TcpListener,
+    };
+
+    const VERSION: &str = r#"{"major":"1","minor":"36","gitVersion":"v1.36.0","gitCommit":"","gitTreeState":"","buildDate":"","goVersion":"","compiler":"","platform":""}"#;
+
+    /// An HTTP server that answers each request with the next status of `statuses` (200 with a
+    /// version body once they run out), counting requests.
+    async fn server(statuses: &'static [u16]) -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let served = Arc::new(AtomicUsize::new(0));
+        let count = served.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let count = count.clone();
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        let Ok(n) = conn.read(&mut buf).await else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        request.extend_from_slice(&buf[..n]);
+                        // GET requests only: a request ends with its head.
+                        while let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                            request.drain(..end + 4);
+                            let i = count.fetch_add(1, Ordering::SeqCst);
+                            let (status, body) = match statuses.get(i) {
+                                Some(status) => (*status, ""),
+                                None => (200, VERSION),
+                            };
+                            let response = format!(
+                                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                                body.len()
+                            );
+                            if conn.write_all(response.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (url, served)
+    }
+
+    fn client(url: &str) -> Client {
+        client_for(Config::new(url.parse().unwrap())).unwrap()
+    }
+
+    #[tokio::test]
+    async fn throttled_and_unavailable_answers_are_retried() {
+        let (url, served) = server(&[429, 503, 504]).await;
+        let version = client(&url)
+            .apiserver_version()
+            .await
+            .expect("retried to success");
+        assert_eq!(version.minor, "36");
+        assert_eq!(served.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn other_errors_are_not_retried() {
+        let (url, served) = server(&[500]).await;
+        assert!(client(&url).apiserver_version().await.is_err());
+        assert_eq!(served.load(Ordering::SeqCst), 1);
+    }
 }

@@ -1,7 +1,8 @@
 //! The runtime both services share, kept out of the pure `shared` crate: the metrics and health
-//! endpoints, the Kubernetes client, logs, the shutdown signal, the crypto provider, process
-//! metrics and the retry backoff.
+//! endpoints, the Kubernetes client and its errors as people read them, logs, the shutdown signal,
+//! the crypto provider, process metrics and the retry backoff.
 
+pub mod api_error;
 pub mod backoff;
 pub mod crypto;
 pub mod http;

@@ -11,7 +11,7 @@
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::{
     api::core::v1::{ConfigMap, Namespace, Secret},
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
@@ -233,12 +233,7 @@ where
     F: Fn(T) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
 {
-    futures::stream::iter(items)
-        .map(f)
-        .buffer_unordered(PARALLEL)
-        .try_collect::<Vec<()>>()
-        .await?;
-    Ok(())
+    projection_tests::in_parallel(items, PARALLEL, f).await
 }
 
 fn now_nanos() -> String {

@@ -5,6 +5,7 @@
 //! Tests never read the user's `KUBECONFIG`: they only ever talk to the local control plane (or to
 //! the kubeconfig named by `PROJECTION_TEST_KUBECONFIG`), because they create and delete objects.
 
+pub mod black_hole;
 pub mod chart;
 pub mod node;
 
@@ -61,12 +62,16 @@ pub async fn client() -> Client {
         .unwrap_or_else(|e| panic!("no local control plane: {e:#}\n{HOW_TO_START}"))
 }
 
-async fn try_client() -> anyhow::Result<Client> {
+/// The client configuration of the test kubeconfig (for tests that build a client of their own).
+pub async fn test_config() -> anyhow::Result<Config> {
     let path = kubeconfig_path();
     let kubeconfig =
         Kubeconfig::read_from(&path).with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    let client = runtime::kube_client::client_for(config)?;
+    Ok(Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
+}
+
+async fn try_client() -> anyhow::Result<Client> {
+    let client = runtime::kube_client::client_for(test_config().await?)?;
     tokio::time::timeout(Duration::from_secs(10), client.apiserver_version())
         .await
         .context("the apiserver did not answer within 10s")?
@@ -154,6 +159,22 @@ where
             }
         }
     }
+}
+
+/// Runs `f` over `items`, `parallel` at a time, failing on the first error (the harnesses' bulk
+/// creations).
+pub async fn in_parallel<T, F, Fut>(items: Vec<T>, parallel: usize, f: F) -> anyhow::Result<()>
+where
+    F: Fn(T) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    use futures::{StreamExt, TryStreamExt};
+    futures::stream::iter(items)
+        .map(f)
+        .buffer_unordered(parallel)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
 }
 
 /// A namespace of its own for one test, deleted when dropped (also when the test panics).

@@ -111,7 +111,7 @@ impl KubeCluster {
                 () = &mut stop => return,
             }
             if let Err(e) = self.refresh().await {
-                tracing::warn!(error = %e, "discovery refresh failed; keeping the previous snapshot");
+                tracing::warn!(error = %runtime::api_error::describe(&e), "discovery refresh failed; keeping the previous snapshot");
             }
         }
     }

@@ -1,6 +1,7 @@
 //! The webhook's errors, one enum per layer. Each has a fixed category for metric labels and logs.
 
 use axum::http::StatusCode;
+use runtime::api_error::describe;
 use thiserror::Error;
 
 /// Why a request could not be read as an AdmissionReview (answered with an HTTP 4xx).
@@ -64,13 +65,13 @@ impl RequestError {
 #[derive(Debug, Error)]
 pub enum PolicyError {
     /// Discovery of the source kind failed.
-    #[error("discovery failed: {0}")]
+    #[error("discovery failed: {}", describe(.0))]
     Discovery(#[source] kube::Error),
     /// The SubjectAccessReview could not be made.
-    #[error("the SubjectAccessReview failed: {0}")]
+    #[error("the SubjectAccessReview failed: {}", describe(.0))]
     AccessReview(#[source] kube::Error),
     /// The source could not be read.
-    #[error("reading the source failed: {0}")]
+    #[error("reading the source failed: {}", describe(.0))]
     SourceRead(#[source] kube::Error),
 }
 
@@ -186,7 +187,7 @@ pub enum SelfManagedError {
     #[error(transparent)]
     Cert(#[from] CertError),
     /// An apiserver call failed.
-    #[error("{action}: {source}")]
+    #[error("{action}: {}", describe(source))]
     Api {
         /// What was attempted.
         action: &'static str,

@@ -25,6 +25,9 @@ use std::{sync::Arc, time::Duration, time::Instant};
 /// Largest accepted request body. An AdmissionReview holds the object and its old version; etcd
 /// refuses objects over 1.5 MiB, so twice that plus framing is generous.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// Most bytes of an oversized body read (and dropped) before it is answered; past this, or past the
+/// body timeout, the answer goes out while the client is still sending.
+const DISCARD_LIMIT_BYTES: usize = 8 * MAX_BODY_BYTES;
 /// Longest wait for a request body (the apiserver's own timeout is a few seconds).
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -100,19 +103,24 @@ async fn handle<C: ClusterView>(app: &App<C>, endpoint: Endpoint, body: Body) ->
     response
 }
 
-async fn read_request(body: Body) -> Result<AdmissionRequest<DynamicObject>, RequestError> {
-    let collected = tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, MAX_BODY_BYTES).collect())
+async fn read_request(mut body: Body) -> Result<AdmissionRequest<DynamicObject>, RequestError> {
+    let deadline = tokio::time::Instant::now() + BODY_TIMEOUT;
+    let collected = tokio::time::timeout_at(deadline, Limited::new(&mut body, MAX_BODY_BYTES).collect())
         .await
-        .map_err(|_| RequestError::Timeout(BODY_TIMEOUT))?
-        .map_err(|e| {
-            if e.is::<LengthLimitError>() {
-                RequestError::TooLarge {
-                    limit: MAX_BODY_BYTES,
-                }
-            } else {
-                RequestError::Body(e.to_string())
-            }
-        })?;
+        .map_err(|_| RequestError::Timeout(BODY_TIMEOUT))?;
+    let collected = match collected {
+        Ok(collected) => collected,
+        Err(e) if e.is::<LengthLimitError>() => {
+            // Answer only once the client has finished sending: over HTTP/2 an answer before the
+            // end of the request comes with a reset of the stream, and some clients then drop the
+            // answer and report only the reset.
+            let _ = tokio::time::timeout_at(deadline, discard(&mut body, DISCARD_LIMIT_BYTES)).await;
+            return Err(RequestError::TooLarge {
+                limit: MAX_BODY_BYTES,
+            });
+        }
+        Err(e) => return Err(RequestError::Body(e.to_string())),
+    };
     let review: AdmissionReview<DynamicObject> =
         serde_json::from_slice(&collected.to_bytes()).map_err(RequestError::Malformed)?;
     if review.types.api_version != "admission.k8s.io/v1" || review.types.kind != "AdmissionReview" {
@@ -122,6 +130,17 @@ async fn read_request(body: Body) -> Result<AdmissionRequest<DynamicObject>, Req
         });
     }
     review.try_into().map_err(|_| RequestError::NoRequest)
+}
+
+/// Reads and drops the rest of `body`, up to `limit` bytes.
+async fn discard(body: &mut Body, limit: usize) {
+    let mut read = 0;
+    while read <= limit {
+        match body.frame().await {
+            Some(Ok(frame)) => read += frame.data_ref().map_or(0, |data| data.len()),
+            _ => return,
+        }
+    }
 }
 
 fn log_outcome(

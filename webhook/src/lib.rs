@@ -148,7 +148,7 @@ async fn warm_discovery(cluster: &cluster_view::KubeCluster) {
     let mut backoff = Backoff::doubling(Duration::from_millis(200), Duration::from_secs(10));
     while let Err(e) = cluster.refresh().await {
         let delay = backoff.next_delay();
-        tracing::warn!(error = %e, ?delay, "discovery failed; not ready, retrying");
+        tracing::warn!(error = %runtime::api_error::describe(&e), ?delay, "discovery failed; not ready, retrying");
         tokio::time::sleep(delay).await;
     }
 }

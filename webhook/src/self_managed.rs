@@ -30,7 +30,10 @@ use kube::{
     api::{Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
-use runtime::backoff::Backoff;
+use runtime::{
+    api_error::{describe, describe_watch_error},
+    backoff::Backoff,
+};
 use serde::de::DeserializeOwned;
 use std::{
     collections::BTreeMap,
@@ -125,7 +128,7 @@ where
                 Ok(watcher::Event::Apply(object)) => Some(Some(object)),
                 Ok(watcher::Event::Delete(_)) => Some(None),
                 Err(e) => {
-                    tracing::warn!(object = %what, error = %e, "watch failed; retrying");
+                    tracing::warn!(object = %what, error = %describe_watch_error(&e), "watch failed; retrying");
                     None
                 }
             };
@@ -528,7 +531,7 @@ async fn publish_bundle<K: WebhookConfiguration>(
                 count(&metrics, K::TARGET, if conflict { "conflict" } else { "error" });
                 // A failed guard (the list changed) or a conflict: the watch brings the new state;
                 // anything else is retried.
-                tracing::warn!(%kind, %name, error = %e, "patching the caBundle failed; retrying");
+                tracing::warn!(%kind, %name, error = %describe(&e), "patching the caBundle failed; retrying");
                 retry = Some(Instant::now() + RETRY_FAILED_PATCH);
             }
         }
