@@ -1288,17 +1288,6 @@ async fn leader_election_hands_over_when_the_leader_dies() {
 }
 
 /// The `retry_in` of every `reconcile failed` line about `name` in a controller's log.
-fn retries_of(controller: &ServiceProcess, name: &str) -> Vec<String> {
-    let log = std::fs::read_to_string(&controller.log).unwrap_or_default();
-    log.lines()
-        .filter(|l| l.contains("reconcile failed") && l.contains(&format!("\"name\":\"{name}\"")))
-        .filter_map(|l| {
-            let v: Value = serde_json::from_str(l).ok()?;
-            v["fields"]["retry_in"].as_str().map(str::to_owned)
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn apiserver_refusals_read_as_the_apiservers_own_message() {
     let env = env("apimsg").await;
