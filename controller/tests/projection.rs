@@ -1429,15 +1429,7 @@ async fn a_refused_finalizer_removal_is_retried_with_backoff() {
     // Settled once the delay has grown to 2 s (the third failure): a fixed 500 ms retry would have
     // failed about 13 times by then.
     let name = format!("{dst}/cfg");
-    wait_for("the retry delay grown to 2s", TIMEOUT, || async {
-        let retries = retries_of(&controller, &name);
-        retries
-            .iter()
-            .any(|r| r == "2s")
-            .then_some(())
-            .ok_or_else(|| format!("retry_in so far: {retries:?}"))
-    })
-    .await;
+    wait_retry_delay(&controller, &name, "2s").await;
     let count = metric_value(&controller.metrics(), failures).unwrap_or_default();
     let retries = retries_of(&controller, &name);
     // From 500 ms, doubling: attempts at about 0, 0.5, 1.5, 3.5 (and 7.5) s; a fixed 500 ms retry

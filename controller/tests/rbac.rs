@@ -221,14 +221,20 @@ async fn a_kind_outside_the_controllers_rbac_is_reported_at_once() {
     );
 
     // A cluster admin adds Secrets (supportedKinds): the Projection follows on its next retry.
-    cluster_roles
-        .patch(
-            &role_name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"rules": controller_rules(&["configmaps", "secrets"])})),
-        )
-        .await
-        .expect("ClusterRole patched");
+    let grant = |kinds: &'static [&'static str]| {
+        let (cluster_roles, role_name) = (cluster_roles.clone(), role_name.clone());
+        async move {
+            cluster_roles
+                .patch(
+                    &role_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"rules": controller_rules(kinds)})),
+                )
+                .await
+                .expect("ClusterRole patched");
+        }
+    };
+    grant(&["configmaps", "secrets"]).await;
     wait_ready(&projections, "tls").await;
     let copy = env.api::<Secret>(&dst).get("tls").await.expect("secret copy");
     assert!(copy.data.is_some_and(|d| d.contains_key("key")));
@@ -236,14 +242,7 @@ async fn a_kind_outside_the_controllers_rbac_is_reported_at_once() {
     // Taken away again mid-run, with the watches of Secrets already running: the next edit of the
     // source cannot be read. The Projection says so, retries with a growing delay (one INFO line
     // per retry, no WARN flood) and follows the grant again without a restart.
-    cluster_roles
-        .patch(
-            &role_name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"rules": controller_rules(&["configmaps"])})),
-        )
-        .await
-        .expect("ClusterRole narrowed");
+    grant(&["configmaps"]).await;
     wait_for("Secrets to be refused to the controller", TIMEOUT, || async {
         // `kubectl auth can-i` answers "no" with exit status 1.
         let answer = projection_tests::kubectl(&[
@@ -273,15 +272,7 @@ async fn a_kind_outside_the_controllers_rbac_is_reported_at_once() {
         "{refused}"
     );
     let name = format!("{dst}/tls");
-    wait_for("the retry delay grown to 2s", Duration::from_secs(30), || async {
-        let retries = retries_of(&controller, &name);
-        retries
-            .iter()
-            .any(|r| r == "2s")
-            .then_some(())
-            .ok_or_else(|| format!("retry_in so far: {retries:?}"))
-    })
-    .await;
+    wait_retry_delay(&controller, &name, "2s").await;
     let retries = retries_of(&controller, &name);
     let loud = loud_lines_about(&controller, "tls") - loud_before;
     assert!(
@@ -289,14 +280,7 @@ async fn a_kind_outside_the_controllers_rbac_is_reported_at_once() {
         "{loud} WARN/ERROR lines about the refused source; retries: {retries:?}"
     );
 
-    cluster_roles
-        .patch(
-            &role_name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"rules": controller_rules(&["configmaps", "secrets"])})),
-        )
-        .await
-        .expect("ClusterRole widened again");
+    grant(&["configmaps", "secrets"]).await;
     wait_object(
         &env.api::<Secret>(&dst),
         "tls",

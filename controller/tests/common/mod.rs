@@ -355,6 +355,24 @@ pub fn retries_of(controller: &ServiceProcess, name: &str) -> Vec<String> {
         .collect()
 }
 
+/// Waits until the controller has logged a failed reconcile of `name` retried in `delay` (e.g.
+/// `2s`): the backoff has grown that far.
+pub async fn wait_retry_delay(controller: &ServiceProcess, name: &str, delay: &str) {
+    wait_for(
+        &format!("the retry delay grown to {delay}"),
+        Duration::from_secs(30),
+        || async {
+            let retries = retries_of(controller, name);
+            retries
+                .iter()
+                .any(|r| r == delay)
+                .then_some(())
+                .ok_or_else(|| format!("retry_in so far: {retries:?}"))
+        },
+    )
+    .await;
+}
+
 /// The lines the controller logged at WARN or ERROR that mention `needle`.
 pub fn loud_lines_about(controller: &ServiceProcess, needle: &str) -> usize {
     let log = std::fs::read_to_string(&controller.log).unwrap_or_default();
