@@ -24,8 +24,9 @@ use kube::{
     runtime::{controller::Action, reflector::ObjectRef},
 };
 use shared::{
+    copy::{BuiltContent, CopyRules},
     crd::{ClusterProjection, ClusterProjectionStatus, WrittenDestination},
-    destination::{Target, build_destination},
+    destination::Target,
     fan_out::{CopyWrite, EventNote, Tally, name_first, pass_events, verdict},
     keys::CLUSTER_PROJECTION_FINALIZER,
     ownership::Owner,
@@ -75,6 +76,7 @@ fn destination_name(cp: &ClusterProjection) -> String {
 async fn apply(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error> {
     let current = cp.status.clone().unwrap_or_default();
     let pass = fan_out(cp, ctx, &current).await;
+    let built_hash = pass.as_ref().ok().map(|done| done.hash.clone());
     let (outcome, retry, reached) = match &pass {
         Ok(done) => (
             done.outcome.clone(),
@@ -93,13 +95,16 @@ async fn apply(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error> {
             },
         ),
     };
-    let next = cluster_status(
+    let mut next = cluster_status(
         &current,
         &outcome,
         reached,
         cp.meta().generation,
         &Time(Timestamp::now()),
     );
+    if built_hash.is_some() {
+        next.source_hash = built_hash;
+    }
     crate::reconcile::write_status(cp, ctx, &current, &next).await?;
     conclude(
         ctx,
@@ -117,6 +122,8 @@ struct FannedOut {
     tally: Tally,
     outcome: Outcome,
     retry: Retry,
+    /// The source hash every copy of this pass carries.
+    hash: String,
 }
 
 /// One pass: read the source and the targets, build and write a copy per target namespace, remove
@@ -170,7 +177,17 @@ async fn fan_out(
     // Build and write, then remove the copies no longer wanted.
     let source_value = serde_json::to_value(&read.object)
         .map_err(|e| failed(Reason::DestinationCreateFailed, e.to_string()))?;
-    let tally = Tally::of(write_all(ctx, cp, &read, &source_value, &owner, &targets.write, &name).await);
+    // The content is the same in every namespace: built (and refused) once.
+    let built = match BuiltContent::build(&source_value, &CopyRules::of_cluster_projection(&cp.spec)) {
+        Ok(built) => built,
+        Err(refused) => {
+            ctx.events
+                .publish(&about, Reason::DestinationInvalid, refused.0.clone())
+                .await;
+            return Err(failed(Reason::DestinationInvalid, refused.0));
+        }
+    };
+    let tally = Tally::of(write_all(ctx, &read, &built, &owner, &targets.write, &name).await);
     let waiting = tally
         .conflicts()
         .map(|namespace| ObjectKey {
@@ -198,15 +215,15 @@ async fn fan_out(
         tally,
         outcome,
         retry,
+        hash: built.hash().to_owned(),
     })
 }
 
 /// Builds and writes the copy in each of `namespaces`, a capped number at a time.
 async fn write_all(
     ctx: &Context,
-    cp: &ClusterProjection,
     read: &Source,
-    source_value: &serde_json::Value,
+    built: &BuiltContent,
     owner: &Owner,
     namespaces: &[String],
     name: &str,
@@ -217,7 +234,7 @@ async fn write_all(
                 namespace: namespace.clone(),
                 name: name.to_owned(),
             };
-            let desired = build_destination(source_value, cp.spec.overlay.as_ref(), owner, &target);
+            let desired = built.place(owner, &target);
             let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &read.resource);
             async move {
                 let written = write_copy(
