@@ -6,6 +6,7 @@
 //! request, so a namespace event or a source edit writes exactly the copies that differ.
 
 use crate::{
+    content::build_or_report,
     context::Context,
     error::Error,
     index::{CrRef, ObjectKey},
@@ -175,18 +176,9 @@ async fn fan_out(
     let targets = rule.resolve(&ctx.namespaces.snapshot(), source, &name);
 
     // Build and write, then remove the copies no longer wanted.
-    let source_value = serde_json::to_value(&read.object)
-        .map_err(|e| failed(Reason::DestinationCreateFailed, e.to_string()))?;
     // The content is the same in every namespace: built (and refused) once.
-    let built = match BuiltContent::build(&source_value, &CopyRules::of_cluster_projection(&cp.spec)) {
-        Ok(built) => built,
-        Err(refused) => {
-            ctx.events
-                .publish(&about, Reason::DestinationInvalid, refused.0.clone())
-                .await;
-            return Err(failed(Reason::DestinationInvalid, refused.0));
-        }
-    };
+    let rules = CopyRules::of_cluster_projection(&cp.spec);
+    let built = build_or_report(ctx, &about, &read.object, &rules, failed).await?;
     let tally = Tally::of(write_all(ctx, &read, &built, &owner, &targets.write, &name).await);
     let waiting = tally
         .conflicts()

@@ -3,6 +3,7 @@
 //! `shared`; this module does the I/O around them.
 
 use crate::{
+    content::build_or_report,
     context::Context,
     error::Error,
     index::{CrRef, ObjectKey},
@@ -20,7 +21,7 @@ use kube::{
     runtime::{controller::Action, reflector::ObjectRef},
 };
 use shared::{
-    copy::{BuiltContent, CopyRules},
+    copy::CopyRules,
     crd::{Projection, ProjectionStatus, WrittenDestination},
     destination::Target,
     keys::PROJECTION_FINALIZER,
@@ -142,17 +143,8 @@ async fn project(
             .await;
         return Err(failed(Reason::DestinationConflict, message));
     }
-    let source_value = serde_json::to_value(&read.object)
-        .map_err(|e| failed(Reason::DestinationCreateFailed, e.to_string()))?;
-    let built = match BuiltContent::build(&source_value, &CopyRules::of_projection(&p.spec)) {
-        Ok(built) => built,
-        Err(refused) => {
-            ctx.events
-                .publish(&about, Reason::DestinationInvalid, refused.0.clone())
-                .await;
-            return Err(failed(Reason::DestinationInvalid, refused.0));
-        }
-    };
+    let rules = CopyRules::of_projection(&p.spec);
+    let built = build_or_report(ctx, &about, &read.object, &rules, failed).await?;
     let desired = built.place(&owner, &target);
     let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &target.namespace, &read.resource);
     let copy = format!("{}/{}", target.namespace, target.name);

@@ -7,6 +7,8 @@ use crate::{
     copy_spec::{FieldExclusion, KeySelection, MetadataFilter},
     crd::{ClusterProjectionSpec, Overlay, ProjectionSpec},
     destination::{Target, build_content, metadata_map, stamp_owner},
+    field_exclusion::exclude_fields,
+    key_selection::{KeysRefused, select_keys},
     keys::SOURCE_HASH,
     ownership::Owner,
     source_hash::source_hash,
@@ -58,11 +60,38 @@ pub struct BuiltContent {
 
 /// Why no copy can be built from this source under this spec (`DestinationInvalid`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CopyRefused(pub String);
+pub struct CopyRefused {
+    /// What is wrong, naming the spec field.
+    pub message: String,
+    /// Whether the copy would be an invalid object (refused at admission when the source is
+    /// known), rather than an empty one (only reported).
+    pub invalid_object: bool,
+}
+
+impl CopyRefused {
+    fn invalid(message: String) -> Self {
+        Self {
+            message,
+            invalid_object: true,
+        }
+    }
+}
+
+impl From<KeysRefused> for CopyRefused {
+    fn from(refused: KeysRefused) -> Self {
+        match refused {
+            KeysRefused::InvalidObject(message) => Self::invalid(message),
+            KeysRefused::NothingSelected(message) => Self {
+                message,
+                invalid_object: false,
+            },
+        }
+    }
+}
 
 impl fmt::Display for CopyRefused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
@@ -71,10 +100,10 @@ impl BuiltContent {
     pub fn build(source: &Value, rules: &CopyRules<'_>) -> Result<Self, CopyRefused> {
         let mut content = build_content(source, rules.overlay, rules.metadata);
         if let Some(keys) = rules.keys {
-            crate::key_selection::select_keys(&mut content, keys).map_err(CopyRefused)?;
+            select_keys(&mut content, keys)?;
         }
         if let Some(fields) = rules.fields {
-            crate::field_exclusion::exclude_fields(&mut content, &fields.exclude).map_err(CopyRefused)?;
+            exclude_fields(&mut content, &fields.exclude).map_err(CopyRefused::invalid)?;
         }
         let hash = source_hash(&content);
         if let Some(annotations) = metadata_map(&mut content, "annotations") {
@@ -93,5 +122,38 @@ impl BuiltContent {
         let mut copy = self.content.clone();
         stamp_owner(&mut copy, owner, target);
         copy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn keys(include: &[&str]) -> KeySelection {
+        KeySelection {
+            include: Some(include.iter().map(|s| (*s).to_owned()).collect()),
+            ..KeySelection::default()
+        }
+    }
+
+    #[test]
+    fn an_invalid_object_is_told_apart_from_an_empty_one() {
+        let tls = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+                         "type": "kubernetes.io/tls", "data": {"ca.crt": "Qw==", "tls.crt": "Qw==", "tls.key": "Sw=="}});
+        let only_ca = keys(&["ca.crt"]);
+        let rules = CopyRules {
+            keys: Some(&only_ca),
+            ..CopyRules::default()
+        };
+        let refused = BuiltContent::build(&tls, &rules).expect_err("a tls Secret without its keys");
+        assert!(refused.invalid_object, "{refused}");
+        let nothing = keys(&["absent"]);
+        let rules = CopyRules {
+            keys: Some(&nothing),
+            ..CopyRules::default()
+        };
+        let refused = BuiltContent::build(&tls, &rules).expect_err("no selected key");
+        assert!(!refused.invalid_object, "{refused}");
     }
 }

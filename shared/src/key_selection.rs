@@ -60,10 +60,20 @@ pub fn unmet_type_rule(secret_type: &str, keys: &BTreeSet<String>) -> Option<Str
     }
 }
 
+/// Why `spec.keys` gives no copy of a source, with a message naming the spec field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeysRefused {
+    /// The copy would be an invalid object (one key twice, a Secret type without its keys): refused
+    /// at admission when the source is known.
+    InvalidObject(String),
+    /// The source has none of the selected keys: reported, not written empty.
+    NothingSelected(String),
+}
+
 /// Applies `selection` to the `data` and `binaryData` of built `content` (and to a Secret's
-/// `type`). Returns why no copy can be built, naming the spec field, when the result would be
-/// empty (unless `allowEmpty`), would hold one key twice, or would break the Secret's type.
-pub fn select_keys(content: &mut Value, selection: &KeySelection) -> Result<(), String> {
+/// `type`). Returns why no copy can be built when the result would be empty (unless `allowEmpty`),
+/// would hold one key twice, or would break the Secret's type.
+pub fn select_keys(content: &mut Value, selection: &KeySelection) -> Result<(), KeysRefused> {
     let Some(object) = content.as_object_mut() else {
         return Ok(());
     };
@@ -93,10 +103,10 @@ pub fn select_keys(content: &mut Value, selection: &KeySelection) -> Result<(), 
                 } else {
                     (key, earlier)
                 };
-                return Err(format!(
+                return Err(KeysRefused::InvalidObject(format!(
                     "spec.keys.rename: the keys {a:?} and {b:?} would both be named {name:?} in the copy; \
                      rename one of them to a free name or exclude one"
-                ));
+                )));
             }
             selected.insert(name, value);
         }
@@ -104,10 +114,10 @@ pub fn select_keys(content: &mut Value, selection: &KeySelection) -> Result<(), 
     }
 
     if named.is_empty() && (source_keys > 0 || include.is_some()) && selection.allow_empty != Some(true) {
-        return Err(format!(
+        return Err(KeysRefused::NothingSelected(format!(
             "spec.keys: the source has none of the selected keys (it has {source_keys}); nothing was \
              written (fix spec.keys.include/exclude, or set spec.keys.allowEmpty: true to copy an empty object)"
-        ));
+        )));
     }
 
     let is_secret = object.get("apiVersion").and_then(Value::as_str) == Some("v1")
@@ -121,10 +131,10 @@ pub fn select_keys(content: &mut Value, selection: &KeySelection) -> Result<(), 
         let keys: BTreeSet<String> = named.into_keys().collect();
         if let Some(unmet) = unmet_type_rule(&secret_type, &keys) {
             if selection.allow_type_change != Some(true) {
-                return Err(format!(
+                return Err(KeysRefused::InvalidObject(format!(
                     "spec.keys: a Secret of type {secret_type} {unmet} after spec.keys; set \
                      spec.keys.allowTypeChange: true to copy it as type Opaque, or keep those keys"
-                ));
+                )));
             }
             object.insert("type".into(), Value::String("Opaque".into()));
         }

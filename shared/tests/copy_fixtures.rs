@@ -104,7 +104,7 @@ fn every_case_builds_its_expected_copy_or_its_refusal() {
                         serde_json::to_string_pretty(expected).unwrap_or_default()
                     );
                 }
-                (None, Some(refused), Err(e)) => assert_eq!(&e.0, refused, "{at}"),
+                (None, Some(refused), Err(e)) => assert_eq!(&e.message, refused, "{at}"),
                 (_, _, built) => panic!("{at}: give exactly one of expected or refused; built {built:?}"),
             }
             count += 1;
