@@ -174,23 +174,22 @@ pub async fn review<C: ClusterView>(
         Endpoint::Validate => {
             let changed =
                 |field: &str| old_spec.and_then(|s| s.get(field)) != spec.and_then(|s| s.get(field));
-            let source_changed = changed("source");
-            if !source_changed && !changed("keys") {
+            // `spec.keys` decides what of the source a copy shows: a change of it is a change of
+            // what the author exposes, checked like a new source.
+            if !changed("source") && !changed("keys") {
                 return (allow, Verdict::Allowed);
             }
-            let mut warnings = Vec::new();
-            if source_changed {
-                match check_source(cluster, settings.policy, &request.user_info, &source).await {
-                    Ok(PolicyVerdict::Allow { warnings: w }) => warnings = w,
-                    Ok(PolicyVerdict::Deny(message)) => return deny(message),
-                    Err(error) => {
-                        return (
-                            AdmissionResponse::from(request).deny(policy_failure(&error)),
-                            Verdict::Error(error.category()),
-                        );
-                    }
+            let mut warnings = match check_source(cluster, settings.policy, &request.user_info, &source).await
+            {
+                Ok(PolicyVerdict::Allow { warnings }) => warnings,
+                Ok(PolicyVerdict::Deny(message)) => return deny(message),
+                Err(error) => {
+                    return (
+                        AdmissionResponse::from(request).deny(policy_failure(&error)),
+                        Verdict::Error(error.category()),
+                    );
                 }
-            }
+            };
             // After the source policy: only a user who may read the source learns about its keys.
             match check_content(cluster, &source, &checked.copy_rules()).await {
                 ContentVerdict::Deny(message) => return deny(message),
