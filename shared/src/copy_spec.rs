@@ -56,6 +56,7 @@ pub struct FieldExclusion {
     /// `metadata.name`, `metadata.namespace` or the operator's `projection.sh/` keys are refused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), inner(pattern(r"^\$"), length(min = 1, max = 1024)))]
+    #[x_kube(validation = Rule::new("self.all(p, !(p in ['$', '$.*', '$..*', '$.apiVersion', '$.kind', '$.metadata', '$.metadata.name', '$.metadata.namespace', '$.metadata.labels', '$.metadata.annotations']))").message("fields.exclude must not remove apiVersion, kind, metadata.name, metadata.namespace or the projection.sh/ keys"))]
     pub exclude: Vec<String>,
 }
 
