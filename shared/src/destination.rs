@@ -58,7 +58,8 @@ const JOB_GENERATED_TEMPLATE_LABELS: &[&str] = &[
 /// and ownership keys, `kubectl.kubernetes.io/last-applied-configuration`), every `projection.sh/`
 /// key and fields the apiserver allocated per object are dropped. The overlay is merged over the
 /// labels and annotations (overlay wins), then the owner's stamp is written last so nothing can
-/// override it.
+/// override it. The controller builds through [`crate::copy::BuiltContent`], which adds the spec's
+/// `metadata`, `keys` and `fields` rules and the source hash to these same steps.
 pub fn build_destination(source: &Value, overlay: Option<&Overlay>, owner: &Owner, target: &Target) -> Value {
     let mut copy = build_content(source, overlay, None);
     stamp_owner(&mut copy, owner, target);
