@@ -148,6 +148,39 @@ async fn only_ca_crt_of_a_tls_secret_travels_as_opaque_when_allowed_and_is_refus
 }
 
 #[tokio::test]
+async fn narrowing_an_existing_tls_copy_to_ca_crt_recreates_it_as_opaque() {
+    let env = env("carry-retype").await;
+    let _controller = controller(&[]).await;
+    let (src, dst) = env.names();
+    create(&env.api::<Secret>(&src), tls_secret("web-tls")).await;
+    let source = json!({"version": "v1", "kind": "Secret", "namespace": src, "name": "web-tls"});
+    create(&env.projections(), projection("tls", source, json!({}))).await;
+    let copies = env.api::<Secret>(&dst);
+    wait_current(&env, "tls", &copies, "web-tls").await;
+    let first = copies.get("web-tls").await.expect("copy");
+    assert_eq!(first.type_.as_deref(), Some("kubernetes.io/tls"));
+
+    // A Secret's type is immutable: the copy is deleted and created again, as type Opaque.
+    merge(
+        &env.projections(),
+        "tls",
+        json!({"spec": {"keys": {"include": ["ca.crt"], "allowTypeChange": true}}}),
+    )
+    .await;
+    let copy = wait_object(&copies, "web-tls", "the copy as Opaque", |c| {
+        c.type_.as_deref() == Some("Opaque")
+    })
+    .await;
+    assert_ne!(copy.uid(), first.uid(), "recreated");
+    let keys: Vec<String> = copy.data.clone().unwrap_or_default().into_keys().collect();
+    assert_eq!(keys, ["ca.crt"]);
+    let note = projection_tests::wait_for_event(&env.client, &dst, "tls", "DestinationRecreated").await;
+    assert!(note.starts_with(&format!("recreated {dst}/web-tls")), "{note}");
+    wait_current(&env, "tls", &copies, "web-tls").await;
+    env.finish().await;
+}
+
+#[tokio::test]
 async fn keys_follow_the_include_list_and_renames() {
     let env = env("carry-keys").await;
     let _controller = controller(&[]).await;
