@@ -86,15 +86,20 @@ pub fn exclude_fields(content: &mut Value, expressions: &[String]) -> Result<(),
     Ok(())
 }
 
-/// The message of `problem` with entry `index` of `spec.fields.exclude`.
-pub fn problem_message(index: usize, problem: &ExclusionProblem) -> String {
-    match problem {
-        ExclusionProblem::Unparsable(message) => {
-            format!("spec.fields.exclude[{index}]: not a JSONPath expression: {message}")
+impl ExclusionProblem {
+    /// The rule the expression breaks, for the user.
+    pub fn rule(&self) -> String {
+        match self {
+            Self::Unparsable(message) => format!("not a JSONPath expression: {message}"),
+            Self::Protected(path) => format!(
+                "reaches {path}, which every copy keeps (apiVersion, kind, metadata.name, \
+                 metadata.namespace and the projection.sh/ keys cannot be excluded)"
+            ),
         }
-        ExclusionProblem::Protected(path) => format!(
-            "spec.fields.exclude[{index}]: reaches {path}, which every copy keeps (apiVersion, kind, \
-             metadata.name, metadata.namespace and the projection.sh/ keys cannot be excluded)"
-        ),
     }
+}
+
+/// The message of `problem` with entry `index` of `spec.fields.exclude`.
+fn problem_message(index: usize, problem: &ExclusionProblem) -> String {
+    format!("spec.fields.exclude[{index}]: {}", problem.rule())
 }

@@ -10,7 +10,7 @@ use crate::{
         ClusterProjectionSpec, DNS1123_LABEL, DNS1123_SUBDOMAIN, GROUP_PATTERN, KIND_PATTERN, Overlay,
         ProjectionSpec, SourceRef, VERSION_PATTERN,
     },
-    field_exclusion::{check_expression, problem_message},
+    field_exclusion::check_expression,
     keys::RESERVED_PREFIX,
     self_copy::self_copy,
 };
@@ -422,11 +422,10 @@ fn validate_copy_rules(errors: &mut Vec<FieldError>, rules: &CopyRules<'_>) {
     if let Some(fields) = rules.fields {
         for (i, expression) in fields.exclude.iter().enumerate() {
             if let Err(problem) = check_expression(expression) {
-                let message = problem_message(i, &problem);
-                let (path, rule) = message
-                    .split_once(": ")
-                    .unwrap_or(("spec.fields.exclude", &message));
-                errors.push(FieldError::new(path, rule));
+                errors.push(FieldError::new(
+                    format!("spec.fields.exclude[{i}]"),
+                    problem.rule(),
+                ));
             }
         }
     }
