@@ -6,6 +6,7 @@
 //! request, so a namespace event or a source edit writes exactly the copies that differ.
 
 use crate::{
+    content::build_or_report,
     context::Context,
     error::Error,
     index::{CrRef, ObjectKey},
@@ -24,8 +25,9 @@ use kube::{
     runtime::{controller::Action, reflector::ObjectRef},
 };
 use shared::{
+    copy::{BuiltContent, CopyRules},
     crd::{ClusterProjection, ClusterProjectionStatus, WrittenDestination},
-    destination::{Target, build_destination},
+    destination::Target,
     fan_out::{CopyWrite, EventNote, Tally, name_first, pass_events, verdict},
     keys::CLUSTER_PROJECTION_FINALIZER,
     ownership::Owner,
@@ -75,6 +77,7 @@ fn destination_name(cp: &ClusterProjection) -> String {
 async fn apply(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error> {
     let current = cp.status.clone().unwrap_or_default();
     let pass = fan_out(cp, ctx, &current).await;
+    let built_hash = pass.as_ref().ok().map(|done| done.hash.clone());
     let (outcome, retry, reached) = match &pass {
         Ok(done) => (
             done.outcome.clone(),
@@ -93,13 +96,16 @@ async fn apply(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error> {
             },
         ),
     };
-    let next = cluster_status(
+    let mut next = cluster_status(
         &current,
         &outcome,
         reached,
         cp.meta().generation,
         &Time(Timestamp::now()),
     );
+    if built_hash.is_some() {
+        next.source_hash = built_hash;
+    }
     crate::reconcile::write_status(cp, ctx, &current, &next).await?;
     conclude(
         ctx,
@@ -117,6 +123,8 @@ struct FannedOut {
     tally: Tally,
     outcome: Outcome,
     retry: Retry,
+    /// The source hash every copy of this pass carries.
+    hash: String,
 }
 
 /// One pass: read the source and the targets, build and write a copy per target namespace, remove
@@ -168,9 +176,10 @@ async fn fan_out(
     let targets = rule.resolve(&ctx.namespaces.snapshot(), source, &name);
 
     // Build and write, then remove the copies no longer wanted.
-    let source_value = serde_json::to_value(&read.object)
-        .map_err(|e| failed(Reason::DestinationCreateFailed, e.to_string()))?;
-    let tally = Tally::of(write_all(ctx, cp, &read, &source_value, &owner, &targets.write, &name).await);
+    // The content is the same in every namespace: built (and refused) once.
+    let rules = CopyRules::of_cluster_projection(&cp.spec);
+    let built = build_or_report(ctx, &about, &read.object, &rules, failed).await?;
+    let tally = Tally::of(write_all(ctx, &read, &built, &owner, &targets.write, &name).await);
     let waiting = tally
         .conflicts()
         .map(|namespace| ObjectKey {
@@ -198,15 +207,15 @@ async fn fan_out(
         tally,
         outcome,
         retry,
+        hash: built.hash().to_owned(),
     })
 }
 
 /// Builds and writes the copy in each of `namespaces`, a capped number at a time.
 async fn write_all(
     ctx: &Context,
-    cp: &ClusterProjection,
     read: &Source,
-    source_value: &serde_json::Value,
+    built: &BuiltContent,
     owner: &Owner,
     namespaces: &[String],
     name: &str,
@@ -217,7 +226,7 @@ async fn write_all(
                 namespace: namespace.clone(),
                 name: name.to_owned(),
             };
-            let desired = build_destination(source_value, cp.spec.overlay.as_ref(), owner, &target);
+            let desired = built.place(owner, &target);
             let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &read.resource);
             async move {
                 let written = write_copy(

@@ -3,6 +3,7 @@
 
 mod cli;
 mod cluster_projection;
+mod content;
 mod context;
 mod discovery;
 mod error;

@@ -3,6 +3,7 @@
 //! `shared`; this module does the I/O around them.
 
 use crate::{
+    content::build_or_report,
     context::Context,
     error::Error,
     index::{CrRef, ObjectKey},
@@ -20,8 +21,9 @@ use kube::{
     runtime::{controller::Action, reflector::ObjectRef},
 };
 use shared::{
+    copy::CopyRules,
     crd::{Projection, ProjectionStatus, WrittenDestination},
-    destination::{Target, build_destination},
+    destination::Target,
     keys::PROJECTION_FINALIZER,
     ownership::Owner,
     reason::{Reason, Retry},
@@ -74,35 +76,40 @@ fn target_of(p: &Projection) -> Target {
 /// The reconcile proper: put the copy in place and report.
 async fn apply(p: &Projection, ctx: &Context) -> Result<Action, Error> {
     let status = p.status.clone().unwrap_or_default();
-    let (outcome, written, retry) = match project(p, ctx, &status).await {
-        Ok((written, resolved)) => (
+    let (outcome, written, retry, built_hash) = match project(p, ctx, &status).await {
+        Ok((written, resolved, hash)) => (
             Outcome::Projected {
                 resolved,
                 note: String::new(),
             },
             Some(written),
             Retry::OnChange,
+            Some(hash),
         ),
-        Err(f) => (f.outcome, f.written, f.retry),
+        Err(f) => (f.outcome, f.written, f.retry, None),
     };
-    let next = projection_status(
+    let mut next = projection_status(
         &status,
         &outcome,
         written,
         p.meta().generation,
         &Time(Timestamp::now()),
     );
+    if built_hash.is_some() {
+        next.source_hash = built_hash;
+    }
     crate::reconcile::write_status(p, ctx, &status, &next).await?;
     let name = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
     conclude(ctx, KIND, (&name, &p.uid().unwrap_or_default()), &outcome, retry)
 }
 
-/// Reads, checks, builds and writes. Returns what was written and the `SourceResolved` message.
+/// Reads, checks, builds and writes. Returns what was written, the `SourceResolved` message and the
+/// copy's source hash.
 async fn project(
     p: &Projection,
     ctx: &Context,
     status: &ProjectionStatus,
-) -> Result<(WrittenDestination, String), Failure> {
+) -> Result<(WrittenDestination, String, String), Failure> {
     let waker = CrRef::Projection(ObjectRef::from_obj(p));
     let owner = owner_of(p);
     let about = p.object_ref(&());
@@ -136,9 +143,9 @@ async fn project(
             .await;
         return Err(failed(Reason::DestinationConflict, message));
     }
-    let source_value = serde_json::to_value(&read.object)
-        .map_err(|e| failed(Reason::DestinationCreateFailed, e.to_string()))?;
-    let desired = build_destination(&source_value, p.spec.overlay.as_ref(), &owner, &target);
+    let rules = CopyRules::of_projection(&p.spec);
+    let built = build_or_report(ctx, &about, &read.object, &rules, failed).await?;
+    let desired = built.place(&owner, &target);
     let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &target.namespace, &read.resource);
     let copy = format!("{}/{}", target.namespace, target.name);
     let from = format!("{}/{}", source.namespace, source.name);
@@ -216,7 +223,7 @@ async fn project(
             Some(old),
         ));
     }
-    Ok((now_written, read.resolved_message))
+    Ok((now_written, read.resolved_message, built.hash().to_owned()))
 }
 
 /// Removes every copy this Projection may have written: the recorded one and the one at the current

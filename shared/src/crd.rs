@@ -7,6 +7,7 @@
 // Every `printcolumn(...)` repeats `type_ = "string"`, which clippy mistakes for a duplicated attribute.
 #![allow(clippy::duplicated_attributes)]
 
+use crate::copy_spec::{FieldExclusion, KeySelection, MetadataFilter};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -118,6 +119,15 @@ pub struct ProjectionSpec {
     /// Labels and annotations merged over the source's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlay: Option<Overlay>,
+    /// Which of the source's labels and annotations travel, over the default hygiene list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<MetadataFilter>,
+    /// Which keys of `data` / `binaryData` travel, and under which name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<KeySelection>,
+    /// Fields removed from the copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<FieldExclusion>,
 }
 
 /// Where a `ClusterProjection` writes its copies: exactly one of `namespaces` or
@@ -202,6 +212,15 @@ pub struct ClusterProjectionSpec {
     /// Labels and annotations merged over the source's, the same on every copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlay: Option<Overlay>,
+    /// Which of the source's labels and annotations travel, over the default hygiene list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<MetadataFilter>,
+    /// Which keys of `data` / `binaryData` travel, and under which name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<KeySelection>,
+    /// Fields removed from the copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<FieldExclusion>,
 }
 
 /// A standard Kubernetes condition (the schema of `metav1.Condition`).
@@ -263,6 +282,10 @@ pub struct ProjectionStatus {
     /// The copy as last written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_destination: Option<WrittenDestination>,
+    /// `projection.sh/source-hash` of the copy as last built: a copy carrying another value is not
+    /// current.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_hash: Option<String>,
 }
 
 /// One namespace a `ClusterProjection` could not write, and why.
@@ -300,4 +323,8 @@ pub struct ClusterProjectionStatus {
     /// The copies as last written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_destination: Option<WrittenDestination>,
+    /// `projection.sh/source-hash` of the copies as last built (the same in every namespace): a copy carrying another value is not
+    /// current.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_hash: Option<String>,
 }

@@ -2,8 +2,10 @@
 //! the target coordinates.
 
 use crate::{
+    copy_spec::MetadataFilter,
     crd::Overlay,
-    keys::{LAST_APPLIED, RESERVED_PREFIX},
+    keys::RESERVED_PREFIX,
+    metadata_hygiene::{MetadataField, travels},
     ownership::Owner,
 };
 use serde_json::{Map, Value};
@@ -48,13 +50,26 @@ const JOB_GENERATED_TEMPLATE_LABELS: &[&str] = &[
     "job-name",
 ];
 
-/// Builds the copy of `source` (a full object as read from the apiserver) for `owner` at `target`.
+/// Builds the copy of `source` (a full object as read from the apiserver) for `owner` at `target`,
+/// with every label and annotation travelling that the default hygiene list lets through.
 ///
 /// Only `metadata.labels` and `metadata.annotations` survive from the source's metadata; `status`,
-/// `kubectl.kubernetes.io/last-applied-configuration`, every `projection.sh/` key and fields the
-/// apiserver allocated per object are dropped. The overlay is merged over the labels and annotations
-/// (overlay wins), then the owner's stamp is written last so nothing can override it.
+/// the keys of [`NEVER_TRAVELS`](crate::metadata_hygiene::NEVER_TRAVELS) (another tool's tracking
+/// and ownership keys, `kubectl.kubernetes.io/last-applied-configuration`), every `projection.sh/`
+/// key and fields the apiserver allocated per object are dropped. The overlay is merged over the
+/// labels and annotations (overlay wins), then the owner's stamp is written last so nothing can
+/// override it. The controller builds through [`crate::copy::BuiltContent`], which adds the spec's
+/// `metadata`, `keys` and `fields` rules and the source hash to these same steps.
 pub fn build_destination(source: &Value, overlay: Option<&Overlay>, owner: &Owner, target: &Target) -> Value {
+    let mut copy = build_content(source, overlay, None);
+    stamp_owner(&mut copy, owner, target);
+    copy
+}
+
+/// The copy's content before it is placed: the source's object without server metadata and status,
+/// its labels and annotations filtered by the hygiene list and `metadata` (see
+/// [`travels`]), the overlay merged over them. Its metadata holds only `labels` and `annotations`.
+pub fn build_content(source: &Value, overlay: Option<&Overlay>, metadata: Option<&MetadataFilter>) -> Value {
     let mut copy = source.as_object().cloned().unwrap_or_default();
     copy.remove("status");
     let group = api_group(copy.get("apiVersion"));
@@ -63,14 +78,16 @@ pub fn build_destination(source: &Value, overlay: Option<&Overlay>, owner: &Owne
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
+    let core_kind = if group.is_empty() { kind.as_str() } else { "" };
 
     let source_meta = copy.remove("metadata").unwrap_or(Value::Null);
     let mut labels = string_map(&source_meta["labels"]);
     let mut annotations = string_map(&source_meta["annotations"]);
-    labels.retain(|k, _| !k.starts_with(RESERVED_PREFIX));
+    let label_filter = metadata.and_then(|m| m.labels.as_ref());
+    let annotation_filter = metadata.and_then(|m| m.annotations.as_ref());
+    labels.retain(|k, _| travels(MetadataField::Labels, core_kind, k, label_filter));
     annotations.retain(|k, _| {
-        !k.starts_with(RESERVED_PREFIX)
-            && k != LAST_APPLIED
+        travels(MetadataField::Annotations, core_kind, k, annotation_filter)
             && !CONTROLLER_STATE_ANNOTATIONS
                 .iter()
                 .any(|(g, kd, a)| *g == group && *kd == kind && a == k)
@@ -79,24 +96,58 @@ pub fn build_destination(source: &Value, overlay: Option<&Overlay>, owner: &Owne
         merge_overlay(&mut labels, overlay.labels.as_ref());
         merge_overlay(&mut annotations, overlay.annotations.as_ref());
     }
-    annotations.insert(
-        owner.annotation_key().to_owned(),
-        Value::String(owner.annotation_value()),
-    );
-    labels.insert(
-        owner.uid_label_key().to_owned(),
-        Value::String(owner.uid().to_owned()),
-    );
 
     let mut metadata = Map::new();
-    metadata.insert("name".into(), Value::String(target.name.clone()));
-    metadata.insert("namespace".into(), Value::String(target.namespace.clone()));
     metadata.insert("labels".into(), Value::Object(labels));
     metadata.insert("annotations".into(), Value::Object(annotations));
     copy.insert("metadata".into(), Value::Object(metadata));
 
     drop_allocated_fields(&group, &kind, &mut copy);
     Value::Object(copy)
+}
+
+/// Places built content at `target` and stamps `owner`'s ownership keys, last, so nothing built from
+/// the source or the spec can change them.
+pub fn stamp_owner(copy: &mut Value, owner: &Owner, target: &Target) {
+    if let Some(metadata) = object_at(copy, "metadata") {
+        metadata.insert("name".into(), Value::String(target.name.clone()));
+        metadata.insert("namespace".into(), Value::String(target.namespace.clone()));
+    }
+    if let Some(annotations) = metadata_map(copy, "annotations") {
+        annotations.insert(
+            owner.annotation_key().to_owned(),
+            Value::String(owner.annotation_value()),
+        );
+    }
+    if let Some(labels) = metadata_map(copy, "labels") {
+        labels.insert(
+            owner.uid_label_key().to_owned(),
+            Value::String(owner.uid().to_owned()),
+        );
+    }
+}
+
+/// `metadata.<field>` of `copy` (`labels` or `annotations`), created when absent or not a map;
+/// `None` only when `copy` is not an object.
+pub(crate) fn metadata_map<'a>(copy: &'a mut Value, field: &str) -> Option<&'a mut Map<String, Value>> {
+    let metadata = object_at(copy, "metadata")?;
+    let entry = metadata.entry(field).or_insert_with(|| Value::Object(Map::new()));
+    if !entry.is_object() {
+        *entry = Value::Object(Map::new());
+    }
+    entry.as_object_mut()
+}
+
+/// The object under `key` of the object `value`, created when absent or not an object.
+fn object_at<'a>(value: &'a mut Value, key: &str) -> Option<&'a mut Map<String, Value>> {
+    let entry = value
+        .as_object_mut()?
+        .entry(key)
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !entry.is_object() {
+        *entry = Value::Object(Map::new());
+    }
+    entry.as_object_mut()
 }
 
 /// The group of an `apiVersion` (`apps/v1` → `apps`, `v1` → ``).

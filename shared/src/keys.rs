@@ -24,3 +24,8 @@ pub const CLUSTER_PROJECTION_FINALIZER: &str = "projection.sh/cluster-finalizer"
 
 /// Written by `kubectl apply`; describes the source, not the copy, so it is never copied.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Copy annotation: SHA-256 (hex) of what was built from the source, before the ownership keys and
+/// without the copy's name and namespace, so every copy of one CR carries the same value and a copy
+/// is current exactly when it carries the hash its CR reports in `status.sourceHash`.
+pub const SOURCE_HASH: &str = "projection.sh/source-hash";

@@ -2,15 +2,22 @@
 //! process or server dependency (the services' runtime lives in the `runtime` crate, the generated
 //! files' generators in `codegen`).
 
+pub mod copy;
+pub mod copy_spec;
 pub mod crd;
 pub mod destination;
 pub mod fan_out;
+pub mod field_exclusion;
+pub mod globs;
+pub mod key_selection;
 pub mod keys;
+pub mod metadata_hygiene;
 pub mod ownership;
 pub mod projectable;
 pub mod reason;
 pub mod self_copy;
 pub mod source;
+pub mod source_hash;
 pub mod status;
 pub mod targets;
 pub mod unwanted;

@@ -75,6 +75,9 @@ named_enum! {
         DestinationWriteFailed,
         /// A ClusterProjection's destination has no usable target rule.
         TargetResolutionFailed,
+        /// The spec's `keys` or `fields` cannot make a valid copy of this source (a Secret type's
+        /// keys left out, two keys under one name, none of the selected keys): nothing is written.
+        DestinationInvalid,
     }
 }
 
@@ -149,9 +152,11 @@ impl Reason {
             DestinationDeleted | DestinationLeftAlone => Verb::Delete,
             SourceResolutionFailed => Verb::Resolve,
             SourceForbidden | SourceFetchFailed | SourceNotFound | SourceDeleted => Verb::Get,
-            SourceOptedOut | SourceNotProjectable | DestinationConflict | TargetResolutionFailed => {
-                Verb::Validate
-            }
+            SourceOptedOut
+            | SourceNotProjectable
+            | DestinationConflict
+            | TargetResolutionFailed
+            | DestinationInvalid => Verb::Validate,
             DestinationFetchFailed => Verb::Get,
             DestinationCreateFailed => Verb::Create,
             DestinationUpdateFailed => Verb::Update,
@@ -176,7 +181,8 @@ impl Reason {
             | SourceOptedOut
             | SourceNotProjectable
             | DestinationConflict
-            | TargetResolutionFailed => Retry::OnChange,
+            | TargetResolutionFailed
+            | DestinationInvalid => Retry::OnChange,
             // The apiserver may answer otherwise next time (or an admin widens the RBAC).
             SourceForbidden
             | SourceFetchFailed
@@ -203,7 +209,8 @@ impl Reason {
             | DestinationUpdateFailed
             | DestinationDeleteFailed
             | DestinationWriteFailed
-            | TargetResolutionFailed => ResultCategory::DestinationError,
+            | TargetResolutionFailed
+            | DestinationInvalid => ResultCategory::DestinationError,
             SourceResolutionFailed
             | SourceForbidden
             | SourceFetchFailed
@@ -262,6 +269,7 @@ mod tests {
                 "DestinationDeleteFailed",
                 "DestinationWriteFailed",
                 "TargetResolutionFailed",
+                "DestinationInvalid",
             ]
         );
         for reason in Reason::ALL {
@@ -404,6 +412,13 @@ mod tests {
             ),
             (
                 TargetResolutionFailed,
+                Some(Verb::Validate),
+                true,
+                Retry::OnChange,
+                "destination_error",
+            ),
+            (
+                DestinationInvalid,
                 Some(Verb::Validate),
                 true,
                 Retry::OnChange,

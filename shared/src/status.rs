@@ -210,10 +210,13 @@ pub fn projection_status(
         Outcome::Projected { .. } => written.as_ref().map(|w| w.name.clone()),
         _ => current.destination_name.clone(),
     };
+    // The reconciler records the hash of what it built; a withdrawn copy has none.
+    let source_hash = written.as_ref().and(current.source_hash.clone());
     ProjectionStatus {
         conditions: next_conditions(&current.conditions, outcome, generation, now),
         destination_name,
         written_destination: written,
+        source_hash,
     }
 }
 
@@ -259,6 +262,7 @@ pub fn cluster_status(
             namespaces_failed: count(failures.len()),
             failed_namespaces: summarize_failures(failures).map(|s| s.listed).unwrap_or_default(),
             written_destination: Some(written.clone()),
+            source_hash: current.source_hash.clone(),
         },
         ClusterPass::Stopped { written: None } => ClusterProjectionStatus {
             conditions,
@@ -267,6 +271,7 @@ pub fn cluster_status(
             namespaces_failed: 0,
             failed_namespaces: Vec::new(),
             written_destination: None,
+            source_hash: None,
         },
         ClusterPass::Stopped {
             written: Some(written),
@@ -277,6 +282,7 @@ pub fn cluster_status(
             namespaces_failed: current.namespaces_failed,
             failed_namespaces: current.failed_namespaces.clone(),
             written_destination: Some(written.clone()),
+            source_hash: current.source_hash.clone(),
         },
     }
 }

@@ -4,10 +4,13 @@
 //! apply` shows everything that needs fixing.
 
 use crate::{
+    copy::CopyRules,
+    copy_spec::{DATA_KEY_PATTERN, KEY_GLOB_PATTERN, METADATA_GLOB_PATTERN, MetadataKeyFilter},
     crd::{
         ClusterProjectionSpec, DNS1123_LABEL, DNS1123_SUBDOMAIN, GROUP_PATTERN, KIND_PATTERN, Overlay,
         ProjectionSpec, SourceRef, VERSION_PATTERN,
     },
+    field_exclusion::check_expression,
     keys::RESERVED_PREFIX,
     self_copy::self_copy,
 };
@@ -239,6 +242,7 @@ pub fn validate_projection(namespace: &str, spec: &ProjectionSpec) -> Vec<FieldE
         errors.push(FieldError::new(path, found.projection_message()));
     }
     validate_overlay(&mut errors, spec.overlay.as_ref());
+    validate_copy_rules(&mut errors, &CopyRules::of_projection(spec));
     errors
 }
 
@@ -269,6 +273,7 @@ pub fn validate_cluster_projection(spec: &ClusterProjectionSpec) -> Vec<FieldErr
         validate_selector(&mut errors, "spec.destination.namespaceSelector", selector);
     }
     validate_overlay(&mut errors, spec.overlay.as_ref());
+    validate_copy_rules(&mut errors, &CopyRules::of_cluster_projection(spec));
     errors
 }
 
@@ -379,6 +384,92 @@ fn validate_overlay(errors: &mut Vec<FieldError>, overlay: Option<&Overlay>) {
             "spec.overlay.annotations",
             format!("must total at most 256 KiB of keys and values (has {size} bytes)"),
         ));
+    }
+}
+
+/// The rules of `spec.metadata`, `spec.keys` and `spec.fields` (SPEC §10, "What a copy carries").
+fn validate_copy_rules(errors: &mut Vec<FieldError>, rules: &CopyRules<'_>) {
+    if let Some(metadata) = rules.metadata {
+        for (field, filter) in [
+            ("labels", metadata.labels.as_ref()),
+            ("annotations", metadata.annotations.as_ref()),
+        ] {
+            validate_metadata_filter(errors, &format!("spec.metadata.{field}"), filter);
+        }
+    }
+    if let Some(keys) = rules.keys {
+        validate_globs(errors, "spec.keys.include", keys.include.as_deref(), &KEY_GLOB);
+        validate_globs(errors, "spec.keys.exclude", keys.exclude.as_deref(), &KEY_GLOB);
+        if keys.include.as_ref().is_some_and(Vec::is_empty) {
+            errors.push(FieldError::new(
+                "spec.keys.include",
+                "must list at least one glob (omit include to select every key)",
+            ));
+        }
+        let mut targets: BTreeMap<&str, &str> = BTreeMap::new();
+        for (from, to) in keys.rename.iter().flatten() {
+            let at = format!("spec.keys.rename[{from}]");
+            DATA_KEY.check_required(errors, &at, from);
+            DATA_KEY.check_required(errors, &at, to);
+            if let Some(first) = targets.insert(to.as_str(), from.as_str()) {
+                errors.push(FieldError::new(
+                    &at,
+                    format!("renames onto {to:?}, as rename[{first}] does: two keys cannot share one name"),
+                ));
+            }
+        }
+    }
+    if let Some(fields) = rules.fields {
+        for (i, expression) in fields.exclude.iter().enumerate() {
+            if let Err(problem) = check_expression(expression) {
+                errors.push(FieldError::new(
+                    format!("spec.fields.exclude[{i}]"),
+                    problem.rule(),
+                ));
+            }
+        }
+    }
+}
+
+static KEY_GLOB: StringRule = string_rule!(
+    KEY_GLOB_PATTERN,
+    253,
+    "a data key or a glob of keys: alphanumerics, '-', '_', '.', with '*' for any run and '?' for one character, e.g. *.crt"
+);
+static DATA_KEY: StringRule = string_rule!(
+    DATA_KEY_PATTERN,
+    253,
+    "a data key: alphanumerics, '-', '_' or '.', e.g. ca.crt"
+);
+static METADATA_GLOB: StringRule = string_rule!(
+    METADATA_GLOB_PATTERN,
+    317,
+    "a label or annotation key or a glob of keys, with '*' for any run and '?' for one character, e.g. argocd.argoproj.io/*"
+);
+
+fn validate_globs(errors: &mut Vec<FieldError>, path: &str, globs: Option<&[String]>, rule: &StringRule) {
+    for (i, glob) in globs.into_iter().flatten().enumerate() {
+        rule.check_required(errors, &format!("{path}[{i}]"), glob);
+    }
+}
+
+fn validate_metadata_filter(errors: &mut Vec<FieldError>, path: &str, filter: Option<&MetadataKeyFilter>) {
+    let Some(filter) = filter else { return };
+    let include = filter.include.as_deref();
+    validate_globs(errors, &format!("{path}.include"), include, &METADATA_GLOB);
+    validate_globs(
+        errors,
+        &format!("{path}.exclude"),
+        filter.exclude.as_deref(),
+        &METADATA_GLOB,
+    );
+    for (i, glob) in include.into_iter().flatten().enumerate() {
+        if glob.starts_with(RESERVED_PREFIX) {
+            errors.push(FieldError::new(
+                format!("{path}.include[{i}]"),
+                format!("keys under {RESERVED_PREFIX} are reserved for the operator and never travel"),
+            ));
+        }
     }
 }
 

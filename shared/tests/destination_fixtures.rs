@@ -4,8 +4,10 @@
 use serde::Deserialize;
 use serde_json::Value;
 use shared::{
+    copy::{BuiltContent, CopyRules},
     crd::Overlay,
     destination::{Target, build_destination},
+    keys::SOURCE_HASH,
     ownership::Owner,
 };
 use std::path::Path;
@@ -69,6 +71,23 @@ fn every_fixture_builds_its_expected_copy() {
             serde_json::to_string_pretty(&built).unwrap_or_default(),
             serde_json::to_string_pretty(&fixture.expected).unwrap_or_default()
         );
+        // The controller's path (spec rules, then the hash) builds the same copy, plus the hash.
+        let rules = CopyRules {
+            overlay: fixture.overlay.as_ref(),
+            ..CopyRules::default()
+        };
+        let content = BuiltContent::build(&fixture.source, &rules).expect("no spec rule to refuse");
+        let mut placed = content.place(&owner, &target);
+        let hash = placed["metadata"]["annotations"]
+            .as_object_mut()
+            .and_then(|a| a.remove(SOURCE_HASH));
+        assert_eq!(
+            hash.as_ref().and_then(Value::as_str),
+            Some(content.hash()),
+            "{}",
+            path.display()
+        );
+        assert_eq!(placed, built, "{}: the controller's path differs", path.display());
         count += 1;
     }
     assert!(count >= 10, "only {count} fixtures found in {}", dir.display());

@@ -210,6 +210,33 @@ fn rejections() -> Vec<Rejection> {
             expect: &["spec.destination", "namespaceSelector must not be empty"],
         },
         Rejection {
+            case: "field exclusion of the name",
+            kind: "Projection",
+            spec: json!({"source": source.clone(), "fields": {"exclude": ["$.metadata.name"]}}),
+            expect: &[
+                "spec.fields.exclude",
+                "must not remove apiVersion, kind, metadata.name",
+            ],
+        },
+        Rejection {
+            case: "field exclusion that is no JSONPath",
+            kind: "Projection",
+            spec: json!({"source": source.clone(), "fields": {"exclude": ["spec.replicas"]}}),
+            expect: &["spec.fields.exclude[0]", "should match"],
+        },
+        Rejection {
+            case: "reserved metadata include",
+            kind: "Projection",
+            spec: json!({"source": source.clone(), "metadata": {"labels": {"include": ["projection.sh/x"]}}}),
+            expect: &["spec.metadata.labels.include", "reserved for the operator"],
+        },
+        Rejection {
+            case: "empty keys include",
+            kind: "Projection",
+            spec: json!({"source": source.clone(), "keys": {"include": []}}),
+            expect: &["spec.keys.include", "should have at least 1 items"],
+        },
+        Rejection {
             case: "missing destination",
             kind: "ClusterProjection",
             spec: json!({"source": source}),

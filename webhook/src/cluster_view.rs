@@ -54,6 +54,17 @@ pub trait ClusterView: Send + Sync + 'static {
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<BTreeMap<String, String>>, PolicyError>> + Send;
+
+    /// The whole object, or `None` when it does not exist or this view cannot read it (then the
+    /// checks that need it are left to the controller).
+    fn object(
+        &self,
+        _resource: &ApiResource,
+        _namespace: &str,
+        _name: &str,
+    ) -> impl Future<Output = Result<Option<serde_json::Value>, PolicyError>> + Send {
+        async { Ok(None) }
+    }
 }
 
 /// A discovery miss refreshes the snapshot at most this often (a CRD installed just before its
@@ -190,5 +201,16 @@ impl ClusterView for Arc<KubeCluster> {
             .await
             .map_err(PolicyError::SourceRead)?;
         Ok(meta.map(|m| m.metadata.annotations.unwrap_or_default()))
+    }
+
+    async fn object(
+        &self,
+        resource: &ApiResource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>, PolicyError> {
+        let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, resource);
+        let object = api.get_opt(name).await.map_err(PolicyError::SourceRead)?;
+        Ok(object.and_then(|o| serde_json::to_value(o).ok()))
     }
 }

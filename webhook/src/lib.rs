@@ -4,6 +4,7 @@
 pub mod certs;
 pub mod cli;
 pub mod cluster_view;
+pub mod content_check;
 pub mod error;
 pub mod handler;
 pub mod metrics;

@@ -8,6 +8,7 @@
 
 use crate::{
     cluster_view::ClusterView,
+    content_check::{ContentVerdict, check_content},
     error::PolicyError,
     policy::{PolicySettings, PolicyVerdict, check_source},
 };
@@ -17,7 +18,8 @@ use kube::core::{
 };
 use serde_json::{Value, json};
 use shared::{
-    crd::SourceRef,
+    copy::CopyRules,
+    crd::{ClusterProjectionSpec, ProjectionSpec, SourceRef},
     validation::{check_cluster_projection, check_projection},
 };
 
@@ -149,13 +151,20 @@ pub async fn review<C: ClusterView>(
     let checked = match kind {
         Reviewed::Projection => {
             let namespace = request.namespace.as_deref().unwrap_or_default();
-            check_projection(namespace, spec).map(|s| (s.source, s.destination.and_then(|d| d.name)))
+            check_projection(namespace, spec).map(Checked::Projection)
         }
-        Reviewed::ClusterProjection => check_cluster_projection(spec).map(|s| (s.source, s.destination.name)),
+        Reviewed::ClusterProjection => check_cluster_projection(spec).map(Checked::Cluster),
     };
-    let (source, destination_name) = match checked {
+    let checked = match checked {
         Ok(checked) => checked,
         Err(invalid) => return deny(invalid.to_string()),
+    };
+    let (source, destination_name) = match &checked {
+        Checked::Projection(s) => (
+            s.source.clone(),
+            s.destination.as_ref().and_then(|d| d.name.clone()),
+        ),
+        Checked::Cluster(s) => (s.source.clone(), s.destination.name.clone()),
     };
     match endpoint {
         Endpoint::Mutate => (
@@ -163,22 +172,48 @@ pub async fn review<C: ClusterView>(
             Verdict::Allowed,
         ),
         Endpoint::Validate => {
-            let source_changed = old_spec.and_then(|s| s.get("source")) != spec.and_then(|s| s.get("source"));
-            if !source_changed {
+            let changed =
+                |field: &str| old_spec.and_then(|s| s.get(field)) != spec.and_then(|s| s.get(field));
+            // `spec.keys` decides what of the source a copy shows: a change of it is a change of
+            // what the author exposes, checked like a new source.
+            if !changed("source") && !changed("keys") {
                 return (allow, Verdict::Allowed);
             }
-            match check_source(cluster, settings.policy, &request.user_info, &source).await {
-                Ok(PolicyVerdict::Allow { warnings }) => {
-                    let mut response = allow;
-                    response.warnings = (!warnings.is_empty()).then_some(warnings);
-                    (response, Verdict::Allowed)
+            let mut warnings = match check_source(cluster, settings.policy, &request.user_info, &source).await
+            {
+                Ok(PolicyVerdict::Allow { warnings }) => warnings,
+                Ok(PolicyVerdict::Deny(message)) => return deny(message),
+                Err(error) => {
+                    return (
+                        AdmissionResponse::from(request).deny(policy_failure(&error)),
+                        Verdict::Error(error.category()),
+                    );
                 }
-                Ok(PolicyVerdict::Deny(message)) => deny(message),
-                Err(error) => (
-                    AdmissionResponse::from(request).deny(policy_failure(&error)),
-                    Verdict::Error(error.category()),
-                ),
+            };
+            // After the source policy: only a user who may read the source learns about its keys.
+            match check_content(cluster, &source, &checked.copy_rules()).await {
+                ContentVerdict::Deny(message) => return deny(message),
+                ContentVerdict::Warn(warning) => warnings.push(warning),
+                ContentVerdict::Fine => {}
             }
+            let mut response = allow;
+            response.warnings = (!warnings.is_empty()).then_some(warnings);
+            (response, Verdict::Allowed)
+        }
+    }
+}
+
+/// A spec that passed validation.
+enum Checked {
+    Projection(ProjectionSpec),
+    Cluster(ClusterProjectionSpec),
+}
+
+impl Checked {
+    fn copy_rules(&self) -> CopyRules<'_> {
+        match self {
+            Self::Projection(spec) => CopyRules::of_projection(spec),
+            Self::Cluster(spec) => CopyRules::of_cluster_projection(spec),
         }
     }
 }

@@ -661,3 +661,56 @@ async fn sigterm_turns_readiness_off_then_exits_cleanly() {
     let exit = process.terminate().expect("exits");
     assert!(exit.success(), "exit status {exit}");
 }
+
+/// `spec.keys` against a readable source (SPEC §10): a spec whose copy would be an invalid Secret is
+/// refused at `kubectl apply` with the controller's own message; `allowTypeChange` admits it; a
+/// source with none of the selected keys is admitted with a warning (the controller reports it).
+#[tokio::test]
+async fn a_spec_whose_copy_would_be_an_invalid_secret_is_denied_at_kubectl_apply() {
+    let (_serial, client) = serial_cluster().await;
+    let src = TestNamespace::create(&client, "webhook-keys-src").await;
+    let dst = TestNamespace::create(&client, "webhook-keys-dst").await;
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "web-tls", "namespace": src.name(),
+                     "annotations": {"projection.sh/projectable": "true"}},
+        "type": "kubernetes.io/tls",
+        "data": {"ca.crt": "Q0E=", "tls.crt": "Q1JU", "tls.key": "S0VZ"}
+    }))
+    .expect("secret");
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), src.name())
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("secret created");
+    let _webhook = Webhook::start(&[]).await;
+    let projection = |keys: Value| {
+        manifest(
+            "Projection",
+            "ca",
+            Some(dst.name()),
+            json!({"source": {"kind": "Secret", "namespace": src.name(), "name": "web-tls"}, "keys": keys}),
+        )
+    };
+
+    let refused = format!(
+        "spec.keys: a Secret of type kubernetes.io/tls needs the keys tls.crt and tls.key (missing: \
+         tls.crt, tls.key) after spec.keys; set spec.keys.allowTypeChange: true to copy it as type \
+         Opaque, or keep those keys (source Secret {}/web-tls)",
+        src.name()
+    );
+    let out = apply(&projection(json!({"include": ["ca.crt"]})));
+    assert_denied(&out, &refused);
+    println!("kubectl apply said:\n{}", stderr(&out));
+    assert_admitted(&apply(&projection(
+        json!({"include": ["ca.crt"], "allowTypeChange": true}),
+    )));
+    // A change of the keys alone is checked again.
+    assert_denied(
+        &apply(&projection(json!({"include": ["ca.crt", "tls.crt"]}))),
+        &refused.replace("(missing: tls.crt, tls.key)", "(missing: tls.key)"),
+    );
+    let warned = assert_admitted(&apply(&projection(json!({"include": ["none-*"]}))));
+    assert!(
+        warned.contains("Warning: spec.keys: the source has none of the selected keys (it has 3)"),
+        "{warned}"
+    );
+}

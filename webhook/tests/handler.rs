@@ -229,6 +229,26 @@ async fn source_policy_runs_only_when_the_source_changes() {
 }
 
 #[tokio::test]
+async fn a_change_of_spec_keys_is_checked_like_a_new_source() {
+    // spec.keys decides what of the source a copy shows: bob, who may not read the source, cannot
+    // widen it on alice's Projection; alice can.
+    let mut review = fixture();
+    review["request"]["operation"] = json!("UPDATE");
+    review["request"]["oldObject"] = review["request"]["object"].clone();
+    review["request"]["object"]["spec"]["keys"] = json!({"include": ["*"]});
+    let response = post(&app(), "/validate", &review).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    review["request"]["userInfo"]["username"] = json!("bob");
+    let response = post(&app(), "/validate", &review).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    let message = response["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("bob may not get configmaps platform/shared-settings"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
 async fn source_policy_verdicts() {
     let cluster = || FixedCluster {
         sources: BTreeMap::from([
