@@ -10,11 +10,11 @@ use crate::{
     error::Error,
     index::{CrRef, ObjectKey},
     reconcile::{
-        ProjectionKind, Source, conclude, copies_remain, gvk_display, observe_first_copy, read_or_withdraw,
-        resolved_kind, written_destination,
+        ProjectionKind, Source, conclude, conclude_suspended, copies_remain, gvk_display, observe_first_copy,
+        read_or_withdraw, resolved_kind, written_destination,
     },
     watches::Tier,
-    writer::{Removed, WriteError, Written, recorded_resource, remove_known, write_copy},
+    writer::{Removed, WriteError, Written, recorded_resource, release_known, write_copy},
 };
 use futures::StreamExt;
 use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
@@ -28,6 +28,10 @@ use shared::{
     destination::{Target, build_destination},
     fan_out::{CopyWrite, EventNote, Tally, name_first, pass_events, verdict},
     keys::CLUSTER_PROJECTION_FINALIZER,
+    lifecycle::{
+        Release, handled_request, is_suspended, on_cr_deletion, on_source_loss, requested_at, stamp_request,
+        suspended_conditions,
+    },
     ownership::Owner,
     reason::{Reason, Retry},
     source::GroupKind,
@@ -74,7 +78,19 @@ fn destination_name(cp: &ClusterProjection) -> String {
 /// Puts the copies in place and reports: one status, built once, whichever step the pass stopped at.
 async fn apply(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error> {
     let current = cp.status.clone().unwrap_or_default();
-    let pass = fan_out(cp, ctx, &current).await;
+    let object = (cp.name_any(), cp.uid().unwrap_or_default());
+    if is_suspended(cp.spec.suspend) {
+        // Nothing is read, written or deleted; the conditions and counts of the last pass stay.
+        let now = Time(Timestamp::now());
+        let next = ClusterProjectionStatus {
+            conditions: suspended_conditions(&current.conditions, cp.meta().generation, &now),
+            ..current.clone()
+        };
+        crate::reconcile::write_status(cp, ctx, &current, &next).await?;
+        return Ok(conclude_suspended(ctx, KIND, (&object.0, &object.1)));
+    }
+    let requested = requested_at(cp.meta().annotations.as_ref());
+    let pass = fan_out(cp, ctx, &current, requested).await;
     let (outcome, retry, reached) = match &pass {
         Ok(done) => (
             done.outcome.clone(),
@@ -93,21 +109,16 @@ async fn apply(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error> {
             },
         ),
     };
-    let next = cluster_status(
+    let mut next = cluster_status(
         &current,
         &outcome,
         reached,
         cp.meta().generation,
         &Time(Timestamp::now()),
     );
+    next.last_handled_reconcile_at = handled_request(requested, current.last_handled_reconcile_at.as_deref());
     crate::reconcile::write_status(cp, ctx, &current, &next).await?;
-    conclude(
-        ctx,
-        KIND,
-        (&cp.name_any(), &cp.uid().unwrap_or_default()),
-        &outcome,
-        retry,
-    )
+    conclude(ctx, KIND, (&object.0, &object.1), &outcome, retry)
 }
 
 /// A pass that reached the fan-out.
@@ -119,12 +130,14 @@ struct FannedOut {
     retry: Retry,
 }
 
-/// One pass: read the source and the targets, build and write a copy per target namespace, remove
-/// the copies no longer wanted, report. Every decision on the way is `shared`'s.
+/// One pass: read the source and the targets, build and write a copy per target namespace (stamped
+/// with the `requested` reconcile, if any), remove the copies no longer wanted, report. Every
+/// decision on the way is `shared`'s.
 async fn fan_out(
     cp: &ClusterProjection,
     ctx: &Context,
     current: &ClusterProjectionStatus,
+    requested: Option<&str>,
 ) -> Result<FannedOut, Failure> {
     let cp_ref = ObjectRef::from_obj(cp);
     let cr = CrRef::Cluster(cp_ref.clone());
@@ -143,10 +156,14 @@ async fn fan_out(
         &about,
         recorded.as_ref(),
         ever_projected,
-        |resource| {
+        |resource, reason| {
             let current = (source.group_kind(), resource);
             let (owner, about, recorded) = (&owner, &about, recorded.as_ref());
-            async move { sweep(ctx, owner, about, recorded, Some((&current.0, &current.1))).await }
+            let release = on_source_loss(cp.spec.source_deletion_policy, reason);
+            async move {
+                let current = Some((&current.0, &current.1));
+                sweep(ctx, (owner, about), recorded, current, release).await
+            }
         },
     )
     .await?;
@@ -170,7 +187,11 @@ async fn fan_out(
     // Build and write, then remove the copies no longer wanted.
     let source_value = serde_json::to_value(&read.object)
         .map_err(|e| failed(Reason::DestinationCreateFailed, e.to_string()))?;
-    let tally = Tally::of(write_all(ctx, cp, &read, &source_value, &owner, &targets.write, &name).await);
+    let copies = Copies {
+        name: &name,
+        requested,
+    };
+    let tally = Tally::of(write_all(ctx, cp, &read, &source_value, &owner, &targets.write, copies).await);
     let waiting = tally
         .conflicts()
         .map(|namespace| ObjectKey {
@@ -201,6 +222,13 @@ async fn fan_out(
     })
 }
 
+/// The name of the copies and the reconcile request they are stamped with.
+#[derive(Clone, Copy)]
+struct Copies<'a> {
+    name: &'a str,
+    requested: Option<&'a str>,
+}
+
 /// Builds and writes the copy in each of `namespaces`, a capped number at a time.
 async fn write_all(
     ctx: &Context,
@@ -209,15 +237,16 @@ async fn write_all(
     source_value: &serde_json::Value,
     owner: &Owner,
     namespaces: &[String],
-    name: &str,
+    copies: Copies<'_>,
 ) -> Vec<(String, CopyWrite)> {
     futures::stream::iter(namespaces.iter().cloned())
         .map(|namespace| {
             let target = Target {
                 namespace: namespace.clone(),
-                name: name.to_owned(),
+                name: copies.name.to_owned(),
             };
-            let desired = build_destination(source_value, cp.spec.overlay.as_ref(), owner, &target);
+            let mut desired = build_destination(source_value, cp.spec.overlay.as_ref(), owner, &target);
+            stamp_request(&mut desired, copies.requested);
             let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &read.resource);
             async move {
                 let written = write_copy(
@@ -255,18 +284,20 @@ async fn remove_unwanted(
         .into_iter()
         .filter(|o| is_unwanted(&o.metadata, owner, keep, name))
         .collect();
+    let release = Releasing {
+        release: Release::Delete,
+        report_left_alone: false,
+    };
     let mut cleaned = remove_all(
         ctx,
-        owner,
-        about,
-        &read.group_kind,
-        &read.resource,
+        (owner, about),
+        (&read.group_kind, &read.resource),
         &unwanted,
-        false,
+        release,
     )
     .await;
     if let Some(old) = earlier {
-        cleaned &= sweep(ctx, owner, about, Some(&old), None).await;
+        cleaned &= sweep(ctx, (owner, about), Some(&old), None, Release::Delete).await;
     }
     cleaned
 }
@@ -278,6 +309,7 @@ fn copy_write(written: Result<Written, WriteError>) -> CopyWrite {
         Ok(Written::Updated) => CopyWrite::Updated,
         Ok(Written::Recreated(why)) => CopyWrite::Recreated(why),
         Ok(Written::Unchanged) => CopyWrite::Unchanged,
+        Ok(Written::Adopted) => CopyWrite::Adopted,
         Err(e) => CopyWrite::Failed {
             reason: e.reason(),
             message: e.message(),
@@ -285,14 +317,14 @@ fn copy_write(written: Result<Written, WriteError>) -> CopyWrite {
     }
 }
 
-/// Removes every copy of `owner` of the recorded kind and of the current kind, in every namespace.
-/// Returns whether all are gone.
+/// Releases (deletes or orphans, as `release` says) every copy of `owner` of the recorded kind and
+/// of the current kind, in every namespace. Returns whether all are out of our hands.
 async fn sweep(
     ctx: &Context,
-    owner: &Owner,
-    about: &ObjectReference,
+    (owner, about): (&Owner, &ObjectReference),
     recorded: Option<&WrittenDestination>,
     current: Option<(&GroupKind, &ApiResource)>,
+    release: Release,
 ) -> bool {
     let mut kinds: Vec<(GroupKind, ApiResource)> = current
         .map(|(gk, r)| (gk.clone(), r.clone()))
@@ -326,38 +358,55 @@ async fn sweep(
             .into_iter()
             .filter(|o| is_labelled_for(&o.metadata, owner))
             .collect();
-        all_gone &= remove_all(ctx, owner, about, &group_kind, &resource, &mine, true).await;
+        let releasing = Releasing {
+            release,
+            report_left_alone: true,
+        };
+        all_gone &= remove_all(ctx, (owner, about), (&group_kind, &resource), &mine, releasing).await;
     }
     all_gone
 }
 
-/// Deletes the given copies that `owner` still owns, reporting deletions (and, when
-/// `report_left_alone`, copies kept because their ownership annotation was removed or changed).
+/// How a removal treats the copies it finds.
+#[derive(Clone, Copy)]
+struct Releasing {
+    /// Delete or orphan them.
+    release: Release,
+    /// Report copies kept because their ownership annotation was removed or changed.
+    report_left_alone: bool,
+}
+
+/// Deletes (or orphans) the given copies that `owner` still owns, reporting what it did with one
+/// event per kind of result.
 async fn remove_all(
     ctx: &Context,
-    owner: &Owner,
-    about: &ObjectReference,
-    group_kind: &GroupKind,
-    resource: &ApiResource,
+    (owner, about): (&Owner, &ObjectReference),
+    (group_kind, resource): (&GroupKind, &ApiResource),
     objects: &[Arc<DynamicObject>],
-    report_left_alone: bool,
+    releasing: Releasing,
 ) -> bool {
+    let Releasing {
+        release,
+        report_left_alone,
+    } = releasing;
     let results: Vec<(String, Result<Removed, kube::Error>)> = futures::stream::iter(objects.iter().cloned())
         .map(|object| async move {
             let namespace = object.namespace().unwrap_or_default();
             let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, resource);
-            let result = remove_known(&ctx.watches, &api, group_kind, &object, owner).await;
+            let result = release_known(&ctx.watches, &api, group_kind, &object, owner, release).await;
             (format!("{namespace}/{}", object.name_any()), result)
         })
         .buffer_unordered(ctx.settings.write_concurrency.max(1))
         .collect()
         .await;
     let mut deleted = Vec::new();
+    let mut orphaned = Vec::new();
     let mut events = Vec::new();
     let mut all_gone = true;
     for (copy, result) in results {
         match result {
             Ok(Removed::Deleted) => deleted.push(copy),
+            Ok(Removed::Orphaned) => orphaned.push(copy),
             Ok(Removed::LeftAlone) if report_left_alone => events.push(EventNote {
                 reason: Reason::DestinationLeftAlone,
                 note: format!("{copy} (not owned)"),
@@ -375,11 +424,18 @@ async fn remove_all(
             note: name_first(deleted),
         });
     }
+    if !orphaned.is_empty() {
+        events.push(EventNote {
+            reason: Reason::DestinationOrphaned,
+            note: format!("{} left in place, no longer managed", name_first(orphaned)),
+        });
+    }
     ctx.events.publish_all(about, events).await;
     all_gone
 }
 
-/// Deletion of the ClusterProjection: every copy it owns goes first, across the cluster.
+/// Deletion of the ClusterProjection: every copy it owns goes first across the cluster, or is
+/// orphaned with `deletionPolicy: Orphan`.
 async fn cleanup(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error> {
     let owner = owner_of(cp);
     let about = cp.object_ref(&());
@@ -387,10 +443,10 @@ async fn cleanup(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error>
     let current = resolved_kind(ctx, &cp.spec.source).await;
     let all_gone = sweep(
         ctx,
-        &owner,
-        &about,
+        (&owner, &about),
         recorded.as_ref(),
         current.as_ref().map(|(gk, r)| (gk, r)),
+        on_cr_deletion(cp.spec.deletion_policy),
     )
     .await;
     if !all_gone {

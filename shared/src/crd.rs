@@ -72,6 +72,17 @@ pub struct ProjectionDestination {
     pub name: Option<String>,
 }
 
+// What happens to copies whose CR or source goes. (A plain comment: a doc comment here would replace
+// the fields' own descriptions in the CRD schema.)
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+pub enum CopyPolicy {
+    /// The copies are deleted.
+    #[default]
+    Delete,
+    /// The copies stay, stripped of our ownership annotation, label and source hash.
+    Orphan,
+}
+
 /// Mirror one namespaced object into this Projection's namespace.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[kube(
@@ -106,6 +117,12 @@ pub struct ProjectionDestination {
         type_ = "string",
         json_path = ".status.conditions[?(@.type=='Ready')].status"
     ),
+    printcolumn(
+        name = "Suspended",
+        type_ = "boolean",
+        json_path = ".spec.suspend",
+        priority = 1
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -118,6 +135,18 @@ pub struct ProjectionSpec {
     /// Labels and annotations merged over the source's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlay: Option<Overlay>,
+    /// While true, no copy is written or deleted (deleting the CR still follows `deletionPolicy`);
+    /// setting it back to false catches up with one full reconcile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+    /// What deleting this CR does to its copies: `Delete` (the default) removes them, `Orphan`
+    /// leaves them without our ownership annotation, label and source hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<CopyPolicy>,
+    /// What a source that no longer exists does to the copies: `Delete` (the default) or `Orphan`.
+    /// A source that vetoes projection always has its copies removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_deletion_policy: Option<CopyPolicy>,
 }
 
 /// Where a `ClusterProjection` writes its copies: exactly one of `namespaces` or
@@ -191,6 +220,12 @@ pub struct ClusterProjectionDestination {
         type_ = "string",
         json_path = ".status.conditions[?(@.type=='Ready')].status"
     ),
+    printcolumn(
+        name = "Suspended",
+        type_ = "boolean",
+        json_path = ".spec.suspend",
+        priority = 1
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -202,13 +237,25 @@ pub struct ClusterProjectionSpec {
     /// Labels and annotations merged over the source's, the same on every copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlay: Option<Overlay>,
+    /// While true, no copy is written or deleted (deleting the CR still follows `deletionPolicy`);
+    /// setting it back to false catches up with one full reconcile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+    /// What deleting this CR does to its copies: `Delete` (the default) removes them, `Orphan`
+    /// leaves them without our ownership annotation, label and source hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<CopyPolicy>,
+    /// What a source that no longer exists does to the copies: `Delete` (the default) or `Orphan`.
+    /// A source that vetoes projection always has its copies removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_deletion_policy: Option<CopyPolicy>,
 }
 
 /// A standard Kubernetes condition (the schema of `metav1.Condition`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// `SourceResolved`, `DestinationWritten` or `Ready`.
+    /// `SourceResolved`, `DestinationWritten`, `Ready` or `Suspended`.
     #[schemars(
         pattern(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"),
         length(max = 316)
@@ -263,6 +310,9 @@ pub struct ProjectionStatus {
     /// The copy as last written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_destination: Option<WrittenDestination>,
+    /// The last `projection.sh/requested-at` value a reconcile handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
 }
 
 /// One namespace a `ClusterProjection` could not write, and why.
@@ -300,4 +350,7 @@ pub struct ClusterProjectionStatus {
     /// The copies as last written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_destination: Option<WrittenDestination>,
+    /// The last `projection.sh/requested-at` value a reconcile handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
 }

@@ -2,10 +2,12 @@
 //! process or server dependency (the services' runtime lives in the `runtime` crate, the generated
 //! files' generators in `codegen`).
 
+pub mod adoption;
 pub mod crd;
 pub mod destination;
 pub mod fan_out;
 pub mod keys;
+pub mod lifecycle;
 pub mod ownership;
 pub mod projectable;
 pub mod reason;

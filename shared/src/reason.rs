@@ -75,6 +75,12 @@ named_enum! {
         DestinationWriteFailed,
         /// A ClusterProjection's destination has no usable target rule.
         TargetResolutionFailed,
+        /// `Suspended=True`: `spec.suspend` holds every write and deletion of copies.
+        Suspended,
+        /// Event: a copy was left in place without our ownership keys (an `Orphan` policy).
+        DestinationOrphaned,
+        /// Event: an existing object whose owner consented (`projection.sh/adopt-by`) became a copy.
+        DestinationAdopted,
     }
 }
 
@@ -145,7 +151,7 @@ impl Reason {
         use Reason::*;
         Some(match self {
             Projected => Verb::Create,
-            Updated | DestinationRecreated => Verb::Update,
+            Updated | DestinationRecreated | DestinationOrphaned | DestinationAdopted => Verb::Update,
             DestinationDeleted | DestinationLeftAlone => Verb::Delete,
             SourceResolutionFailed => Verb::Resolve,
             SourceForbidden | SourceFetchFailed | SourceNotFound | SourceDeleted => Verb::Get,
@@ -155,7 +161,9 @@ impl Reason {
             DestinationFetchFailed => Verb::Get,
             DestinationCreateFailed => Verb::Create,
             DestinationUpdateFailed => Verb::Update,
-            Resolved | SourceNotResolved | DestinationDeleteFailed | DestinationWriteFailed => return None,
+            Resolved | SourceNotResolved | DestinationDeleteFailed | DestinationWriteFailed | Suspended => {
+                return None;
+            }
         })
     }
 
@@ -187,7 +195,8 @@ impl Reason {
             | DestinationWriteFailed => Retry::Backoff,
             // Not failures: nothing to retry until something changes.
             Resolved | Projected | Updated | DestinationRecreated | DestinationDeleted
-            | DestinationLeftAlone | SourceNotResolved => Retry::OnChange,
+            | DestinationLeftAlone | SourceNotResolved | Suspended | DestinationOrphaned
+            | DestinationAdopted => Retry::OnChange,
         }
     }
 
@@ -196,7 +205,9 @@ impl Reason {
         use Reason::*;
         match self {
             Resolved | Projected | Updated | DestinationRecreated | DestinationDeleted
-            | DestinationLeftAlone => ResultCategory::Success,
+            | DestinationLeftAlone | Suspended | DestinationOrphaned | DestinationAdopted => {
+                ResultCategory::Success
+            }
             DestinationConflict => ResultCategory::Conflict,
             DestinationFetchFailed
             | DestinationCreateFailed
@@ -262,6 +273,9 @@ mod tests {
                 "DestinationDeleteFailed",
                 "DestinationWriteFailed",
                 "TargetResolutionFailed",
+                "Suspended",
+                "DestinationOrphaned",
+                "DestinationAdopted",
             ]
         );
         for reason in Reason::ALL {
@@ -408,6 +422,21 @@ mod tests {
                 true,
                 Retry::OnChange,
                 "destination_error",
+            ),
+            (Suspended, None, false, Retry::OnChange, "success"),
+            (
+                DestinationOrphaned,
+                Some(Verb::Update),
+                false,
+                Retry::OnChange,
+                "success",
+            ),
+            (
+                DestinationAdopted,
+                Some(Verb::Update),
+                false,
+                Retry::OnChange,
+                "success",
             ),
         ];
         assert_eq!(table.len(), Reason::ALL.len(), "every reason is in the table");

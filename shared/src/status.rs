@@ -214,6 +214,7 @@ pub fn projection_status(
         conditions: next_conditions(&current.conditions, outcome, generation, now),
         destination_name,
         written_destination: written,
+        last_handled_reconcile_at: current.last_handled_reconcile_at.clone(),
     }
 }
 
@@ -259,6 +260,7 @@ pub fn cluster_status(
             namespaces_failed: count(failures.len()),
             failed_namespaces: summarize_failures(failures).map(|s| s.listed).unwrap_or_default(),
             written_destination: Some(written.clone()),
+            last_handled_reconcile_at: current.last_handled_reconcile_at.clone(),
         },
         ClusterPass::Stopped { written: None } => ClusterProjectionStatus {
             conditions,
@@ -267,6 +269,7 @@ pub fn cluster_status(
             namespaces_failed: 0,
             failed_namespaces: Vec::new(),
             written_destination: None,
+            last_handled_reconcile_at: current.last_handled_reconcile_at.clone(),
         },
         ClusterPass::Stopped {
             written: Some(written),
@@ -277,6 +280,7 @@ pub fn cluster_status(
             namespaces_failed: current.namespaces_failed,
             failed_namespaces: current.failed_namespaces.clone(),
             written_destination: Some(written.clone()),
+            last_handled_reconcile_at: current.last_handled_reconcile_at.clone(),
         },
     }
 }
