@@ -14,7 +14,7 @@ use crate::{
         read_or_withdraw, resolved_kind, written_destination,
     },
     watches::Tier,
-    writer::{Removed, WriteError, Written, recorded_resource, release_known, write_copy},
+    writer::{Existing, Removed, WriteError, Written, recorded_resource, release_known, write_copy},
 };
 use futures::StreamExt;
 use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
@@ -24,7 +24,8 @@ use kube::{
     runtime::{controller::Action, reflector::ObjectRef},
 };
 use shared::{
-    crd::{ClusterProjection, ClusterProjectionStatus, WrittenDestination},
+    apply_once,
+    crd::{AppliedOnce, ClusterProjection, ClusterProjectionStatus, WrittenDestination},
     destination::{Target, build_destination},
     fan_out::{CopyWrite, EventNote, Tally, name_first, pass_events, verdict},
     keys::CLUSTER_PROJECTION_FINALIZER,
@@ -117,6 +118,9 @@ async fn apply(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error> {
         &Time(Timestamp::now()),
     );
     next.last_handled_reconcile_at = handled_request(requested, current.last_handled_reconcile_at.as_deref());
+    if let Ok(done) = &pass {
+        next.applied_once = done.applied_once.clone();
+    }
     crate::reconcile::write_status(cp, ctx, &current, &next).await?;
     conclude(ctx, KIND, (&object.0, &object.1), &outcome, retry)
 }
@@ -128,6 +132,8 @@ struct FannedOut {
     tally: Tally,
     outcome: Outcome,
     retry: Retry,
+    /// With `syncPolicy: ApplyOnce`, the record of where the copies were created.
+    applied_once: Option<AppliedOnce>,
 }
 
 /// One pass: read the source and the targets, build and write a copy per target namespace (stamped
@@ -187,11 +193,29 @@ async fn fan_out(
     // Build and write, then remove the copies no longer wanted.
     let source_value = serde_json::to_value(&read.object)
         .map_err(|e| failed(Reason::DestinationCreateFailed, e.to_string()))?;
+    let written = written_destination(&read.resource, &name);
+    // ApplyOnce: only namespaces without a recorded copy are written, and existing copies are kept.
+    let once = apply_once::is_apply_once(cp.spec.sync_policy);
+    let record = apply_once::recorded(current.applied_once.as_ref(), &written);
+    let exist = read
+        .copies
+        .state()
+        .iter()
+        .filter(|o| owner.owns(o.metadata.annotations.as_ref()) && o.name_any() == name)
+        .filter_map(|o| o.namespace())
+        .collect();
+    let plan = apply_once::plan(&targets.write, &record, &exist);
+    let (to_write, existing) = if once {
+        (&plan.create, Existing::Keep)
+    } else {
+        (&targets.write, Existing::Update)
+    };
     let copies = Copies {
         name: &name,
         requested,
+        existing,
     };
-    let tally = Tally::of(write_all(ctx, cp, &read, &source_value, &owner, &targets.write, copies).await);
+    let tally = Tally::of(write_all(ctx, cp, &read, &source_value, &owner, to_write, copies).await);
     let waiting = tally
         .conflicts()
         .map(|namespace| ObjectKey {
@@ -201,7 +225,6 @@ async fn fan_out(
         })
         .collect();
     ctx.watches.set_waiting(&cr, waiting);
-    let written = written_destination(&read.resource, &name);
     let earlier = earlier_kind(recorded.as_ref(), &written);
     let cleaned = remove_unwanted(ctx, &owner, &about, &read, &targets.keep(), &name, earlier).await;
 
@@ -213,20 +236,33 @@ async fn fan_out(
     let events = pass_events(&tally, &gvk_display(&read.resource), &from, &name);
     ctx.events.publish_all(&about, events).await;
     let (outcome, retry) = verdict(resolved, &targets, &tally, cleaned);
+    let (outcome, holding, applied_once) = if once {
+        let failed: BTreeSet<&String> = tally.failures.iter().map(|f| &f.namespace).collect();
+        let placed = plan.create.iter().filter(|n| !failed.contains(n));
+        let next = apply_once::next_record(&record, &targets.write, placed);
+        let holding = targets.write.len() - plan.left_deleted.len();
+        let outcome = apply_once::with_note(outcome, &plan);
+        (outcome, holding, Some(apply_once::record(&written, &next)))
+    } else {
+        (outcome, targets.write.len(), None)
+    };
     Ok(FannedOut {
         written,
-        targets: targets.write.len(),
+        targets: holding,
         tally,
         outcome,
         retry,
+        applied_once,
     })
 }
 
-/// The name of the copies and the reconcile request they are stamped with.
+/// The name of the copies, the reconcile request they are stamped with, and what is done with a
+/// copy that exists already.
 #[derive(Clone, Copy)]
 struct Copies<'a> {
     name: &'a str,
     requested: Option<&'a str>,
+    existing: Existing,
 }
 
 /// Builds and writes the copy in each of `namespaces`, a capped number at a time.
@@ -257,6 +293,7 @@ async fn write_all(
                     &read.copies,
                     &desired,
                     owner,
+                    copies.existing,
                 )
                 .await;
                 (namespace, copy_write(written))

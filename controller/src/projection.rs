@@ -11,7 +11,7 @@ use crate::{
         read_or_withdraw, resolved_kind, written_destination,
     },
     watches::Tier,
-    writer::{Removed, Written, release_copy, write_copy},
+    writer::{Existing, Removed, Written, release_copy, write_copy},
 };
 use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::{
@@ -20,7 +20,8 @@ use kube::{
     runtime::{controller::Action, reflector::ObjectRef},
 };
 use shared::{
-    crd::{Projection, ProjectionStatus, WrittenDestination},
+    apply_once,
+    crd::{AppliedOnce, Projection, ProjectionStatus, WrittenDestination},
     destination::{Target, build_destination},
     keys::PROJECTION_FINALIZER,
     lifecycle::{
@@ -94,17 +95,19 @@ async fn apply(p: &Projection, ctx: &Context) -> Result<Action, Error> {
         return Ok(conclude_suspended(ctx, KIND, (&name, &uid)));
     }
     let requested = requested_at(p.meta().annotations.as_ref());
+    let mut applied_once = None;
     let (outcome, written, retry) = match project(p, ctx, &status, requested).await {
-        Ok((written, resolved)) => (
-            Outcome::Projected {
-                resolved,
-                note: String::new(),
-            },
-            Some(written),
-            Retry::OnChange,
-        ),
+        Ok(done) => {
+            applied_once = done.applied_once;
+            let outcome = Outcome::Projected {
+                resolved: done.resolved,
+                note: done.note,
+            };
+            (outcome, Some(done.written), Retry::OnChange)
+        }
         Err(f) => (f.outcome, f.written, f.retry),
     };
+    let placed = outcome.is_ready();
     let mut next = projection_status(
         &status,
         &outcome,
@@ -113,18 +116,33 @@ async fn apply(p: &Projection, ctx: &Context) -> Result<Action, Error> {
         &Time(Timestamp::now()),
     );
     next.last_handled_reconcile_at = handled_request(requested, status.last_handled_reconcile_at.as_deref());
+    if placed {
+        next.applied_once = applied_once;
+    }
     crate::reconcile::write_status(p, ctx, &status, &next).await?;
     conclude(ctx, KIND, (&name, &uid), &outcome, retry)
 }
 
-/// Reads, checks, builds and writes (stamped with the `requested` reconcile, if any). Returns what
-/// was written and the `SourceResolved` message.
+/// A pass that put the copy in place.
+struct Placed {
+    /// The copy as now written.
+    written: WrittenDestination,
+    /// The `SourceResolved` message.
+    resolved: String,
+    /// The `DestinationWritten` message.
+    note: String,
+    /// With `syncPolicy: ApplyOnce`, the record of where the copy was created.
+    applied_once: Option<AppliedOnce>,
+}
+
+/// Reads, checks, builds and writes (stamped with the `requested` reconcile, if any; only created
+/// once with `syncPolicy: ApplyOnce`).
 async fn project(
     p: &Projection,
     ctx: &Context,
     status: &ProjectionStatus,
     requested: Option<&str>,
-) -> Result<(WrittenDestination, String), Failure> {
+) -> Result<Placed, Failure> {
     let waker = CrRef::Projection(ObjectRef::from_obj(p));
     let owner = owner_of(p);
     let about = p.object_ref(&());
@@ -170,17 +188,38 @@ async fn project(
     let copy = format!("{}/{}", target.namespace, target.name);
     let from = format!("{}/{}", source.namespace, source.name);
     let gvk = gvk_display(&read.resource);
-    match write_copy(
-        &ctx.watches,
-        &api,
-        &read.group_kind,
-        &read.resource,
-        &read.copies,
-        &desired,
-        &owner,
-    )
-    .await
-    {
+    let now_written = written_destination(&read.resource, &target.name);
+
+    // ApplyOnce: a copy created once is never written again, even when it was deleted since.
+    let once = apply_once::is_apply_once(p.spec.sync_policy);
+    let record = apply_once::recorded(status.applied_once.as_ref(), &now_written);
+    let cached = ObjectRef::new_with(&target.name, read.resource.clone()).within(&target.namespace);
+    let exists: std::collections::BTreeSet<String> = read
+        .copies
+        .get(&cached)
+        .filter(|c| owner.owns(c.metadata.annotations.as_ref()))
+        .map(|_| target.namespace.clone())
+        .into_iter()
+        .collect();
+    let targets = [target.namespace.clone()];
+    let plan = apply_once::plan(&targets, &record, &exists);
+    let existing = if once { Existing::Keep } else { Existing::Update };
+    let write = if once && plan.create.is_empty() {
+        Ok(Written::Unchanged)
+    } else {
+        write_copy(
+            &ctx.watches,
+            &api,
+            &read.group_kind,
+            &read.resource,
+            &read.copies,
+            &desired,
+            &owner,
+            existing,
+        )
+        .await
+    };
+    match write {
         Ok(written) => {
             ctx.watches.set_waiting(&waker, Vec::new());
             match written {
@@ -231,7 +270,6 @@ async fn project(
     }
 
     // What an earlier spec wrote elsewhere goes (a rename, another source or kind).
-    let now_written = written_destination(&read.resource, &target.name);
     if let Some(old) = earlier_copy(recorded.as_ref(), &now_written)
         && remove_recorded(p, ctx, (&owner, &about), &old, Release::Delete)
             .await
@@ -249,7 +287,26 @@ async fn project(
             Some(old),
         ));
     }
-    Ok((now_written, read.resolved_message))
+    let (note, applied_once) = if once {
+        let placed = if plan.create.is_empty() {
+            &[][..]
+        } else {
+            &targets[..]
+        };
+        let next = apply_once::next_record(&record, &targets, placed);
+        (
+            apply_once::note(&plan),
+            Some(apply_once::record(&now_written, &next)),
+        )
+    } else {
+        (String::new(), None)
+    };
+    Ok(Placed {
+        written: now_written,
+        resolved: read.resolved_message,
+        note,
+        applied_once,
+    })
 }
 
 /// Releases (deletes or orphans, as `release` says) every copy this Projection may have written: the

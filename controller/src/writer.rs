@@ -86,7 +86,19 @@ pub enum Removed {
     Orphaned,
 }
 
-/// Writes `desired` (a built copy) so that the object at its coordinates matches it, if it is ours.
+/// How a copy that exists already is treated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Existing {
+    /// Patched to match the source (`syncPolicy: Reconcile`).
+    Update,
+    /// Left as it is (`syncPolicy: ApplyOnce`); a stranger's object is still only adopted with
+    /// consent.
+    Keep,
+}
+
+/// Writes `desired` (a built copy) so that the object at its coordinates matches it, if it is ours
+/// (or only creates it, when `existing` says to keep what exists).
+#[allow(clippy::too_many_arguments)]
 pub async fn write_copy(
     registry: &WatchRegistry,
     api: &Api<DynamicObject>,
@@ -95,6 +107,7 @@ pub async fn write_copy(
     copies: &Store<DynamicObject>,
     desired: &Value,
     owner: &Owner,
+    existing_copy: Existing,
 ) -> Result<Written, WriteError> {
     let desired_object: DynamicObject = serde_json::from_value(desired.clone())
         .map_err(|e| WriteError::Conflict(format!("unbuildable copy: {e}")))?;
@@ -126,6 +139,9 @@ pub async fn write_copy(
         let adopting = !owner.owns(current.metadata.annotations.as_ref());
         if adopting && let Consent::Refused(message) = consent(&current.metadata, owner) {
             return Err(WriteError::Conflict(message));
+        }
+        if !adopting && existing_copy == Existing::Keep {
+            return Ok(Written::Unchanged);
         }
         let current_value =
             serde_json::to_value(&current).map_err(|e| WriteError::Conflict(e.to_string()))?;

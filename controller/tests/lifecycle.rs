@@ -710,3 +710,158 @@ where
     })
     .await
 }
+
+#[tokio::test]
+async fn apply_once_creates_each_copy_once_and_reconcile_takes_them_over_again() {
+    let env = env("applyonce").await;
+    let controller = controller(&[]).await;
+    let client = env.client.clone();
+    let mut namespaces = NamespaceSet::new("applyonce");
+    let source = namespaces.create(&client, "src", &[]).await;
+    let edited = namespaces
+        .create(&client, "edited", &[("lifecycle-once", "yes")])
+        .await;
+    let deleted = namespaces
+        .create(&client, "deleted", &[("lifecycle-once", "yes")])
+        .await;
+    let cm = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
+    create(
+        &cm(&source),
+        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
+    )
+    .await;
+    let cps: Api<ClusterProjection> = Api::all(client.clone());
+    let name = namespaces.name("cp");
+    create(
+        &cps,
+        json!({"apiVersion": "projection.sh/v1", "kind": "ClusterProjection",
+        "metadata": {"name": name},
+        "spec": {"source": cm_source(&source, "cfg"), "syncPolicy": "ApplyOnce",
+                 "destination": {"namespaceSelector": {"matchLabels": {"lifecycle-once": "yes"}}}}}),
+    )
+    .await;
+    let status = wait_cluster(&cps, &name, "Ready with 2 copies", |cp| ready_with(cp, 2)).await;
+    let record = status.applied_once.expect("the record of created copies");
+    assert_eq!(record.count, 2);
+
+    // A hand edit stays, a deleted copy is not created again, a source edit reaches no copy.
+    merge(&cm(&edited), "cfg", json!({"data": {"a": "by-hand"}})).await;
+    let deleted_at = k8s_openapi::jiff::Timestamp::now();
+    cm(&deleted)
+        .delete("cfg", &DeleteParams::default())
+        .await
+        .expect("delete a copy");
+    wait_reconciled_after(&controller, &name, deleted_at).await;
+    let edited_at = k8s_openapi::jiff::Timestamp::now();
+    merge(&cm(&source), "cfg", json!({"data": {"a": "2"}})).await;
+    wait_reconciled_after(&controller, &name, edited_at).await;
+    assert_eq!(
+        data_of(&cm(&edited).get("cfg").await.expect("copy")),
+        json!({"a": "by-hand"})
+    );
+    assert!(
+        cm(&deleted).get_opt("cfg").await.expect("get").is_none(),
+        "stays deleted"
+    );
+    let status = wait_cluster(&cps, &name, "one copy held, the deleted one named", |cp| {
+        let status = cp.status.clone().unwrap_or_default();
+        ready_with(cp, 1)
+            && condition(&status.conditions, "DestinationWritten").is_some_and(|c| {
+                c.message
+                    .contains(&format!("deleted since, not created again: {deleted}"))
+            })
+    })
+    .await;
+    assert_eq!(status.applied_once.map(|r| r.count), Some(2));
+
+    // A namespace that starts matching gets its copy once, with the source as it is now.
+    let later = namespaces
+        .create(&client, "later", &[("lifecycle-once", "yes")])
+        .await;
+    wait_object(&cm(&later), "cfg", "the new namespace's copy", |c| {
+        data_of(c) == json!({"a": "2"})
+    })
+    .await;
+    wait_cluster(&cps, &name, "two copies held of three targets", |cp| {
+        ready_with(cp, 2)
+    })
+    .await;
+
+    // Back to Reconcile: every copy is taken over again.
+    merge(&cps, &name, json!({"spec": {"syncPolicy": "Reconcile"}})).await;
+    let status = wait_cluster(&cps, &name, "Ready with 3 copies", |cp| ready_with(cp, 3)).await;
+    assert!(status.applied_once.is_none(), "Reconcile keeps no record");
+    for ns in [&edited, &deleted, &later] {
+        wait_object(&cm(ns), "cfg", "the copy follows the source again", |c| {
+            data_of(c) == json!({"a": "2"})
+        })
+        .await;
+    }
+    cps.delete(&name, &DeleteParams::default())
+        .await
+        .expect("delete cp");
+    wait_gone(&cps, &name).await;
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn an_apply_once_projection_leaves_its_copy_alone() {
+    let env = env("papplyonce").await;
+    let controller = controller(&[]).await;
+    let (src, dst) = env.names();
+    let sources = env.api::<ConfigMap>(&src);
+    let copies = env.api::<ConfigMap>(&dst);
+    create(
+        &sources,
+        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
+    )
+    .await;
+    create(
+        &env.projections(),
+        projection("p", cm_source(&src, "cfg"), json!({"syncPolicy": "ApplyOnce"})),
+    )
+    .await;
+    wait_ready(&env.projections(), "p").await;
+    let edited_at = k8s_openapi::jiff::Timestamp::now();
+    merge(&sources, "cfg", json!({"data": {"a": "2"}})).await;
+    wait_reconciled_after(&controller, &format!("{dst}/p"), edited_at).await;
+    assert_eq!(
+        data_of(&copies.get("cfg").await.expect("copy")),
+        json!({"a": "1"})
+    );
+    copies
+        .delete("cfg", &DeleteParams::default())
+        .await
+        .expect("delete the copy");
+    let written = wait_condition(&env.projections(), "p", "DestinationWritten", "True", None).await;
+    let message = written["message"].as_str().unwrap_or_default().to_owned();
+    wait_for("the deleted copy reported", TIMEOUT, || async {
+        let status = projection_status(&env.projections(), "p").await;
+        let message = condition(&status.conditions, "DestinationWritten")
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        if message.contains(&format!("deleted since, not created again: {dst}")) {
+            Ok(())
+        } else {
+            Err(message)
+        }
+    })
+    .await;
+    assert!(message.starts_with("syncPolicy ApplyOnce"), "{message}");
+    assert!(
+        copies.get_opt("cfg").await.expect("get").is_none(),
+        "not re-created"
+    );
+    merge(
+        &env.projections(),
+        "p",
+        json!({"spec": {"syncPolicy": "Reconcile"}}),
+    )
+    .await;
+    wait_ready(&env.projections(), "p").await;
+    wait_object(&copies, "cfg", "re-created by Reconcile", |c| {
+        data_of(c) == json!({"a": "2"})
+    })
+    .await;
+    env.finish().await;
+}

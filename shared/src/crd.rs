@@ -83,6 +83,36 @@ pub enum CopyPolicy {
     Orphan,
 }
 
+// How copies are kept (a plain comment, as for `CopyPolicy`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+pub enum SyncPolicy {
+    /// Every copy follows its source and is repaired when edited or deleted.
+    #[default]
+    Reconcile,
+    /// Each copy is created once per target, then left as it is.
+    ApplyOnce,
+}
+
+/// Where `syncPolicy: ApplyOnce` has created its copy once, so that a copy deleted by hand is not
+/// created again.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedOnce {
+    /// API group of the copies the record is for; empty for the core group.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group: String,
+    /// Kind of the copies the record is for.
+    pub kind: String,
+    /// Name of the copies the record is for.
+    pub name: String,
+    /// How many namespaces the record holds.
+    pub count: i32,
+    /// The namespaces, sorted and front-coded so the record stays small at thousands of namespaces:
+    /// per name, a capital letter giving the length of the prefix shared with the previous name
+    /// (`A` = 0, ..., `Z` = 25), then the rest of the name.
+    pub namespaces: String,
+}
+
 /// Mirror one namespaced object into this Projection's namespace.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[kube(
@@ -147,6 +177,10 @@ pub struct ProjectionSpec {
     /// A source that vetoes projection always has its copies removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_deletion_policy: Option<CopyPolicy>,
+    /// `Reconcile` (the default) keeps every copy equal to its source; `ApplyOnce` creates each copy
+    /// once per target and never updates, repairs or re-creates it afterwards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_policy: Option<SyncPolicy>,
 }
 
 /// Where a `ClusterProjection` writes its copies: exactly one of `namespaces` or
@@ -249,6 +283,10 @@ pub struct ClusterProjectionSpec {
     /// A source that vetoes projection always has its copies removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_deletion_policy: Option<CopyPolicy>,
+    /// `Reconcile` (the default) keeps every copy equal to its source; `ApplyOnce` creates each copy
+    /// once per target and never updates, repairs or re-creates it afterwards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_policy: Option<SyncPolicy>,
 }
 
 /// A standard Kubernetes condition (the schema of `metav1.Condition`).
@@ -313,6 +351,9 @@ pub struct ProjectionStatus {
     /// The last `projection.sh/requested-at` value a reconcile handled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_reconcile_at: Option<String>,
+    /// With `syncPolicy: ApplyOnce`: where the copy was created once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_once: Option<AppliedOnce>,
 }
 
 /// One namespace a `ClusterProjection` could not write, and why.
@@ -353,4 +394,7 @@ pub struct ClusterProjectionStatus {
     /// The last `projection.sh/requested-at` value a reconcile handled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_reconcile_at: Option<String>,
+    /// With `syncPolicy: ApplyOnce`: where the copy was created once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_once: Option<AppliedOnce>,
 }

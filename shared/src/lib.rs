@@ -3,6 +3,7 @@
 //! files' generators in `codegen`).
 
 pub mod adoption;
+pub mod apply_once;
 pub mod crd;
 pub mod destination;
 pub mod fan_out;
