@@ -46,6 +46,33 @@ async fn writes_since(api: &Api<ConfigMap>, name: &str, resource_version: &str) 
         .count()
 }
 
+/// Creates the source ConfigMap `name`, opted in, with `data`.
+async fn source_configmap(api: &Api<ConfigMap>, name: &str, data: serde_json::Value) {
+    create(
+        api,
+        json!({"metadata": {"name": name, "annotations": opted_in()}, "data": data}),
+    )
+    .await;
+}
+
+/// Creates the ClusterProjection `name` with `spec`.
+async fn create_cluster_projection(api: &Api<ClusterProjection>, name: &str, spec: serde_json::Value) {
+    create(
+        api,
+        json!({"apiVersion": "projection.sh/v1", "kind": "ClusterProjection",
+               "metadata": {"name": name}, "spec": spec}),
+    )
+    .await;
+}
+
+/// Deletes a ClusterProjection and waits until its finalizer is done.
+async fn delete_cluster_projection(api: &Api<ClusterProjection>, name: &str) {
+    api.delete(name, &DeleteParams::default())
+        .await
+        .expect("delete the ClusterProjection");
+    wait_gone(api, name).await;
+}
+
 /// The value in the first row of `kubectl get` output under the column `header` (columns are
 /// aligned, and an empty cell leaves only spaces).
 fn column(table: &str, header: &str) -> String {
@@ -107,11 +134,7 @@ async fn a_suspended_projection_writes_nothing_and_resumes_with_one_write() {
     let (src, dst) = env.names();
     let sources = env.api::<ConfigMap>(&src);
     let copies = env.api::<ConfigMap>(&dst);
-    create(
-        &sources,
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"level": "info"}}),
-    )
-    .await;
+    source_configmap(&sources, "cfg", json!({"level": "info"})).await;
     create(
         &env.projections(),
         projection("p", cm_source(&src, "cfg"), json!({})),
@@ -189,19 +212,14 @@ async fn a_suspended_cluster_projection_ignores_deleted_copies_and_new_namespace
         .await;
     let second = namespaces.create(&client, "two", &[]).await;
     let cm = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
-    create(
-        &cm(&source),
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
-    )
-    .await;
+    source_configmap(&cm(&source), "cfg", json!({"a": "1"})).await;
     let cps: Api<ClusterProjection> = Api::all(client.clone());
     let name = namespaces.name("cp");
-    create(
+    create_cluster_projection(
         &cps,
-        json!({"apiVersion": "projection.sh/v1", "kind": "ClusterProjection",
-        "metadata": {"name": name},
-        "spec": {"source": cm_source(&source, "cfg"),
-                 "destination": {"namespaceSelector": {"matchLabels": {"lifecycle-test": "yes"}}}}}),
+        &name,
+        json!({"source": cm_source(&source, "cfg"),
+                 "destination": {"namespaceSelector": {"matchLabels": {"lifecycle-test": "yes"}}}}),
     )
     .await;
     wait_cluster(&cps, &name, "Ready with 1 copy", |s| ready_with(s, 1)).await;
@@ -244,10 +262,7 @@ async fn a_suspended_cluster_projection_ignores_deleted_copies_and_new_namespace
         let copy = cm(ns).get("cfg").await.expect("copy after resume");
         assert_eq!(data_of(&copy), json!({"a": "1"}));
     }
-    cps.delete(&name, &DeleteParams::default())
-        .await
-        .expect("delete cp");
-    wait_gone(&cps, &name).await;
+    delete_cluster_projection(&cps, &name).await;
     env.finish().await;
 }
 
@@ -257,11 +272,7 @@ async fn a_requested_reconcile_rewrites_unchanged_copies_once_and_is_echoed() {
     let _controller = controller(&[]).await;
     let (src, dst) = env.names();
     let copies = env.api::<ConfigMap>(&dst);
-    create(
-        &env.api::<ConfigMap>(&src),
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
-    )
-    .await;
+    source_configmap(&env.api::<ConfigMap>(&src), "cfg", json!({"a": "1"})).await;
     create(
         &env.projections(),
         projection("p", cm_source(&src, "cfg"), json!({})),
@@ -323,18 +334,13 @@ async fn a_requested_reconcile_rewrites_every_copy_of_a_cluster_projection() {
         namespaces.create(&client, "b", &[]).await,
     ];
     let cm = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
-    create(
-        &cm(&source),
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
-    )
-    .await;
+    source_configmap(&cm(&source), "cfg", json!({"a": "1"})).await;
     let cps: Api<ClusterProjection> = Api::all(client.clone());
     let name = namespaces.name("cp");
-    create(
+    create_cluster_projection(
         &cps,
-        json!({"apiVersion": "projection.sh/v1", "kind": "ClusterProjection",
-        "metadata": {"name": name},
-        "spec": {"source": cm_source(&source, "cfg"), "destination": {"namespaces": targets}}}),
+        &name,
+        json!({"source": cm_source(&source, "cfg"), "destination": {"namespaces": targets}}),
     )
     .await;
     wait_cluster(&cps, &name, "Ready with 2 copies", |s| ready_with(s, 2)).await;
@@ -369,10 +375,7 @@ async fn a_requested_reconcile_rewrites_every_copy_of_a_cluster_projection() {
             "{ns}: rewritten exactly once"
         );
     }
-    cps.delete(&name, &DeleteParams::default())
-        .await
-        .expect("delete cp");
-    wait_gone(&cps, &name).await;
+    delete_cluster_projection(&cps, &name).await;
     env.finish().await;
 }
 
@@ -383,11 +386,7 @@ async fn orphan_on_deletion_leaves_unmanaged_copies_with_events() {
     let client = env.client.clone();
     let (src, dst) = env.names();
     let copies = env.api::<ConfigMap>(&dst);
-    create(
-        &env.api::<ConfigMap>(&src),
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
-    )
-    .await;
+    source_configmap(&env.api::<ConfigMap>(&src), "cfg", json!({"a": "1"})).await;
     create(
         &env.projections(),
         projection("p", cm_source(&src, "cfg"), json!({"deletionPolicy": "Orphan"})),
@@ -400,12 +399,11 @@ async fn orphan_on_deletion_leaves_unmanaged_copies_with_events() {
     ];
     let cps: Api<ClusterProjection> = Api::all(client.clone());
     let name = namespaces.name("cp");
-    create(
+    create_cluster_projection(
         &cps,
-        json!({"apiVersion": "projection.sh/v1", "kind": "ClusterProjection",
-        "metadata": {"name": name},
-        "spec": {"source": cm_source(&src, "cfg"), "destination": {"namespaces": targets},
-                 "deletionPolicy": "Orphan"}}),
+        &name,
+        json!({"source": cm_source(&src, "cfg"), "destination": {"namespaces": targets},
+                 "deletionPolicy": "Orphan"}),
     )
     .await;
     wait_ready(&env.projections(), "p").await;
@@ -426,10 +424,7 @@ async fn orphan_on_deletion_leaves_unmanaged_copies_with_events() {
     let note = wait_for_event(&client, &dst, "p", "DestinationOrphaned").await;
     assert_eq!(note, format!("{dst}/cfg left in place, no longer managed"));
 
-    cps.delete(&name, &DeleteParams::default())
-        .await
-        .expect("delete cp");
-    wait_gone(&cps, &name).await;
+    delete_cluster_projection(&cps, &name).await;
     for ns in &targets {
         let copy = Api::<ConfigMap>::namespaced(client.clone(), ns)
             .get("cfg")
@@ -481,12 +476,11 @@ async fn a_deleted_source_with_orphan_keeps_the_copies_but_a_veto_retracts_them(
     let target = namespaces.create(&client, "a", &[]).await;
     let cps: Api<ClusterProjection> = Api::all(client.clone());
     let name = namespaces.name("cp");
-    create(
+    create_cluster_projection(
         &cps,
-        json!({"apiVersion": "projection.sh/v1", "kind": "ClusterProjection",
-        "metadata": {"name": name},
-        "spec": {"source": cm_source(&src, "gone"), "destination": {"namespaces": [target]},
-                 "sourceDeletionPolicy": "Orphan"}}),
+        &name,
+        json!({"source": cm_source(&src, "gone"), "destination": {"namespaces": [target]},
+                 "sourceDeletionPolicy": "Orphan"}),
     )
     .await;
     wait_ready(&env.projections(), "gone").await;
@@ -540,10 +534,7 @@ async fn a_deleted_source_with_orphan_keeps_the_copies_but_a_veto_retracts_them(
     )
     .await;
     wait_absent(&copies, "vetoed", "the vetoed copy deleted").await;
-    cps.delete(&name, &DeleteParams::default())
-        .await
-        .expect("delete cp");
-    wait_gone(&cps, &name).await;
+    delete_cluster_projection(&cps, &name).await;
     env.finish().await;
 }
 
@@ -554,11 +545,7 @@ async fn adoption_needs_the_exact_cr_named_by_the_owner() {
     let client = env.client.clone();
     let (src, dst) = env.names();
     let copies = env.api::<ConfigMap>(&dst);
-    create(
-        &env.api::<ConfigMap>(&src),
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "from-source"}}),
-    )
-    .await;
+    source_configmap(&env.api::<ConfigMap>(&src), "cfg", json!({"a": "from-source"})).await;
     // Two hand-made objects: one names the Projection that will adopt it, one names another.
     create(
         &copies,
@@ -646,11 +633,10 @@ async fn adoption_needs_the_exact_cr_named_by_the_owner() {
                "data": {"a": "hand-made"}}),
     )
     .await;
-    create(
+    create_cluster_projection(
         &cps,
-        json!({"apiVersion": "projection.sh/v1", "kind": "ClusterProjection",
-        "metadata": {"name": name},
-        "spec": {"source": cm_source(&src, "cfg"), "destination": {"namespaces": [target]}}}),
+        &name,
+        json!({"source": cm_source(&src, "cfg"), "destination": {"namespaces": [target]}}),
     )
     .await;
     wait_cluster(&cps, &name, "Ready with 1 copy", |s| ready_with(s, 1)).await;
@@ -669,10 +655,7 @@ async fn adoption_needs_the_exact_cr_named_by_the_owner() {
             .all(|e| e.type_.as_deref() == Some("Normal")),
         "adoption is no warning"
     );
-    cps.delete(&name, &DeleteParams::default())
-        .await
-        .expect("delete cp");
-    wait_gone(&cps, &name).await;
+    delete_cluster_projection(&cps, &name).await;
     env.finish().await;
 }
 
@@ -725,19 +708,14 @@ async fn apply_once_creates_each_copy_once_and_reconcile_takes_them_over_again()
         .create(&client, "deleted", &[("lifecycle-once", "yes")])
         .await;
     let cm = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
-    create(
-        &cm(&source),
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
-    )
-    .await;
+    source_configmap(&cm(&source), "cfg", json!({"a": "1"})).await;
     let cps: Api<ClusterProjection> = Api::all(client.clone());
     let name = namespaces.name("cp");
-    create(
+    create_cluster_projection(
         &cps,
-        json!({"apiVersion": "projection.sh/v1", "kind": "ClusterProjection",
-        "metadata": {"name": name},
-        "spec": {"source": cm_source(&source, "cfg"), "syncPolicy": "ApplyOnce",
-                 "destination": {"namespaceSelector": {"matchLabels": {"lifecycle-once": "yes"}}}}}),
+        &name,
+        json!({"source": cm_source(&source, "cfg"), "syncPolicy": "ApplyOnce",
+                 "destination": {"namespaceSelector": {"matchLabels": {"lifecycle-once": "yes"}}}}),
     )
     .await;
     let status = wait_cluster(&cps, &name, "Ready with 2 copies", |cp| ready_with(cp, 2)).await;
@@ -797,10 +775,7 @@ async fn apply_once_creates_each_copy_once_and_reconcile_takes_them_over_again()
         })
         .await;
     }
-    cps.delete(&name, &DeleteParams::default())
-        .await
-        .expect("delete cp");
-    wait_gone(&cps, &name).await;
+    delete_cluster_projection(&cps, &name).await;
     env.finish().await;
 }
 
@@ -811,11 +786,7 @@ async fn an_apply_once_projection_leaves_its_copy_alone() {
     let (src, dst) = env.names();
     let sources = env.api::<ConfigMap>(&src);
     let copies = env.api::<ConfigMap>(&dst);
-    create(
-        &sources,
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
-    )
-    .await;
+    source_configmap(&sources, "cfg", json!({"a": "1"})).await;
     create(
         &env.projections(),
         projection("p", cm_source(&src, "cfg"), json!({"syncPolicy": "ApplyOnce"})),
