@@ -4,6 +4,7 @@
 
 pub mod adoption;
 pub mod apply_once;
+pub mod claims;
 pub mod crd;
 pub mod destination;
 pub mod fan_out;
