@@ -5,9 +5,12 @@
 //! chain). Pure: the webhook feeds the index from its watches and resolves selectors against the
 //! namespaces as they are now.
 
-use crate::crd::{ClusterProjectionSpec, ProjectionSpec, SourceRef};
+use crate::{
+    crd::{ClusterProjectionSpec, ProjectionSpec, SourceRef},
+    targets::TargetRule,
+};
 use std::{
-    collections::{BTreeSet, HashMap, VecDeque},
+    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
     fmt,
 };
 
@@ -103,15 +106,53 @@ pub fn projection_claim(namespace: &str, spec: &ProjectionSpec) -> Claim {
 }
 
 /// The claim of a ClusterProjection whose targets are `namespaces` (its list, or the namespaces its
-/// selector matches now).
+/// selector matches now). The source's own coordinates are never a copy (the controller skips them).
 pub fn cluster_claim(spec: &ClusterProjectionSpec, namespaces: &[String]) -> Claim {
     let name = spec.destination.name.as_deref().unwrap_or(&spec.source.name);
-    Claim {
-        source: Coordinates::of_source(&spec.source),
-        copies: namespaces
+    let source = Coordinates::of_source(&spec.source);
+    let copies = namespaces
+        .iter()
+        .map(|ns| Coordinates::copy_of(&spec.source, ns, name))
+        .filter(|copy| *copy != source)
+        .collect();
+    Claim { source, copies }
+}
+
+/// The namespaces a ClusterProjection claims now: every listed one (existing or not), or those of
+/// `namespaces` (name → labels) its selector matches. An unusable destination claims none.
+pub fn cluster_targets(
+    spec: &ClusterProjectionSpec,
+    namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Vec<String> {
+    match TargetRule::of(&spec.destination) {
+        Ok(TargetRule::List(list)) => list,
+        Ok(rule) => namespaces
             .iter()
-            .map(|ns| Coordinates::copy_of(&spec.source, ns, name))
+            .filter(|(name, labels)| rule.selects(name, labels))
+            .map(|(name, _)| name.clone())
             .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// What admission says about a spec's claim.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimVerdict {
+    /// One warning per copy already claimed by another CR.
+    pub warnings: Vec<String>,
+    /// The denial when the spec closes a loop.
+    pub denial: Option<String>,
+}
+
+/// Checks the claim of `who` against the other CRs in `index`.
+pub fn check(index: &ClaimIndex, who: &Claimant, claim: &Claim) -> ClaimVerdict {
+    ClaimVerdict {
+        warnings: index
+            .overlaps(who, claim)
+            .iter()
+            .map(|(copy, other)| overlap_warning(copy, other))
+            .collect(),
+        denial: index.loop_through(who, claim).map(|chain| loop_message(&chain)),
     }
 }
 
@@ -157,6 +198,11 @@ impl ClaimIndex {
             forget(&mut self.holders, copy, who);
         }
         forget(&mut self.readers, &old.source, who);
+    }
+
+    /// Every CR the index holds.
+    pub fn claimants(&self) -> impl Iterator<Item = &Claimant> {
+        self.claims.keys()
     }
 
     /// How many CRs the index holds.
@@ -294,6 +340,56 @@ mod tests {
             "destination": copy.map(|c| json!({"name": c}))}),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_selector_claims_the_namespaces_it_matches_now_and_a_list_every_listed_one() {
+        let namespaces: BTreeMap<String, BTreeMap<String, String>> =
+            [("a", "prod"), ("b", "dev"), ("c", "prod")]
+                .into_iter()
+                .map(|(n, env)| (n.to_owned(), BTreeMap::from([("env".to_owned(), env.to_owned())])))
+                .collect();
+        let selector: ClusterProjectionSpec = serde_json::from_value(json!({
+            "source": {"kind": "ConfigMap", "namespace": "s", "name": "cfg"},
+            "destination": {"namespaceSelector": {"matchLabels": {"env": "prod"}}}}))
+        .unwrap();
+        assert_eq!(cluster_targets(&selector, &namespaces), ["a", "c"]);
+        // Matching the source's own namespace is no copy, hence no loop.
+        let matching_source = cluster_claim(&selector, &["s".into(), "a".into()]);
+        assert_eq!(matching_source.copies, [cm("a", "cfg")]);
+        assert_eq!(
+            ClaimIndex::default().loop_through(
+                &Claimant::ClusterProjection { name: "c".into() },
+                &matching_source
+            ),
+            None
+        );
+        let list: ClusterProjectionSpec = serde_json::from_value(json!({
+            "source": {"kind": "ConfigMap", "namespace": "s", "name": "cfg"},
+            "destination": {"namespaces": ["later", "b"]}}))
+        .unwrap();
+        assert_eq!(cluster_targets(&list, &namespaces), ["b", "later"]);
+    }
+
+    #[test]
+    fn the_verdict_warns_of_overlaps_and_denies_loops() {
+        let mut index = ClaimIndex::default();
+        index.set(
+            projection("b", "p"),
+            projection_claim("b", &projection_spec("a", "cfg", None)),
+        );
+        let same_copy = projection_claim("b", &projection_spec("z", "other", Some("cfg")));
+        let verdict = check(&index, &projection("b", "q"), &same_copy);
+        assert_eq!(verdict.warnings.len(), 1);
+        assert_eq!(verdict.denial, None);
+        let back = projection_claim("a", &projection_spec("b", "cfg", None));
+        let verdict = check(&index, &projection("a", "r"), &back);
+        assert!(verdict.warnings.is_empty());
+        assert!(
+            verdict
+                .denial
+                .is_some_and(|d| d.contains("Projection b/p copies ConfigMap a/cfg"))
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! user may read the source, and the source's annotations. A trait, so the handler can be tested
 //! in-process with a fixed cluster; [`KubeCluster`] is the real one.
 
-use crate::error::PolicyError;
+use crate::{claim_watch::ClaimWatch, error::PolicyError};
 use arc_swap::ArcSwapOption;
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::{
@@ -54,6 +54,11 @@ pub trait ClusterView: Send + Sync + 'static {
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<BTreeMap<String, String>>, PolicyError>> + Send;
+
+    /// The index of the other CRs' claims, when there is one (overlap and loop checks).
+    fn claims(&self) -> Option<&ClaimWatch> {
+        None
+    }
 }
 
 /// A discovery miss refreshes the snapshot at most this often (a CRD installed just before its
@@ -66,6 +71,7 @@ pub struct KubeCluster {
     client: Client,
     snapshot: ArcSwapOption<kube::Discovery>,
     last_refresh: tokio::sync::Mutex<Option<Instant>>,
+    claims: std::sync::OnceLock<Arc<ClaimWatch>>,
 }
 
 impl KubeCluster {
@@ -75,7 +81,13 @@ impl KubeCluster {
             client,
             snapshot: ArcSwapOption::empty(),
             last_refresh: tokio::sync::Mutex::new(None),
+            claims: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Gives admission the index of the other CRs (set once, at startup).
+    pub fn know_claims(&self, claims: Arc<ClaimWatch>) {
+        let _ = self.claims.set(claims);
     }
 
     /// Takes a new discovery snapshot.
@@ -190,5 +202,9 @@ impl ClusterView for Arc<KubeCluster> {
             .await
             .map_err(PolicyError::SourceRead)?;
         Ok(meta.map(|m| m.metadata.annotations.unwrap_or_default()))
+    }
+
+    fn claims(&self) -> Option<&ClaimWatch> {
+        self.claims.get().map(Arc::as_ref)
     }
 }

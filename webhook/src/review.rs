@@ -7,6 +7,7 @@
 //! webhook reaches the user before the schema's terser messages.
 
 use crate::{
+    claim_watch::Candidate,
     cluster_view::ClusterView,
     error::PolicyError,
     policy::{PolicySettings, PolicyVerdict, check_source},
@@ -17,7 +18,7 @@ use kube::core::{
 };
 use serde_json::{Value, json};
 use shared::{
-    crd::SourceRef,
+    crd::{ClusterProjectionSpec, ProjectionSpec, SourceRef},
     validation::{check_cluster_projection, check_projection},
 };
 
@@ -109,6 +110,12 @@ fn reviewed(request: &AdmissionRequest<DynamicObject>) -> Option<Reviewed> {
     }
 }
 
+/// A spec that passed validation.
+enum Checked {
+    Projection(ProjectionSpec),
+    Cluster(ClusterProjectionSpec),
+}
+
 fn spec_of(object: Option<&DynamicObject>) -> Option<&Value> {
     object.and_then(|o| o.data.get("spec"))
 }
@@ -146,16 +153,21 @@ pub async fn review<C: ClusterView>(
                 .to_owned(),
         );
     }
+    let namespace = request.namespace.as_deref().unwrap_or_default();
     let checked = match kind {
-        Reviewed::Projection => {
-            let namespace = request.namespace.as_deref().unwrap_or_default();
-            check_projection(namespace, spec).map(|s| (s.source, s.destination.and_then(|d| d.name)))
-        }
-        Reviewed::ClusterProjection => check_cluster_projection(spec).map(|s| (s.source, s.destination.name)),
+        Reviewed::Projection => check_projection(namespace, spec).map(Checked::Projection),
+        Reviewed::ClusterProjection => check_cluster_projection(spec).map(Checked::Cluster),
     };
-    let (source, destination_name) = match checked {
+    let checked = match checked {
         Ok(checked) => checked,
         Err(invalid) => return deny(invalid.to_string()),
+    };
+    let (source, destination_name) = match &checked {
+        Checked::Projection(s) => (
+            s.source.clone(),
+            s.destination.as_ref().and_then(|d| d.name.clone()),
+        ),
+        Checked::Cluster(s) => (s.source.clone(), s.destination.name.clone()),
     };
     match endpoint {
         Endpoint::Mutate => (
@@ -163,15 +175,34 @@ pub async fn review<C: ClusterView>(
             Verdict::Allowed,
         ),
         Endpoint::Validate => {
-            let source_changed = old_spec.and_then(|s| s.get("source")) != spec.and_then(|s| s.get("source"));
-            if !source_changed {
-                return (allow, Verdict::Allowed);
+            let changed =
+                |field: &str| old_spec.and_then(|s| s.get(field)) != spec.and_then(|s| s.get(field));
+            // The other CRs: a loop is denied, an overlap warned of (when the copies may have moved).
+            let mut warnings = Vec::new();
+            if let Some(claims) = cluster.claims()
+                && (changed("source") || changed("destination"))
+            {
+                let candidate = match &checked {
+                    Checked::Projection(spec) => Candidate::Projection { namespace, spec },
+                    Checked::Cluster(spec) => Candidate::Cluster { spec },
+                };
+                let verdict = claims.check(&request.name, candidate);
+                if let Some(denial) = verdict.denial {
+                    return deny(denial);
+                }
+                warnings = verdict.warnings;
+            }
+            let with_warnings = |mut response: AdmissionResponse, mut more: Vec<String>| {
+                more.extend(warnings.iter().cloned());
+                response.warnings = (!more.is_empty()).then_some(more);
+                response
+            };
+            if !changed("source") {
+                return (with_warnings(allow, Vec::new()), Verdict::Allowed);
             }
             match check_source(cluster, settings.policy, &request.user_info, &source).await {
-                Ok(PolicyVerdict::Allow { warnings }) => {
-                    let mut response = allow;
-                    response.warnings = (!warnings.is_empty()).then_some(warnings);
-                    (response, Verdict::Allowed)
+                Ok(PolicyVerdict::Allow { warnings: policy }) => {
+                    (with_warnings(allow, policy), Verdict::Allowed)
                 }
                 Ok(PolicyVerdict::Deny(message)) => deny(message),
                 Err(error) => (
