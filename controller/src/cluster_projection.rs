@@ -11,11 +11,11 @@ use crate::{
     error::Error,
     index::{CrRef, ObjectKey},
     reconcile::{
-        ProjectionKind, Source, conclude, copies_remain, gvk_display, observe_first_copy, read_or_withdraw,
-        resolved_kind, written_destination,
+        ProjectionKind, Source, conclude, conclude_suspended, copies_remain, gvk_display, observe_first_copy,
+        read_or_withdraw, resolved_kind, written_destination,
     },
     watches::Tier,
-    writer::{Removed, WriteError, Written, recorded_resource, remove_known, write_copy},
+    writer::{Existing, Removed, WriteError, Written, recorded_resource, release_known, write_copy},
 };
 use futures::StreamExt;
 use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
@@ -25,11 +25,16 @@ use kube::{
     runtime::{controller::Action, reflector::ObjectRef},
 };
 use shared::{
+    apply_once,
     copy::{BuiltContent, CopyRules},
-    crd::{ClusterProjection, ClusterProjectionStatus, WrittenDestination},
+    crd::{AppliedOnce, ClusterProjection, ClusterProjectionStatus, WrittenDestination},
     destination::Target,
     fan_out::{CopyWrite, EventNote, Tally, name_first, pass_events, verdict},
     keys::CLUSTER_PROJECTION_FINALIZER,
+    lifecycle::{
+        Release, handled_request, is_suspended, on_cr_deletion, on_source_loss, requested_at, stamp_request,
+        suspended_conditions,
+    },
     ownership::Owner,
     reason::{Reason, Retry},
     source::GroupKind,
@@ -76,7 +81,19 @@ fn destination_name(cp: &ClusterProjection) -> String {
 /// Puts the copies in place and reports: one status, built once, whichever step the pass stopped at.
 async fn apply(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error> {
     let current = cp.status.clone().unwrap_or_default();
-    let pass = fan_out(cp, ctx, &current).await;
+    let object = (cp.name_any(), cp.uid().unwrap_or_default());
+    if is_suspended(cp.spec.suspend) {
+        // Nothing is read, written or deleted; the conditions and counts of the last pass stay.
+        let now = Time(Timestamp::now());
+        let next = ClusterProjectionStatus {
+            conditions: suspended_conditions(&current.conditions, cp.meta().generation, &now),
+            ..current.clone()
+        };
+        crate::reconcile::write_status(cp, ctx, &current, &next).await?;
+        return Ok(conclude_suspended(ctx, KIND, (&object.0, &object.1)));
+    }
+    let requested = requested_at(cp.meta().annotations.as_ref());
+    let pass = fan_out(cp, ctx, &current, requested).await;
     let built_hash = pass.as_ref().ok().map(|done| done.hash.clone());
     let (outcome, retry, reached) = match &pass {
         Ok(done) => (
@@ -103,17 +120,15 @@ async fn apply(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error> {
         cp.meta().generation,
         &Time(Timestamp::now()),
     );
+    next.last_handled_reconcile_at = handled_request(requested, current.last_handled_reconcile_at.as_deref());
     if built_hash.is_some() {
         next.source_hash = built_hash;
     }
+    if let Ok(done) = &pass {
+        next.applied_once = done.applied_once.clone();
+    }
     crate::reconcile::write_status(cp, ctx, &current, &next).await?;
-    conclude(
-        ctx,
-        KIND,
-        (&cp.name_any(), &cp.uid().unwrap_or_default()),
-        &outcome,
-        retry,
-    )
+    conclude(ctx, KIND, (&object.0, &object.1), &outcome, retry)
 }
 
 /// A pass that reached the fan-out.
@@ -125,14 +140,18 @@ struct FannedOut {
     retry: Retry,
     /// The source hash every copy of this pass carries.
     hash: String,
+    /// With `syncPolicy: ApplyOnce`, the record of where the copies were created.
+    applied_once: Option<AppliedOnce>,
 }
 
-/// One pass: read the source and the targets, build and write a copy per target namespace, remove
-/// the copies no longer wanted, report. Every decision on the way is `shared`'s.
+/// One pass: read the source and the targets, build and write a copy per target namespace (stamped
+/// with the `requested` reconcile, if any), remove the copies no longer wanted, report. Every
+/// decision on the way is `shared`'s.
 async fn fan_out(
     cp: &ClusterProjection,
     ctx: &Context,
     current: &ClusterProjectionStatus,
+    requested: Option<&str>,
 ) -> Result<FannedOut, Failure> {
     let cp_ref = ObjectRef::from_obj(cp);
     let cr = CrRef::Cluster(cp_ref.clone());
@@ -151,10 +170,14 @@ async fn fan_out(
         &about,
         recorded.as_ref(),
         ever_projected,
-        |resource| {
+        |resource, reason| {
             let current = (source.group_kind(), resource);
             let (owner, about, recorded) = (&owner, &about, recorded.as_ref());
-            async move { sweep(ctx, owner, about, recorded, Some((&current.0, &current.1))).await }
+            let release = on_source_loss(cp.spec.source_deletion_policy, reason);
+            async move {
+                let current = Some((&current.0, &current.1));
+                sweep(ctx, (owner, about), recorded, current, release).await
+            }
         },
     )
     .await?;
@@ -179,7 +202,29 @@ async fn fan_out(
     // The content is the same in every namespace: built (and refused) once.
     let rules = CopyRules::of_cluster_projection(&cp.spec);
     let built = build_or_report(ctx, &about, &read.object, &rules, failed).await?;
-    let tally = Tally::of(write_all(ctx, &read, &built, &owner, &targets.write, &name).await);
+    let written = written_destination(&read.resource, &name);
+    // ApplyOnce: only namespaces without a recorded copy are written, and existing copies are kept.
+    let once = apply_once::is_apply_once(cp.spec.sync_policy);
+    let record = apply_once::recorded(current.applied_once.as_ref(), &written);
+    let exist = read
+        .copies
+        .state()
+        .iter()
+        .filter(|o| owner.owns(o.metadata.annotations.as_ref()) && o.name_any() == name)
+        .filter_map(|o| o.namespace())
+        .collect();
+    let plan = apply_once::plan(&targets.write, &record, &exist);
+    let (to_write, existing) = if once {
+        (&plan.create, Existing::Keep)
+    } else {
+        (&targets.write, Existing::Update)
+    };
+    let copies = Copies {
+        name: &name,
+        requested,
+        existing,
+    };
+    let tally = Tally::of(write_all(ctx, &read, &built, &owner, to_write, copies).await);
     let waiting = tally
         .conflicts()
         .map(|namespace| ObjectKey {
@@ -189,7 +234,6 @@ async fn fan_out(
         })
         .collect();
     ctx.watches.set_waiting(&cr, waiting);
-    let written = written_destination(&read.resource, &name);
     let earlier = earlier_kind(recorded.as_ref(), &written);
     let cleaned = remove_unwanted(ctx, &owner, &about, &read, &targets.keep(), &name, earlier).await;
 
@@ -201,14 +245,34 @@ async fn fan_out(
     let events = pass_events(&tally, &gvk_display(&read.resource), &from, &name);
     ctx.events.publish_all(&about, events).await;
     let (outcome, retry) = verdict(resolved, &targets, &tally, cleaned);
+    let (outcome, holding, applied_once) = if once {
+        let failed: BTreeSet<&String> = tally.failures.iter().map(|f| &f.namespace).collect();
+        let placed = plan.create.iter().filter(|n| !failed.contains(n));
+        let next = apply_once::next_record(&record, &targets.write, placed);
+        let holding = targets.write.len() - plan.left_deleted.len();
+        let outcome = apply_once::with_note(outcome, &plan);
+        (outcome, holding, Some(apply_once::record(&written, &next)))
+    } else {
+        (outcome, targets.write.len(), None)
+    };
     Ok(FannedOut {
         written,
-        targets: targets.write.len(),
+        targets: holding,
         tally,
         outcome,
         retry,
         hash: built.hash().to_owned(),
+        applied_once,
     })
+}
+
+/// The name of the copies, the reconcile request they are stamped with, and what is done with a
+/// copy that exists already.
+#[derive(Clone, Copy)]
+struct Copies<'a> {
+    name: &'a str,
+    requested: Option<&'a str>,
+    existing: Existing,
 }
 
 /// Builds and writes the copy in each of `namespaces`, a capped number at a time.
@@ -218,15 +282,16 @@ async fn write_all(
     built: &BuiltContent,
     owner: &Owner,
     namespaces: &[String],
-    name: &str,
+    copies: Copies<'_>,
 ) -> Vec<(String, CopyWrite)> {
     futures::stream::iter(namespaces.iter().cloned())
         .map(|namespace| {
             let target = Target {
                 namespace: namespace.clone(),
-                name: name.to_owned(),
+                name: copies.name.to_owned(),
             };
-            let desired = built.place(owner, &target);
+            let mut desired = built.place(owner, &target);
+            stamp_request(&mut desired, copies.requested);
             let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &read.resource);
             async move {
                 let written = write_copy(
@@ -237,6 +302,7 @@ async fn write_all(
                     &read.copies,
                     &desired,
                     owner,
+                    copies.existing,
                 )
                 .await;
                 (namespace, copy_write(written))
@@ -264,18 +330,20 @@ async fn remove_unwanted(
         .into_iter()
         .filter(|o| is_unwanted(&o.metadata, owner, keep, name))
         .collect();
+    let release = Releasing {
+        release: Release::Delete,
+        report_left_alone: false,
+    };
     let mut cleaned = remove_all(
         ctx,
-        owner,
-        about,
-        &read.group_kind,
-        &read.resource,
+        (owner, about),
+        (&read.group_kind, &read.resource),
         &unwanted,
-        false,
+        release,
     )
     .await;
     if let Some(old) = earlier {
-        cleaned &= sweep(ctx, owner, about, Some(&old), None).await;
+        cleaned &= sweep(ctx, (owner, about), Some(&old), None, Release::Delete).await;
     }
     cleaned
 }
@@ -287,6 +355,7 @@ fn copy_write(written: Result<Written, WriteError>) -> CopyWrite {
         Ok(Written::Updated) => CopyWrite::Updated,
         Ok(Written::Recreated(why)) => CopyWrite::Recreated(why),
         Ok(Written::Unchanged) => CopyWrite::Unchanged,
+        Ok(Written::Adopted) => CopyWrite::Adopted,
         Err(e) => CopyWrite::Failed {
             reason: e.reason(),
             message: e.message(),
@@ -294,14 +363,14 @@ fn copy_write(written: Result<Written, WriteError>) -> CopyWrite {
     }
 }
 
-/// Removes every copy of `owner` of the recorded kind and of the current kind, in every namespace.
-/// Returns whether all are gone.
+/// Releases (deletes or orphans, as `release` says) every copy of `owner` of the recorded kind and
+/// of the current kind, in every namespace. Returns whether all are out of our hands.
 async fn sweep(
     ctx: &Context,
-    owner: &Owner,
-    about: &ObjectReference,
+    (owner, about): (&Owner, &ObjectReference),
     recorded: Option<&WrittenDestination>,
     current: Option<(&GroupKind, &ApiResource)>,
+    release: Release,
 ) -> bool {
     let mut kinds: Vec<(GroupKind, ApiResource)> = current
         .map(|(gk, r)| (gk.clone(), r.clone()))
@@ -335,38 +404,55 @@ async fn sweep(
             .into_iter()
             .filter(|o| is_labelled_for(&o.metadata, owner))
             .collect();
-        all_gone &= remove_all(ctx, owner, about, &group_kind, &resource, &mine, true).await;
+        let releasing = Releasing {
+            release,
+            report_left_alone: true,
+        };
+        all_gone &= remove_all(ctx, (owner, about), (&group_kind, &resource), &mine, releasing).await;
     }
     all_gone
 }
 
-/// Deletes the given copies that `owner` still owns, reporting deletions (and, when
-/// `report_left_alone`, copies kept because their ownership annotation was removed or changed).
+/// How a removal treats the copies it finds.
+#[derive(Clone, Copy)]
+struct Releasing {
+    /// Delete or orphan them.
+    release: Release,
+    /// Report copies kept because their ownership annotation was removed or changed.
+    report_left_alone: bool,
+}
+
+/// Deletes (or orphans) the given copies that `owner` still owns, reporting what it did with one
+/// event per kind of result.
 async fn remove_all(
     ctx: &Context,
-    owner: &Owner,
-    about: &ObjectReference,
-    group_kind: &GroupKind,
-    resource: &ApiResource,
+    (owner, about): (&Owner, &ObjectReference),
+    (group_kind, resource): (&GroupKind, &ApiResource),
     objects: &[Arc<DynamicObject>],
-    report_left_alone: bool,
+    releasing: Releasing,
 ) -> bool {
+    let Releasing {
+        release,
+        report_left_alone,
+    } = releasing;
     let results: Vec<(String, Result<Removed, kube::Error>)> = futures::stream::iter(objects.iter().cloned())
         .map(|object| async move {
             let namespace = object.namespace().unwrap_or_default();
             let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, resource);
-            let result = remove_known(&ctx.watches, &api, group_kind, &object, owner).await;
+            let result = release_known(&ctx.watches, &api, group_kind, &object, owner, release).await;
             (format!("{namespace}/{}", object.name_any()), result)
         })
         .buffer_unordered(ctx.settings.write_concurrency.max(1))
         .collect()
         .await;
     let mut deleted = Vec::new();
+    let mut orphaned = Vec::new();
     let mut events = Vec::new();
     let mut all_gone = true;
     for (copy, result) in results {
         match result {
             Ok(Removed::Deleted) => deleted.push(copy),
+            Ok(Removed::Orphaned) => orphaned.push(copy),
             Ok(Removed::LeftAlone) if report_left_alone => events.push(EventNote {
                 reason: Reason::DestinationLeftAlone,
                 note: format!("{copy} (not owned)"),
@@ -384,11 +470,18 @@ async fn remove_all(
             note: name_first(deleted),
         });
     }
+    if !orphaned.is_empty() {
+        events.push(EventNote {
+            reason: Reason::DestinationOrphaned,
+            note: format!("{} left in place, no longer managed", name_first(orphaned)),
+        });
+    }
     ctx.events.publish_all(about, events).await;
     all_gone
 }
 
-/// Deletion of the ClusterProjection: every copy it owns goes first, across the cluster.
+/// Deletion of the ClusterProjection: every copy it owns goes first across the cluster, or is
+/// orphaned with `deletionPolicy: Orphan`.
 async fn cleanup(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error> {
     let owner = owner_of(cp);
     let about = cp.object_ref(&());
@@ -396,10 +489,10 @@ async fn cleanup(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error>
     let current = resolved_kind(ctx, &cp.spec.source).await;
     let all_gone = sweep(
         ctx,
-        &owner,
-        &about,
+        (&owner, &about),
         recorded.as_ref(),
         current.as_ref().map(|(gk, r)| (gk, r)),
+        on_cr_deletion(cp.spec.deletion_policy),
     )
     .await;
     if !all_gone {

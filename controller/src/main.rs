@@ -141,12 +141,13 @@ async fn main() -> anyhow::Result<()> {
     result
 }
 
-/// Which changes of a CR need a reconcile: its spec (generation), its deletion, and our finalizer.
-/// Status writes, including our own, do not.
+/// Which changes of a CR need a reconcile: its spec (generation), its deletion, our finalizer, and
+/// a new `projection.sh/requested-at`. Status writes, including our own, do not.
 fn reconcile_relevant<K: Resource>(object: &K, finalizer: &str) -> Option<u64> {
     let mut hasher = DefaultHasher::new();
     object.meta().generation.hash(&mut hasher);
     object.meta().deletion_timestamp.is_some().hash(&mut hasher);
+    shared::lifecycle::requested_at(object.meta().annotations.as_ref()).hash(&mut hasher);
     object
         .meta()
         .finalizers

@@ -8,11 +8,11 @@ use crate::{
     error::Error,
     index::{CrRef, ObjectKey},
     reconcile::{
-        ProjectionKind, conclude, copies_remain, gvk_display, observe_first_copy, read_or_withdraw,
-        resolved_kind, written_destination,
+        ProjectionKind, conclude, conclude_suspended, copies_remain, gvk_display, observe_first_copy,
+        read_or_withdraw, resolved_kind, written_destination,
     },
     watches::Tier,
-    writer::{Removed, Written, remove_copy, write_copy},
+    writer::{Existing, Removed, Written, release_copy, write_copy},
 };
 use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::{
@@ -21,10 +21,15 @@ use kube::{
     runtime::{controller::Action, reflector::ObjectRef},
 };
 use shared::{
+    apply_once,
     copy::CopyRules,
-    crd::{Projection, ProjectionStatus, WrittenDestination},
+    crd::{AppliedOnce, Projection, ProjectionStatus, WrittenDestination},
     destination::Target,
     keys::PROJECTION_FINALIZER,
+    lifecycle::{
+        Release, handled_request, is_suspended, on_cr_deletion, on_source_loss, requested_at, stamp_request,
+        suspended_conditions,
+    },
     ownership::Owner,
     reason::{Reason, Retry},
     self_copy::self_copy,
@@ -76,18 +81,37 @@ fn target_of(p: &Projection) -> Target {
 /// The reconcile proper: put the copy in place and report.
 async fn apply(p: &Projection, ctx: &Context) -> Result<Action, Error> {
     let status = p.status.clone().unwrap_or_default();
-    let (outcome, written, retry, built_hash) = match project(p, ctx, &status).await {
-        Ok((written, resolved, hash)) => (
-            Outcome::Projected {
-                resolved,
-                note: String::new(),
-            },
-            Some(written),
-            Retry::OnChange,
-            Some(hash),
-        ),
-        Err(f) => (f.outcome, f.written, f.retry, None),
+    let name = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
+    let uid = p.uid().unwrap_or_default();
+    if is_suspended(p.spec.suspend) {
+        // Nothing is read, written or deleted; the conditions of the last pass stay.
+        let next = ProjectionStatus {
+            conditions: suspended_conditions(
+                &status.conditions,
+                p.meta().generation,
+                &Time(Timestamp::now()),
+            ),
+            ..status.clone()
+        };
+        crate::reconcile::write_status(p, ctx, &status, &next).await?;
+        return Ok(conclude_suspended(ctx, KIND, (&name, &uid)));
+    }
+    let requested = requested_at(p.meta().annotations.as_ref());
+    let mut applied_once = None;
+    let mut built_hash = None;
+    let (outcome, written, retry) = match project(p, ctx, &status, requested).await {
+        Ok(done) => {
+            applied_once = done.applied_once;
+            built_hash = Some(done.hash);
+            let outcome = Outcome::Projected {
+                resolved: done.resolved,
+                note: done.note,
+            };
+            (outcome, Some(done.written), Retry::OnChange)
+        }
+        Err(f) => (f.outcome, f.written, f.retry),
     };
+    let placed = outcome.is_ready();
     let mut next = projection_status(
         &status,
         &outcome,
@@ -95,21 +119,39 @@ async fn apply(p: &Projection, ctx: &Context) -> Result<Action, Error> {
         p.meta().generation,
         &Time(Timestamp::now()),
     );
+    next.last_handled_reconcile_at = handled_request(requested, status.last_handled_reconcile_at.as_deref());
     if built_hash.is_some() {
         next.source_hash = built_hash;
     }
+    if placed {
+        next.applied_once = applied_once;
+    }
     crate::reconcile::write_status(p, ctx, &status, &next).await?;
-    let name = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
-    conclude(ctx, KIND, (&name, &p.uid().unwrap_or_default()), &outcome, retry)
+    conclude(ctx, KIND, (&name, &uid), &outcome, retry)
 }
 
-/// Reads, checks, builds and writes. Returns what was written, the `SourceResolved` message and the
-/// copy's source hash.
+/// A pass that put the copy in place.
+struct Placed {
+    /// The copy as now written.
+    written: WrittenDestination,
+    /// The `SourceResolved` message.
+    resolved: String,
+    /// The `DestinationWritten` message.
+    note: String,
+    /// With `syncPolicy: ApplyOnce`, the record of where the copy was created.
+    applied_once: Option<AppliedOnce>,
+    /// The copy's source hash.
+    hash: String,
+}
+
+/// Reads, checks, builds and writes (stamped with the `requested` reconcile, if any; only created
+/// once with `syncPolicy: ApplyOnce`).
 async fn project(
     p: &Projection,
     ctx: &Context,
     status: &ProjectionStatus,
-) -> Result<(WrittenDestination, String, String), Failure> {
+    requested: Option<&str>,
+) -> Result<Placed, Failure> {
     let waker = CrRef::Projection(ObjectRef::from_obj(p));
     let owner = owner_of(p);
     let about = p.object_ref(&());
@@ -125,10 +167,14 @@ async fn project(
         &about,
         recorded.as_ref(),
         ever_projected,
-        |resource| {
+        |resource, reason| {
             let current = (source.group_kind(), resource);
             let (owner, about, recorded) = (&owner, &about, recorded.as_ref());
-            async move { retract(p, ctx, owner, about, recorded, Some((&current.0, &current.1))).await }
+            let release = on_source_loss(p.spec.source_deletion_policy, reason);
+            async move {
+                let current = Some((&current.0, &current.1));
+                retract(p, ctx, (owner, about), recorded, current, release).await
+            }
         },
     )
     .await?;
@@ -145,22 +191,44 @@ async fn project(
     }
     let rules = CopyRules::of_projection(&p.spec);
     let built = build_or_report(ctx, &about, &read.object, &rules, failed).await?;
-    let desired = built.place(&owner, &target);
+    let mut desired = built.place(&owner, &target);
+    stamp_request(&mut desired, requested);
     let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &target.namespace, &read.resource);
     let copy = format!("{}/{}", target.namespace, target.name);
     let from = format!("{}/{}", source.namespace, source.name);
     let gvk = gvk_display(&read.resource);
-    match write_copy(
-        &ctx.watches,
-        &api,
-        &read.group_kind,
-        &read.resource,
-        &read.copies,
-        &desired,
-        &owner,
-    )
-    .await
-    {
+    let now_written = written_destination(&read.resource, &target.name);
+
+    // ApplyOnce: a copy created once is never written again, even when it was deleted since.
+    let once = apply_once::is_apply_once(p.spec.sync_policy);
+    let record = apply_once::recorded(status.applied_once.as_ref(), &now_written);
+    let cached = ObjectRef::new_with(&target.name, read.resource.clone()).within(&target.namespace);
+    let exists: std::collections::BTreeSet<String> = read
+        .copies
+        .get(&cached)
+        .filter(|c| owner.owns(c.metadata.annotations.as_ref()))
+        .map(|_| target.namespace.clone())
+        .into_iter()
+        .collect();
+    let targets = [target.namespace.clone()];
+    let plan = apply_once::plan(&targets, &record, &exists);
+    let existing = if once { Existing::Keep } else { Existing::Update };
+    let write = if once && plan.create.is_empty() {
+        Ok(Written::Unchanged)
+    } else {
+        write_copy(
+            &ctx.watches,
+            &api,
+            &read.group_kind,
+            &read.resource,
+            &read.copies,
+            &desired,
+            &owner,
+            existing,
+        )
+        .await
+    };
+    match write {
         Ok(written) => {
             ctx.watches.set_waiting(&waker, Vec::new());
             match written {
@@ -187,6 +255,10 @@ async fn project(
                         .publish(&about, Reason::DestinationRecreated, note)
                         .await;
                 }
+                Written::Adopted => {
+                    let note = format!("adopted {copy} as the copy of {from}");
+                    ctx.events.publish(&about, Reason::DestinationAdopted, note).await;
+                }
                 Written::Unchanged => {}
             }
         }
@@ -207,9 +279,10 @@ async fn project(
     }
 
     // What an earlier spec wrote elsewhere goes (a rename, another source or kind).
-    let now_written = written_destination(&read.resource, &target.name);
     if let Some(old) = earlier_copy(recorded.as_ref(), &now_written)
-        && remove_recorded(p, ctx, &owner, &about, &old).await.is_err()
+        && remove_recorded(p, ctx, (&owner, &about), &old, Release::Delete)
+            .await
+            .is_err()
     {
         // Keep a record of the old copy until it is gone: retry with backoff.
         let message = format!(
@@ -223,22 +296,44 @@ async fn project(
             Some(old),
         ));
     }
-    Ok((now_written, read.resolved_message, built.hash().to_owned()))
+    let (note, applied_once) = if once {
+        let placed = if plan.create.is_empty() {
+            &[][..]
+        } else {
+            &targets[..]
+        };
+        let next = apply_once::next_record(&record, &targets, placed);
+        (
+            apply_once::note(&plan),
+            Some(apply_once::record(&now_written, &next)),
+        )
+    } else {
+        (String::new(), None)
+    };
+    Ok(Placed {
+        written: now_written,
+        resolved: read.resolved_message,
+        note,
+        applied_once,
+        hash: built.hash().to_owned(),
+    })
 }
 
-/// Removes every copy this Projection may have written: the recorded one and the one at the current
-/// coordinates. Returns whether all are gone.
+/// Releases (deletes or orphans, as `release` says) every copy this Projection may have written: the
+/// recorded one and the one at the current coordinates. Returns whether all are out of our hands.
 async fn retract(
     p: &Projection,
     ctx: &Context,
-    owner: &Owner,
-    about: &ObjectReference,
+    (owner, about): (&Owner, &ObjectReference),
     recorded: Option<&WrittenDestination>,
     current: Option<(&GroupKind, &ApiResource)>,
+    release: Release,
 ) -> bool {
     let mut all_gone = true;
     if let Some(old) = recorded {
-        all_gone &= remove_recorded(p, ctx, owner, about, old).await.is_ok();
+        all_gone &= remove_recorded(p, ctx, (owner, about), old, release)
+            .await
+            .is_ok();
     }
     if let Some((group_kind, resource)) = current {
         let target = target_of(p);
@@ -246,11 +341,10 @@ async fn retract(
             .is_some_and(|r| r.group == resource.group && r.kind == resource.kind && r.name == target.name);
         if !already {
             let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &target.namespace, resource);
-            match remove_copy(&ctx.watches, &api, group_kind, &target.name, owner).await {
-                Ok(Removed::Deleted) => {
-                    let note = format!("{}/{}", target.namespace, target.name);
-                    ctx.events.publish(about, Reason::DestinationDeleted, note).await;
-                }
+            let note = format!("{}/{}", target.namespace, target.name);
+            match release_copy(&ctx.watches, &api, group_kind, &target.name, owner, release).await {
+                Ok(Removed::Deleted) => ctx.events.publish(about, Reason::DestinationDeleted, note).await,
+                Ok(Removed::Orphaned) => publish_orphaned(ctx, about, note).await,
                 Ok(_) => {}
                 Err(e) => {
                     tracing::warn!(error = %crate::error::describe(&e), "could not remove copy");
@@ -262,14 +356,19 @@ async fn retract(
     all_gone
 }
 
-/// Removes the copy recorded in status, if it still is ours; a copy whose ownership annotation was
+async fn publish_orphaned(ctx: &Context, about: &ObjectReference, copy: String) {
+    let note = format!("{copy} left in place, no longer managed");
+    ctx.events.publish(about, Reason::DestinationOrphaned, note).await;
+}
+
+/// Releases the copy recorded in status, if it still is ours; a copy whose ownership annotation was
 /// removed or changed is left alone, with an event.
 async fn remove_recorded(
     p: &Projection,
     ctx: &Context,
-    owner: &Owner,
-    about: &ObjectReference,
+    (owner, about): (&Owner, &ObjectReference),
     recorded: &WrittenDestination,
+    release: Release,
 ) -> Result<(), ()> {
     let namespace = p.namespace().unwrap_or_default();
     let Some(resource) = crate::writer::recorded_resource(ctx, recorded).await? else {
@@ -281,8 +380,9 @@ async fn remove_recorded(
     };
     let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &resource);
     let note = format!("{namespace}/{}", recorded.name);
-    match remove_copy(&ctx.watches, &api, &group_kind, &recorded.name, owner).await {
+    match release_copy(&ctx.watches, &api, &group_kind, &recorded.name, owner, release).await {
         Ok(Removed::Deleted) => ctx.events.publish(about, Reason::DestinationDeleted, note).await,
+        Ok(Removed::Orphaned) => publish_orphaned(ctx, about, note).await,
         Ok(Removed::LeftAlone) => {
             ctx.events
                 .publish(about, Reason::DestinationLeftAlone, format!("{note} (not owned)"))
@@ -297,7 +397,8 @@ async fn remove_recorded(
     Ok(())
 }
 
-/// Deletion of the Projection: its copies go first (the finalizer holds it until then).
+/// Deletion of the Projection: its copies go first, or are orphaned with `deletionPolicy: Orphan`
+/// (the finalizer holds it until then; a suspended Projection follows its policy too).
 async fn cleanup(p: &Projection, ctx: &Context) -> Result<Action, Error> {
     let owner = owner_of(p);
     let about = p.object_ref(&());
@@ -306,10 +407,10 @@ async fn cleanup(p: &Projection, ctx: &Context) -> Result<Action, Error> {
     let all_gone = retract(
         p,
         ctx,
-        &owner,
-        &about,
+        (&owner, &about),
         recorded.as_ref(),
         current.as_ref().map(|(gk, r)| (gk, r)),
+        on_cr_deletion(p.spec.deletion_policy),
     )
     .await;
     if !all_gone {

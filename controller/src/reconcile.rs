@@ -171,8 +171,9 @@ pub async fn read_source(
 }
 
 /// Reads the source of `cr` as [`read_source`] does. When there is nothing to project, the copies
-/// are removed with `withdraw` (given the source's resource) if the problem calls for it, and the
-/// problem is reported.
+/// are withdrawn with `withdraw` (given the source's resource and the problem's reason, which with
+/// `sourceDeletionPolicy` decides between deleting and orphaning them) if the problem calls for it,
+/// and the problem is reported.
 #[allow(clippy::too_many_arguments)]
 pub async fn read_or_withdraw<W, F>(
     ctx: &Context,
@@ -185,14 +186,14 @@ pub async fn read_or_withdraw<W, F>(
     withdraw: W,
 ) -> Result<Source, Failure>
 where
-    W: FnOnce(ApiResource) -> F,
+    W: FnOnce(ApiResource, Reason) -> F,
     F: Future<Output = bool>,
 {
     match read_source(ctx, source, cr, tier, ever_projected).await {
         Ok(read) => Ok(read),
         Err(problem) => {
             let withdrawn = match &problem {
-                Problem::Withdraw { resource, .. } => withdraw(resource.clone()).await,
+                Problem::Withdraw { resource, reason, .. } => withdraw(resource.clone(), *reason).await,
                 Problem::Report { .. } => false,
             };
             Err(problem.fail(ctx, about, recorded.cloned(), withdrawn).await)
@@ -257,6 +258,20 @@ pub fn conclude(
             message: outcome.message().to_owned(),
         }),
     }
+}
+
+/// Counts and logs a pass of a suspended CR, which wrote nothing; only a change of the CR wakes it.
+pub fn conclude_suspended(ctx: &Context, kind: &'static str, object: (&str, &str)) -> Action {
+    let (name, uid) = object;
+    let reason = Reason::Suspended;
+    let result = reason.category().as_str();
+    ctx.metrics
+        .reconcile_total
+        .get_or_create(&ReconcileLabels { kind, result })
+        .inc();
+    tracing::info!(kind, name, result, %reason, message = shared::lifecycle::SUSPENDED_MESSAGE, "reconciled");
+    ctx.backoff.reset(uid);
+    Action::await_change()
 }
 
 /// Observes the time from the creation of `cr` to its first copy.

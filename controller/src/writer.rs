@@ -12,7 +12,9 @@ use kube::{
 };
 use serde_json::Value;
 use shared::{
+    adoption::{Consent, adoption_patch, consent},
     crd::WrittenDestination,
+    lifecycle::{Release, orphan_patch},
     ownership::Owner,
     reason::Reason,
     source::GroupKind,
@@ -34,6 +36,8 @@ pub enum Written {
     Unchanged,
     /// The apiserver refused an in-place update (an immutable field): deleted and created anew.
     Recreated(String),
+    /// An existing object whose owner named us in `projection.sh/adopt-by` became our copy.
+    Adopted,
 }
 
 /// Why a write did not happen.
@@ -78,9 +82,23 @@ pub enum Removed {
     Absent,
     /// Something is there that is not (or no longer) ours: left alone.
     LeftAlone,
+    /// It was ours and stays, without our ownership keys (an `Orphan` policy).
+    Orphaned,
 }
 
-/// Writes `desired` (a built copy) so that the object at its coordinates matches it, if it is ours.
+/// How a copy that exists already is treated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Existing {
+    /// Patched to match the source (`syncPolicy: Reconcile`).
+    Update,
+    /// Left as it is (`syncPolicy: ApplyOnce`); a stranger's object is still only adopted with
+    /// consent.
+    Keep,
+}
+
+/// Writes `desired` (a built copy) so that the object at its coordinates matches it, if it is ours
+/// (or only creates it, when `existing` says to keep what exists).
+#[allow(clippy::too_many_arguments)]
 pub async fn write_copy(
     registry: &WatchRegistry,
     api: &Api<DynamicObject>,
@@ -89,6 +107,7 @@ pub async fn write_copy(
     copies: &Store<DynamicObject>,
     desired: &Value,
     owner: &Owner,
+    existing_copy: Existing,
 ) -> Result<Written, WriteError> {
     let desired_object: DynamicObject = serde_json::from_value(desired.clone())
         .map_err(|e| WriteError::Conflict(format!("unbuildable copy: {e}")))?;
@@ -116,16 +135,20 @@ pub async fn write_copy(
                 Err(e) => return Err(WriteError::Create(e)),
             }
         };
-        if !owner.owns(current.metadata.annotations.as_ref()) {
-            return Err(WriteError::Conflict(format!(
-                "destination {namespace}/{name} exists and is not owned by this {}",
-                owner.kind()
-            )));
+        // Someone else's object is only ever taken over with its owner's consent.
+        let adopting = !owner.owns(current.metadata.annotations.as_ref());
+        if adopting && let Consent::Refused(message) = consent(&current.metadata, owner) {
+            return Err(WriteError::Conflict(message));
+        }
+        if !adopting && existing_copy == Existing::Keep {
+            return Ok(Written::Unchanged);
         }
         let current_value =
             serde_json::to_value(&current).map_err(|e| WriteError::Conflict(e.to_string()))?;
         let patch = match plan_update(&current_value, desired, FIELD_MANAGER) {
-            WritePlan::UpToDate => return Ok(Written::Unchanged),
+            WritePlan::UpToDate if !adopting => return Ok(Written::Unchanged),
+            WritePlan::UpToDate => adoption_patch(serde_json::json!({})),
+            WritePlan::Patch(p) if adopting => adoption_patch(p),
             WritePlan::Patch(p) => p,
         };
         registry.begin_write(key.clone());
@@ -140,6 +163,7 @@ pub async fn write_copy(
             patched.as_ref().ok().and_then(|p| p.resource_version()),
         );
         match patched {
+            Ok(_) if adopting => return Ok(Written::Adopted),
             Ok(_) => return Ok(Written::Updated),
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 existing = api.get_opt(&name).await.map_err(WriteError::Fetch)?;
@@ -295,5 +319,67 @@ pub async fn remove_copy(
     match api.get_opt(name).await? {
         None => Ok(Removed::Absent),
         Some(current) => Box::pin(remove_known(registry, api, group_kind, &current, owner)).await,
+    }
+}
+
+/// Orphans `current` (a copy as last seen) if `owner` owns it: our ownership annotation, UID label,
+/// source hash and request stamp are removed (resourceVersion precondition); a copy that changed
+/// meanwhile is read again once.
+pub async fn orphan_known(
+    api: &Api<DynamicObject>,
+    current: &DynamicObject,
+    owner: &Owner,
+) -> Result<Removed, kube::Error> {
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let name = current.name_any();
+    let mut seen = current.clone();
+    for attempt in 0..2 {
+        let Some(patch) = orphan_patch(&seen.metadata, owner) else {
+            return Ok(Removed::LeftAlone);
+        };
+        match api.patch(&name, &params, &Patch::Merge(&patch)).await {
+            Ok(_) => return Ok(Removed::Orphaned),
+            Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(Removed::Absent),
+            Err(kube::Error::Api(s)) if s.code == 409 && attempt == 0 => match api.get_opt(&name).await? {
+                None => return Ok(Removed::Absent),
+                Some(fresh) => seen = fresh,
+            },
+            Err(e) => return Err(e),
+        }
+    }
+    unreachable!("the second attempt returns")
+}
+
+/// Deletes or orphans `current` (a copy as last seen), as `release` says.
+pub async fn release_known(
+    registry: &WatchRegistry,
+    api: &Api<DynamicObject>,
+    group_kind: &GroupKind,
+    current: &DynamicObject,
+    owner: &Owner,
+    release: Release,
+) -> Result<Removed, kube::Error> {
+    match release {
+        Release::Delete => remove_known(registry, api, group_kind, current, owner).await,
+        Release::Orphan => orphan_known(api, current, owner).await,
+    }
+}
+
+/// Deletes or orphans the copy at `name` (in `api`'s namespace), as `release` says, if `owner` owns
+/// it.
+pub async fn release_copy(
+    registry: &WatchRegistry,
+    api: &Api<DynamicObject>,
+    group_kind: &GroupKind,
+    name: &str,
+    owner: &Owner,
+    release: Release,
+) -> Result<Removed, kube::Error> {
+    match api.get_opt(name).await? {
+        None => Ok(Removed::Absent),
+        Some(current) => release_known(registry, api, group_kind, &current, owner, release).await,
     }
 }

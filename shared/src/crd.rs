@@ -73,6 +73,47 @@ pub struct ProjectionDestination {
     pub name: Option<String>,
 }
 
+// What happens to copies whose CR or source goes. (A plain comment: a doc comment here would replace
+// the fields' own descriptions in the CRD schema.)
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+pub enum CopyPolicy {
+    /// The copies are deleted.
+    #[default]
+    Delete,
+    /// The copies stay, stripped of our ownership annotation, label and source hash.
+    Orphan,
+}
+
+// How copies are kept (a plain comment, as for `CopyPolicy`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+pub enum SyncPolicy {
+    /// Every copy follows its source and is repaired when edited or deleted.
+    #[default]
+    Reconcile,
+    /// Each copy is created once per target, then left as it is.
+    ApplyOnce,
+}
+
+/// Where `syncPolicy: ApplyOnce` has created its copy once, so that a copy deleted by hand is not
+/// created again.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedOnce {
+    /// API group of the copies the record is for; empty for the core group.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group: String,
+    /// Kind of the copies the record is for.
+    pub kind: String,
+    /// Name of the copies the record is for.
+    pub name: String,
+    /// How many namespaces the record holds.
+    pub count: i32,
+    /// The namespaces, sorted and front-coded so the record stays small at thousands of namespaces:
+    /// per name, a capital letter giving the length of the prefix shared with the previous name
+    /// (`A` = 0, ..., `Z` = 25), then the rest of the name.
+    pub namespaces: String,
+}
+
 /// Mirror one namespaced object into this Projection's namespace.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[kube(
@@ -107,6 +148,12 @@ pub struct ProjectionDestination {
         type_ = "string",
         json_path = ".status.conditions[?(@.type=='Ready')].status"
     ),
+    printcolumn(
+        name = "Suspended",
+        type_ = "boolean",
+        json_path = ".spec.suspend",
+        priority = 1
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -128,6 +175,22 @@ pub struct ProjectionSpec {
     /// Fields removed from the copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fields: Option<FieldExclusion>,
+    /// While true, no copy is written or deleted (deleting the CR still follows `deletionPolicy`);
+    /// setting it back to false catches up with one full reconcile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+    /// What deleting this CR does to its copies: `Delete` (the default) removes them, `Orphan`
+    /// leaves them without our ownership annotation, label and source hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<CopyPolicy>,
+    /// What a source that no longer exists does to the copies: `Delete` (the default) or `Orphan`.
+    /// A source that vetoes projection always has its copies removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_deletion_policy: Option<CopyPolicy>,
+    /// `Reconcile` (the default) keeps every copy equal to its source; `ApplyOnce` creates each copy
+    /// once per target and never updates, repairs or re-creates it afterwards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_policy: Option<SyncPolicy>,
 }
 
 /// Where a `ClusterProjection` writes its copies: exactly one of `namespaces` or
@@ -201,6 +264,12 @@ pub struct ClusterProjectionDestination {
         type_ = "string",
         json_path = ".status.conditions[?(@.type=='Ready')].status"
     ),
+    printcolumn(
+        name = "Suspended",
+        type_ = "boolean",
+        json_path = ".spec.suspend",
+        priority = 1
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -221,13 +290,29 @@ pub struct ClusterProjectionSpec {
     /// Fields removed from the copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fields: Option<FieldExclusion>,
+    /// While true, no copy is written or deleted (deleting the CR still follows `deletionPolicy`);
+    /// setting it back to false catches up with one full reconcile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+    /// What deleting this CR does to its copies: `Delete` (the default) removes them, `Orphan`
+    /// leaves them without our ownership annotation, label and source hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<CopyPolicy>,
+    /// What a source that no longer exists does to the copies: `Delete` (the default) or `Orphan`.
+    /// A source that vetoes projection always has its copies removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_deletion_policy: Option<CopyPolicy>,
+    /// `Reconcile` (the default) keeps every copy equal to its source; `ApplyOnce` creates each copy
+    /// once per target and never updates, repairs or re-creates it afterwards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_policy: Option<SyncPolicy>,
 }
 
 /// A standard Kubernetes condition (the schema of `metav1.Condition`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// `SourceResolved`, `DestinationWritten` or `Ready`.
+    /// `SourceResolved`, `DestinationWritten`, `Ready` or `Suspended`.
     #[schemars(
         pattern(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"),
         length(max = 316)
@@ -286,6 +371,12 @@ pub struct ProjectionStatus {
     /// current.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_hash: Option<String>,
+    /// The last `projection.sh/requested-at` value a reconcile handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
+    /// With `syncPolicy: ApplyOnce`: where the copy was created once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_once: Option<AppliedOnce>,
 }
 
 /// One namespace a `ClusterProjection` could not write, and why.
@@ -327,4 +418,10 @@ pub struct ClusterProjectionStatus {
     /// current.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_hash: Option<String>,
+    /// The last `projection.sh/requested-at` value a reconcile handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
+    /// With `syncPolicy: ApplyOnce`: where the copy was created once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_once: Option<AppliedOnce>,
 }

@@ -27,6 +27,8 @@ pub enum CopyWrite {
     Recreated(String),
     /// Already up to date.
     Unchanged,
+    /// An existing object whose owner consented (`projection.sh/adopt-by`) became the copy.
+    Adopted,
     /// Not written.
     Failed {
         /// Why, e.g. `DestinationConflict`.
@@ -69,6 +71,8 @@ pub struct Tally {
     pub recreated: Vec<(String, String)>,
     /// Namespaces not written.
     pub failures: Vec<CopyFailure>,
+    /// Namespaces where an existing object was adopted as the copy.
+    pub adopted: Vec<String>,
 }
 
 impl Tally {
@@ -84,6 +88,7 @@ impl Tally {
                     tally.recreated.push((namespace, why));
                 }
                 CopyWrite::Unchanged => {}
+                CopyWrite::Adopted => tally.adopted.push(namespace),
                 CopyWrite::Failed { reason, message } => tally.failures.push(CopyFailure {
                     namespace,
                     reason,
@@ -94,6 +99,7 @@ impl Tally {
         tally.created.sort();
         tally.updated.sort();
         tally.recreated.sort();
+        tally.adopted.sort();
         tally.failures.sort_by(|a, b| a.namespace.cmp(&b.namespace));
         tally
     }
@@ -254,6 +260,12 @@ pub fn pass_events(tally: &Tally, gvk: &str, from: &str, name: &str) -> Vec<Even
         events.push(EventNote {
             reason: Reason::Updated,
             note: format!("updated {gvk} {from} to {}", copies(&tally.updated)),
+        });
+    }
+    if !tally.adopted.is_empty() {
+        events.push(EventNote {
+            reason: Reason::DestinationAdopted,
+            note: format!("adopted {} as the copy of {from}", copies(&tally.adopted)),
         });
     }
     events
@@ -478,6 +490,8 @@ mod tests {
             ("a".to_owned(), CopyWrite::Created),
             ("c".to_owned(), CopyWrite::Recreated("field is immutable".into())),
             ("d".to_owned(), failed(Reason::DestinationConflict)),
+            ("f".to_owned(), CopyWrite::Adopted),
+            ("e".to_owned(), CopyWrite::Adopted),
         ]);
         let events = pass_events(&tally, "/v1, Kind=ConfigMap", "src/cfg", "cfg");
         let got: Vec<(Reason, &str)> = events.iter().map(|e| (e.reason, e.note.as_str())).collect();
@@ -494,6 +508,10 @@ mod tests {
                     "projected /v1, Kind=ConfigMap src/cfg to a/cfg, b/cfg"
                 ),
                 (Reason::Updated, "updated /v1, Kind=ConfigMap src/cfg to c/cfg"),
+                (
+                    Reason::DestinationAdopted,
+                    "adopted e/cfg, f/cfg as the copy of src/cfg"
+                ),
             ]
         );
         assert!(pass_events(&Tally::default(), "g", "f", "n").is_empty());

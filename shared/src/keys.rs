@@ -25,7 +25,17 @@ pub const CLUSTER_PROJECTION_FINALIZER: &str = "projection.sh/cluster-finalizer"
 /// Written by `kubectl apply`; describes the source, not the copy, so it is never copied.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
+/// CR annotation: a new value asks for a full reconcile that rewrites every copy, even one that looks
+/// current; echoed in `status.lastHandledReconcileAt` (Flux's `requestedAt` convention). Copies carry
+/// the value they were last rewritten for under the same key.
+pub const REQUESTED_AT: &str = "projection.sh/requested-at";
+
+/// Annotation on an existing object: its owner consents to adoption by the CR it names,
+/// `<namespace>/<name>` for a Projection or `cluster/<name>` for a ClusterProjection.
+pub const ADOPT_BY: &str = "projection.sh/adopt-by";
+
 /// Copy annotation: SHA-256 (hex) of what was built from the source, before the ownership keys and
 /// without the copy's name and namespace, so every copy of one CR carries the same value and a copy
-/// is current exactly when it carries the hash its CR reports in `status.sourceHash`.
+/// is current exactly when it carries the hash its CR reports in `status.sourceHash`. Removed with
+/// our other keys when a copy is orphaned.
 pub const SOURCE_HASH: &str = "projection.sh/source-hash";

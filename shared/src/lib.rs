@@ -4,6 +4,9 @@
 
 pub mod copy;
 pub mod copy_spec;
+pub mod adoption;
+pub mod apply_once;
+pub mod claims;
 pub mod crd;
 pub mod destination;
 pub mod fan_out;
@@ -12,6 +15,7 @@ pub mod globs;
 pub mod key_selection;
 pub mod keys;
 pub mod metadata_hygiene;
+pub mod lifecycle;
 pub mod ownership;
 pub mod projectable;
 pub mod reason;

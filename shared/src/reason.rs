@@ -78,6 +78,12 @@ named_enum! {
         /// The spec's `keys` or `fields` cannot make a valid copy of this source (a Secret type's
         /// keys left out, two keys under one name, none of the selected keys): nothing is written.
         DestinationInvalid,
+        /// `Suspended=True`: `spec.suspend` holds every write and deletion of copies.
+        Suspended,
+        /// Event: a copy was left in place without our ownership keys (an `Orphan` policy).
+        DestinationOrphaned,
+        /// Event: an existing object whose owner consented (`projection.sh/adopt-by`) became a copy.
+        DestinationAdopted,
     }
 }
 
@@ -148,7 +154,7 @@ impl Reason {
         use Reason::*;
         Some(match self {
             Projected => Verb::Create,
-            Updated | DestinationRecreated => Verb::Update,
+            Updated | DestinationRecreated | DestinationOrphaned | DestinationAdopted => Verb::Update,
             DestinationDeleted | DestinationLeftAlone => Verb::Delete,
             SourceResolutionFailed => Verb::Resolve,
             SourceForbidden | SourceFetchFailed | SourceNotFound | SourceDeleted => Verb::Get,
@@ -160,7 +166,9 @@ impl Reason {
             DestinationFetchFailed => Verb::Get,
             DestinationCreateFailed => Verb::Create,
             DestinationUpdateFailed => Verb::Update,
-            Resolved | SourceNotResolved | DestinationDeleteFailed | DestinationWriteFailed => return None,
+            Resolved | SourceNotResolved | DestinationDeleteFailed | DestinationWriteFailed | Suspended => {
+                return None;
+            }
         })
     }
 
@@ -193,7 +201,8 @@ impl Reason {
             | DestinationWriteFailed => Retry::Backoff,
             // Not failures: nothing to retry until something changes.
             Resolved | Projected | Updated | DestinationRecreated | DestinationDeleted
-            | DestinationLeftAlone | SourceNotResolved => Retry::OnChange,
+            | DestinationLeftAlone | SourceNotResolved | Suspended | DestinationOrphaned
+            | DestinationAdopted => Retry::OnChange,
         }
     }
 
@@ -202,7 +211,9 @@ impl Reason {
         use Reason::*;
         match self {
             Resolved | Projected | Updated | DestinationRecreated | DestinationDeleted
-            | DestinationLeftAlone => ResultCategory::Success,
+            | DestinationLeftAlone | Suspended | DestinationOrphaned | DestinationAdopted => {
+                ResultCategory::Success
+            }
             DestinationConflict => ResultCategory::Conflict,
             DestinationFetchFailed
             | DestinationCreateFailed
@@ -270,6 +281,9 @@ mod tests {
                 "DestinationWriteFailed",
                 "TargetResolutionFailed",
                 "DestinationInvalid",
+                "Suspended",
+                "DestinationOrphaned",
+                "DestinationAdopted",
             ]
         );
         for reason in Reason::ALL {
@@ -423,6 +437,21 @@ mod tests {
                 true,
                 Retry::OnChange,
                 "destination_error",
+            ),
+            (Suspended, None, false, Retry::OnChange, "success"),
+            (
+                DestinationOrphaned,
+                Some(Verb::Update),
+                false,
+                Retry::OnChange,
+                "success",
+            ),
+            (
+                DestinationAdopted,
+                Some(Verb::Update),
+                false,
+                Retry::OnChange,
+                "success",
             ),
         ];
         assert_eq!(table.len(), Reason::ALL.len(), "every reason is in the table");

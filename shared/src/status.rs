@@ -215,8 +215,11 @@ pub fn projection_status(
     ProjectionStatus {
         conditions: next_conditions(&current.conditions, outcome, generation, now),
         destination_name,
+        // Copies withdrawn (nothing recorded any more) take their ApplyOnce record with them.
+        applied_once: written.as_ref().and(current.applied_once.clone()),
         written_destination: written,
         source_hash,
+        last_handled_reconcile_at: current.last_handled_reconcile_at.clone(),
     }
 }
 
@@ -263,6 +266,8 @@ pub fn cluster_status(
             failed_namespaces: summarize_failures(failures).map(|s| s.listed).unwrap_or_default(),
             written_destination: Some(written.clone()),
             source_hash: current.source_hash.clone(),
+            last_handled_reconcile_at: current.last_handled_reconcile_at.clone(),
+            applied_once: current.applied_once.clone(),
         },
         ClusterPass::Stopped { written: None } => ClusterProjectionStatus {
             conditions,
@@ -272,6 +277,8 @@ pub fn cluster_status(
             failed_namespaces: Vec::new(),
             written_destination: None,
             source_hash: None,
+            last_handled_reconcile_at: current.last_handled_reconcile_at.clone(),
+            applied_once: None,
         },
         ClusterPass::Stopped {
             written: Some(written),
@@ -283,6 +290,8 @@ pub fn cluster_status(
             failed_namespaces: current.failed_namespaces.clone(),
             written_destination: Some(written.clone()),
             source_hash: current.source_hash.clone(),
+            last_handled_reconcile_at: current.last_handled_reconcile_at.clone(),
+            applied_once: current.applied_once.clone(),
         },
     }
 }

@@ -486,6 +486,17 @@ fn webhook_rbac_is_minimal() {
             "sources: get only"
         );
         assert!(verbs_on(role, "", "secrets").is_empty(), "only supportedKinds");
+        for (group, resource) in [
+            ("projection.sh", "projections"),
+            ("projection.sh", "clusterprojections"),
+            ("", "namespaces"),
+        ] {
+            assert_eq!(
+                verbs_on(role, group, resource),
+                set(&["list", "watch"]),
+                "the CR index watches {resource}, and writes nothing"
+            );
+        }
         let self_managed = mode == "self-managed";
         assert_eq!(
             r.has("Role", "projection-webhook-certificate"),

@@ -415,6 +415,7 @@ async fn kubectl_get_shows_the_printer_columns() {
             "FAILED",
             "SELECTOR",
             "READY",
+            "SUSPENDED",
             "AGE"
         ],
         "{out}"

@@ -2,7 +2,7 @@
 //! user may read the source, and the source's annotations. A trait, so the handler can be tested
 //! in-process with a fixed cluster; [`KubeCluster`] is the real one.
 
-use crate::error::PolicyError;
+use crate::{claim_watch::ClaimWatch, error::PolicyError};
 use arc_swap::ArcSwapOption;
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::{
@@ -65,6 +65,11 @@ pub trait ClusterView: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<serde_json::Value>, PolicyError>> + Send {
         async { Ok(None) }
     }
+
+    /// The index of the other CRs' claims, when there is one (overlap and loop checks).
+    fn claims(&self) -> Option<&ClaimWatch> {
+        None
+    }
 }
 
 /// A discovery miss refreshes the snapshot at most this often (a CRD installed just before its
@@ -77,6 +82,7 @@ pub struct KubeCluster {
     client: Client,
     snapshot: ArcSwapOption<kube::Discovery>,
     last_refresh: tokio::sync::Mutex<Option<Instant>>,
+    claims: std::sync::OnceLock<Arc<ClaimWatch>>,
 }
 
 impl KubeCluster {
@@ -86,7 +92,13 @@ impl KubeCluster {
             client,
             snapshot: ArcSwapOption::empty(),
             last_refresh: tokio::sync::Mutex::new(None),
+            claims: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Gives admission the index of the other CRs (set once, at startup).
+    pub fn know_claims(&self, claims: Arc<ClaimWatch>) {
+        let _ = self.claims.set(claims);
     }
 
     /// Takes a new discovery snapshot.
@@ -212,5 +224,9 @@ impl ClusterView for Arc<KubeCluster> {
         let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, resource);
         let object = api.get_opt(name).await.map_err(PolicyError::SourceRead)?;
         Ok(object.and_then(|o| serde_json::to_value(o).ok()))
+    }
+
+    fn claims(&self) -> Option<&ClaimWatch> {
+        self.claims.get().map(Arc::as_ref)
     }
 }

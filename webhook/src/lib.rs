@@ -2,6 +2,7 @@
 //! handler can be tested in-process and benchmarked.
 
 pub mod certs;
+pub mod claim_watch;
 pub mod cli;
 pub mod cluster_view;
 pub mod content_check;
@@ -101,7 +102,11 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
         }
     }
 
-    let cluster = cluster_view::KubeCluster::new(client);
+    let cluster = cluster_view::KubeCluster::new(client.clone());
+    cluster.know_claims(claim_watch::ClaimWatch::start(
+        client,
+        stop_all.clone().cancelled_owned(),
+    ));
     tokio::select! {
         warmed = warm_discovery(&cluster) => warmed,
         () = stop_accepting.cancelled() => {

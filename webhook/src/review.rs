@@ -7,6 +7,7 @@
 //! webhook reaches the user before the schema's terser messages.
 
 use crate::{
+    claim_watch::Candidate,
     cluster_view::ClusterView,
     content_check::{ContentVerdict, check_content},
     error::PolicyError,
@@ -111,6 +112,12 @@ fn reviewed(request: &AdmissionRequest<DynamicObject>) -> Option<Reviewed> {
     }
 }
 
+/// A spec that passed validation.
+enum Checked {
+    Projection(ProjectionSpec),
+    Cluster(ClusterProjectionSpec),
+}
+
 fn spec_of(object: Option<&DynamicObject>) -> Option<&Value> {
     object.and_then(|o| o.data.get("spec"))
 }
@@ -148,11 +155,9 @@ pub async fn review<C: ClusterView>(
                 .to_owned(),
         );
     }
+    let namespace = request.namespace.as_deref().unwrap_or_default();
     let checked = match kind {
-        Reviewed::Projection => {
-            let namespace = request.namespace.as_deref().unwrap_or_default();
-            check_projection(namespace, spec).map(Checked::Projection)
-        }
+        Reviewed::Projection => check_projection(namespace, spec).map(Checked::Projection),
         Reviewed::ClusterProjection => check_cluster_projection(spec).map(Checked::Cluster),
     };
     let checked = match checked {
@@ -174,10 +179,30 @@ pub async fn review<C: ClusterView>(
         Endpoint::Validate => {
             let changed =
                 |field: &str| old_spec.and_then(|s| s.get(field)) != spec.and_then(|s| s.get(field));
+            // The other CRs: a loop is denied, an overlap warned of (when the copies may have moved).
+            let mut claim_warnings = Vec::new();
+            if let Some(claims) = cluster.claims()
+                && (changed("source") || changed("destination"))
+            {
+                let candidate = match &checked {
+                    Checked::Projection(spec) => Candidate::Projection { namespace, spec },
+                    Checked::Cluster(spec) => Candidate::Cluster { spec },
+                };
+                let verdict = claims.check(&request.name, candidate);
+                if let Some(denial) = verdict.denial {
+                    return deny(denial);
+                }
+                claim_warnings = verdict.warnings;
+            }
+            let with_warnings = |mut response: AdmissionResponse, mut warnings: Vec<String>| {
+                warnings.extend(claim_warnings.iter().cloned());
+                response.warnings = (!warnings.is_empty()).then_some(warnings);
+                (response, Verdict::Allowed)
+            };
             // `spec.keys` decides what of the source a copy shows: a change of it is a change of
             // what the author exposes, checked like a new source.
             if !changed("source") && !changed("keys") {
-                return (allow, Verdict::Allowed);
+                return with_warnings(allow, Vec::new());
             }
             let mut warnings = match check_source(cluster, settings.policy, &request.user_info, &source).await
             {
@@ -196,17 +221,9 @@ pub async fn review<C: ClusterView>(
                 ContentVerdict::Warn(warning) => warnings.push(warning),
                 ContentVerdict::Fine => {}
             }
-            let mut response = allow;
-            response.warnings = (!warnings.is_empty()).then_some(warnings);
-            (response, Verdict::Allowed)
+            with_warnings(allow, warnings)
         }
     }
-}
-
-/// A spec that passed validation.
-enum Checked {
-    Projection(ProjectionSpec),
-    Cluster(ClusterProjectionSpec),
 }
 
 impl Checked {

@@ -714,3 +714,73 @@ async fn a_spec_whose_copy_would_be_an_invalid_secret_is_denied_at_kubectl_apply
         "{warned}"
     );
 }
+
+#[tokio::test]
+async fn an_overlap_is_warned_of_and_a_loop_is_denied_with_its_chain() {
+    let (_serial, client) = serial_cluster().await;
+    let a = TestNamespace::create(&client, "webhook-claims-a").await;
+    let b = TestNamespace::create(&client, "webhook-claims-b").await;
+    let webhook = Webhook::start(&["--source-mode", "permissive"]).await;
+    let (a, b) = (a.name(), b.name());
+    configmap(a, "cfg", Some("true")).await;
+    let source = |namespace: &str| json!({"kind": "ConfigMap", "namespace": namespace, "name": "cfg"});
+
+    // b/first copies a/cfg to b/cfg.
+    assert_admitted(&apply(&manifest(
+        "Projection",
+        "first",
+        Some(b),
+        json!({"source": source(a)}),
+    )));
+    // Another Projection writing b/cfg: admitted, with a warning naming the first, once the
+    // webhook's index has seen the first (a dry run until then changes nothing).
+    let overlapping = manifest(
+        "Projection",
+        "second",
+        Some(b),
+        json!({"source": {"kind": "ConfigMap", "namespace": a, "name": "other"}, "destination": {"name": "cfg"}}),
+    );
+    let expected =
+        format!("Warning: destination ConfigMap {b}/cfg is already claimed by Projection {b}/first");
+    wait_for("the overlap warned of", TIMEOUT, || async {
+        let out = kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], &overlapping);
+        let err = stderr(&out);
+        (out.status.success() && err.contains(&expected))
+            .then_some(())
+            .ok_or(err)
+    })
+    .await;
+    let err = assert_admitted(&apply(&overlapping));
+    assert!(err.contains(&expected), "{err}");
+
+    // a/back would copy b/cfg (first's copy) back onto a/cfg (first's source): denied.
+    let out = apply(&manifest(
+        "Projection",
+        "back",
+        Some(a),
+        json!({"source": source(b)}),
+    ));
+    assert_denied(
+        &out,
+        &format!(
+            "this spec closes a loop of copies, each one the source of the next: Projection {a}/back copies \
+             ConfigMap {b}/cfg to ConfigMap {a}/cfg, then Projection {b}/first copies ConfigMap {a}/cfg to \
+             ConfigMap {b}/cfg"
+        ),
+    );
+    // A ClusterProjection listing a's namespace for a copy of b/cfg closes the same loop.
+    let name = format!("{a}-back");
+    let _guard = ClusterScopedGuard::new("clusterprojections", &name);
+    let out = apply(&manifest(
+        "ClusterProjection",
+        &name,
+        None,
+        json!({"source": source(b), "destination": {"namespaces": [a]}}),
+    ));
+    assert_denied(
+        &out,
+        &format!("ClusterProjection {name} copies ConfigMap {b}/cfg to ConfigMap {a}/cfg"),
+    );
+    let metrics = webhook.process.metrics();
+    assert!(metrics.contains("projection_webhook_requests_total"), "{metrics}");
+}

@@ -663,7 +663,10 @@ async fn the_mode_needs_no_more_than_the_documented_rbac() {
              "resourceNames": [fixture.validating], "verbs": ["list", "watch", "patch"]},
             {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
              "resourceNames": [fixture.mutating], "verbs": ["list", "watch", "patch"]},
-            {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}
+            {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+            {"apiGroups": ["projection.sh"], "resources": ["projections", "clusterprojections"],
+             "verbs": ["list", "watch"]},
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}
          ]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": {"name": role},

@@ -1,0 +1,289 @@
+//! The webhook's own index of the other CRs (SPEC §10): watches of Projections, ClusterProjections
+//! and namespaces (metadata only) feed a [`ClaimIndex`], so admission warns of overlaps and denies
+//! loops without listing anything per request. Only the claims are kept, never the objects. Until
+//! every watch has listed once the index says nothing (no warning, no denial): admission never
+//! depends on it, and an installation whose RBAC does not let the webhook watch CRs works as before.
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    Api, Client, ResourceExt,
+    api::PartialObjectMeta,
+    runtime::{WatchStreamExt, watcher},
+};
+use shared::{
+    claims::{ClaimIndex, ClaimVerdict, Claimant, check, cluster_claim, cluster_targets, projection_claim},
+    crd::{ClusterProjection, ClusterProjectionSpec, Projection},
+};
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    future::Future,
+    sync::{Arc, RwLock},
+};
+
+/// Namespace name → labels.
+type Namespaces = BTreeMap<String, BTreeMap<String, String>>;
+
+/// What the watches have seen.
+#[derive(Default)]
+struct State {
+    index: ClaimIndex,
+    /// ClusterProjections with a selector, re-resolved when namespaces change.
+    selecting: HashMap<Claimant, ClusterProjectionSpec>,
+    namespaces: Namespaces,
+    /// Which of the three watches have listed once.
+    synced: [bool; 3],
+}
+
+const PROJECTIONS: usize = 0;
+const CLUSTER_PROJECTIONS: usize = 1;
+const NAMESPACES: usize = 2;
+
+impl State {
+    fn set_cluster(&mut self, who: Claimant, spec: ClusterProjectionSpec) {
+        let targets = cluster_targets(&spec, &self.namespaces);
+        self.index.set(who.clone(), cluster_claim(&spec, &targets));
+        if spec.destination.namespace_selector.is_some() {
+            self.selecting.insert(who, spec);
+        } else {
+            self.selecting.remove(&who);
+        }
+    }
+
+    fn remove(&mut self, who: &Claimant) {
+        self.index.remove(who);
+        self.selecting.remove(who);
+    }
+
+    /// Re-resolves the selectors against the namespaces as they are now.
+    fn reselect(&mut self) {
+        let selecting: Vec<(Claimant, ClusterProjectionSpec)> = self.selecting.drain().collect();
+        for (who, spec) in selecting {
+            self.set_cluster(who, spec);
+        }
+    }
+}
+
+/// The index and the watches that keep it.
+#[derive(Default)]
+pub struct ClaimWatch {
+    state: RwLock<State>,
+}
+
+/// The spec under review.
+pub enum Candidate<'a> {
+    /// A Projection in `namespace`.
+    Projection {
+        /// Its namespace.
+        namespace: &'a str,
+        /// Its spec.
+        spec: &'a shared::crd::ProjectionSpec,
+    },
+    /// A ClusterProjection.
+    Cluster {
+        /// Its spec.
+        spec: &'a ClusterProjectionSpec,
+    },
+}
+
+impl ClaimWatch {
+    /// Starts the three watches; they run until `stop` completes.
+    pub fn start(client: Client, stop: impl Future<Output = ()> + Send + 'static) -> Arc<Self> {
+        let watch = Arc::new(Self::default());
+        let run = {
+            let watch = watch.clone();
+            async move {
+                tokio::join!(
+                    watch.follow_projections(client.clone()),
+                    watch.follow_cluster_projections(client.clone()),
+                    watch.follow_namespaces(client),
+                );
+            }
+        };
+        tokio::spawn(async move {
+            tokio::select! {
+                () = run => {}
+                () = stop => {}
+            }
+        });
+        watch
+    }
+
+    /// Whether every watch has listed once.
+    pub fn synced(&self) -> bool {
+        self.read().synced.iter().all(|s| *s)
+    }
+
+    /// How many CRs the index holds.
+    pub fn len(&self) -> usize {
+        self.read().index.len()
+    }
+
+    /// Whether the index holds no CR.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The overlaps and loop of `candidate`, named `name`; nothing until synced.
+    pub fn check(&self, name: &str, candidate: Candidate<'_>) -> ClaimVerdict {
+        let state = self.read();
+        if !state.synced.iter().all(|s| *s) {
+            return ClaimVerdict::default();
+        }
+        let (who, claim) = match candidate {
+            Candidate::Projection { namespace, spec } => (
+                Claimant::Projection {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                },
+                projection_claim(namespace, spec),
+            ),
+            Candidate::Cluster { spec } => (
+                Claimant::ClusterProjection {
+                    name: name.to_owned(),
+                },
+                cluster_claim(spec, &cluster_targets(spec, &state.namespaces)),
+            ),
+        };
+        check(&state.index, &who, &claim)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn follow_projections(&self, client: Client) {
+        let mut relisted: HashSet<Claimant> = HashSet::new();
+        let mut events = watcher(Api::<Projection>::all(client), watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(event) = events.next().await {
+            let Some(event) = ok_or_log(event, "projections") else {
+                continue;
+            };
+            let who = |p: &Projection| Claimant::Projection {
+                namespace: p.namespace().unwrap_or_default(),
+                name: p.name_any(),
+            };
+            let mut state = self.write();
+            match event {
+                watcher::Event::Init => relisted.clear(),
+                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                    let namespace = p.namespace().unwrap_or_default();
+                    relisted.insert(who(&p));
+                    state.index.set(who(&p), projection_claim(&namespace, &p.spec));
+                }
+                watcher::Event::Delete(p) => state.remove(&who(&p)),
+                watcher::Event::InitDone => {
+                    forget_unlisted(&mut state, &relisted, |c| {
+                        matches!(c, Claimant::Projection { .. })
+                    });
+                    state.synced[PROJECTIONS] = true;
+                    tracing::info!(
+                        listed = relisted.len(),
+                        indexed = state.index.len(),
+                        "CR index: Projections listed"
+                    );
+                }
+            }
+        }
+    }
+
+    async fn follow_cluster_projections(&self, client: Client) {
+        let mut relisted: HashSet<Claimant> = HashSet::new();
+        let mut events = watcher(Api::<ClusterProjection>::all(client), watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(event) = events.next().await {
+            let Some(event) = ok_or_log(event, "clusterprojections") else {
+                continue;
+            };
+            let who = |cp: &ClusterProjection| Claimant::ClusterProjection { name: cp.name_any() };
+            let mut state = self.write();
+            match event {
+                watcher::Event::Init => relisted.clear(),
+                watcher::Event::Apply(cp) | watcher::Event::InitApply(cp) => {
+                    relisted.insert(who(&cp));
+                    state.set_cluster(who(&cp), cp.spec);
+                }
+                watcher::Event::Delete(cp) => state.remove(&who(&cp)),
+                watcher::Event::InitDone => {
+                    forget_unlisted(&mut state, &relisted, |c| {
+                        matches!(c, Claimant::ClusterProjection { .. })
+                    });
+                    state.synced[CLUSTER_PROJECTIONS] = true;
+                    tracing::info!(
+                        listed = relisted.len(),
+                        indexed = state.index.len(),
+                        "CR index: ClusterProjections listed"
+                    );
+                }
+            }
+        }
+    }
+
+    async fn follow_namespaces(&self, client: Client) {
+        let mut listing = Namespaces::new();
+        let mut events = watcher(
+            Api::<PartialObjectMeta<Namespace>>::all(client),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .boxed();
+        while let Some(event) = events.next().await {
+            let Some(event) = ok_or_log(event, "namespaces") else {
+                continue;
+            };
+            let mut state = self.write();
+            match event {
+                watcher::Event::Init => listing.clear(),
+                watcher::Event::InitApply(ns) => {
+                    listing.insert(ns.name_any(), ns.labels().clone());
+                }
+                watcher::Event::InitDone => {
+                    state.namespaces = std::mem::take(&mut listing);
+                    state.synced[NAMESPACES] = true;
+                    tracing::info!(listed = state.namespaces.len(), "CR index: namespaces listed");
+                    state.reselect();
+                }
+                watcher::Event::Apply(ns) => {
+                    let labels = ns.labels().clone();
+                    if state.namespaces.insert(ns.name_any(), labels.clone()) != Some(labels) {
+                        state.reselect();
+                    }
+                }
+                watcher::Event::Delete(ns) => {
+                    state.namespaces.remove(&ns.name_any());
+                    state.reselect();
+                }
+            }
+        }
+    }
+}
+
+/// After a relist: forgets the CRs of one kind (`of_kind`) that the list no longer holds.
+fn forget_unlisted(state: &mut State, listed: &HashSet<Claimant>, of_kind: impl Fn(&Claimant) -> bool) {
+    let gone: Vec<Claimant> = state
+        .index
+        .claimants()
+        .filter(|c| of_kind(c) && !listed.contains(*c))
+        .cloned()
+        .collect();
+    for who in gone {
+        state.remove(&who);
+    }
+}
+
+fn ok_or_log<T>(event: Result<T, watcher::Error>, what: &str) -> Option<T> {
+    match event {
+        Ok(event) => Some(event),
+        Err(e) => {
+            tracing::warn!(watch = what, error = %e, "watch of the CR index failed; retrying");
+            None
+        }
+    }
+}
