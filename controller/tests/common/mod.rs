@@ -341,3 +341,28 @@ pub async fn watch_barrier(
     })
     .await;
 }
+
+/// The `retry_in` of every failed reconcile of `name` (`<namespace>/<name>`) the controller logged,
+/// in order.
+pub fn retries_of(controller: &ServiceProcess, name: &str) -> Vec<String> {
+    let log = std::fs::read_to_string(&controller.log).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.contains("reconcile failed") && l.contains(&format!("\"name\":\"{name}\"")))
+        .filter_map(|l| {
+            let v: Value = serde_json::from_str(l).ok()?;
+            v["fields"]["retry_in"].as_str().map(str::to_owned)
+        })
+        .collect()
+}
+
+/// The lines the controller logged at WARN or ERROR that mention `needle`.
+pub fn loud_lines_about(controller: &ServiceProcess, needle: &str) -> usize {
+    let log = std::fs::read_to_string(&controller.log).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.contains(needle))
+        .filter(|l| {
+            serde_json::from_str::<Value>(l)
+                .is_ok_and(|v| matches!(v["level"].as_str(), Some("WARN" | "ERROR")))
+        })
+        .count()
+}
