@@ -2,11 +2,11 @@
 //! process or server dependency (the services' runtime lives in the `runtime` crate, the generated
 //! files' generators in `codegen`).
 
-pub mod copy;
-pub mod copy_spec;
 pub mod adoption;
 pub mod apply_once;
 pub mod claims;
+pub mod copy;
+pub mod copy_spec;
 pub mod crd;
 pub mod destination;
 pub mod fan_out;
@@ -14,8 +14,8 @@ pub mod field_exclusion;
 pub mod globs;
 pub mod key_selection;
 pub mod keys;
-pub mod metadata_hygiene;
 pub mod lifecycle;
+pub mod metadata_hygiene;
 pub mod ownership;
 pub mod projectable;
 pub mod reason;

@@ -2,6 +2,8 @@
 //! creation and patching, and waits on conditions and objects.
 #![allow(dead_code)]
 
+pub mod account;
+
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api, Client,
