@@ -272,12 +272,19 @@ impl Replica {
         // Discovery changes when a CRD, or an APIService (one per served group and version: the
         // aggregator registers a CRD's versions one by one, and aggregated APIs come this way),
         // appears, changes or goes: forget cached resolutions and re-resolve the sources of that group.
+        // A CRD's own kind's watches also follow it (stopped when it goes, replaced when it comes
+        // back while they fail).
         tasks.push(tokio::spawn(
-            follow_discovery_changes::<CustomResourceDefinition>(client.clone(), ctx.clone()),
+            follow_discovery_changes::<CustomResourceDefinition>(
+                client.clone(),
+                ctx.clone(),
+                |watches, name, deleted| watches.crd_changed(name, deleted),
+            ),
         ));
         tasks.push(tokio::spawn(follow_discovery_changes::<APIService>(
             client.clone(),
             ctx.clone(),
+            |_, _, _| {},
         )));
 
         let (warm_tx, warm_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -375,9 +382,13 @@ impl Replica {
     }
 }
 
-/// Invalidates discovery and wakes the CRs following the group of every `K` that changes.
-async fn follow_discovery_changes<K>(client: Client, ctx: Arc<context::Context>)
-where
+/// Invalidates discovery and wakes the CRs following the group of every `K` that changes, then
+/// tells `also` (the watches, the object's name, whether it was deleted).
+async fn follow_discovery_changes<K>(
+    client: Client,
+    ctx: Arc<context::Context>,
+    also: fn(&watches::WatchRegistry, &str, bool),
+) where
     K: Watchable,
 {
     watcher::watcher(
@@ -386,10 +397,11 @@ where
     )
     .default_backoff()
     .for_each(|event| {
-        if let Ok(Event::Apply(object) | Event::Delete(object)) = event {
+        if let Ok(Event::Apply(object) | Event::Delete(object)) = &event {
+            let name = object.metadata.name.as_deref().unwrap_or_default();
             ctx.discovery.invalidate();
-            ctx.watches
-                .wake_discovery_followers(group_of(object.metadata.name.as_deref().unwrap_or_default()));
+            ctx.watches.wake_discovery_followers(group_of(name));
+            also(&ctx.watches, name, matches!(event, Ok(Event::Delete(_))));
         }
         std::future::ready(())
     })

@@ -1,23 +1,29 @@
 //! Watch errors: a refusal by the apiserver (HTTP 403: the controller's RBAC does not cover the
-//! kind) is recorded for the reconcile waiting on the watch, and every error is logged with the
-//! apiserver's message rather than the dump of its answer.
+//! kind) is recorded for the reconcile waiting on the watch, every error is logged with the
+//! apiserver's message rather than the dump of its answer, and a watch whose resourceVersion the
+//! apiserver no longer knows (HTTP 410) relists at once instead of waiting out a backoff.
 
-use kube::runtime::watcher;
-use std::sync::{Arc, Mutex};
+use futures::Stream;
+use kube::runtime::{
+    utils::{Backoff, StreamBackoff},
+    watcher::{self, DefaultBackoff},
+};
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 /// Where a watch task records that the apiserver refused it.
 pub type Refusal = Arc<Mutex<Option<String>>>;
 
 /// The apiserver's message if a watch error is a refusal (HTTP 403).
 fn refusal(error: &watcher::Error) -> Option<String> {
-    let status = match error {
-        watcher::Error::InitialListFailed(kube::Error::Api(s))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
-        | watcher::Error::WatchFailed(kube::Error::Api(s))
-        | watcher::Error::WatchError(s) => s,
-        _ => return None,
-    };
-    (status.code == 403).then(|| crate::error::describe_status(status))
+    status_of(error)
+        .filter(|status| status.code == 403)
+        .map(crate::error::describe_status)
 }
 
 /// A watch error for the log, with the apiserver's message instead of the dump of its answer.
@@ -38,6 +44,66 @@ pub fn record(refused: &Refusal, error: Option<&watcher::Error>) {
             }
         }
     }
+}
+
+/// The apiserver's answer to a failed watch step, if it answered.
+fn status_of(error: &watcher::Error) -> Option<&kube::core::Status> {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s))
+        | watcher::Error::WatchError(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// kube's default watch backoff, except that the step after a 410 Gone is not delayed: the watcher
+/// has already dropped its resourceVersion and relists, and nothing is gained by waiting (a kind
+/// whose CRD was deleted and created again answers the old resourceVersion with a 410 once it is
+/// served again, by which time the exponential backoff has usually reached its cap).
+pub struct RelistAtOnce {
+    backoff: DefaultBackoff,
+    gone: Arc<AtomicBool>,
+}
+
+impl Iterator for RelistAtOnce {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        if self.gone.swap(false, Ordering::AcqRel) {
+            return Some(Duration::ZERO);
+        }
+        self.backoff.next()
+    }
+}
+
+impl Backoff for RelistAtOnce {
+    fn reset(&mut self) {
+        self.backoff.reset();
+    }
+}
+
+/// `watch` with the [`RelistAtOnce`] backoff.
+pub fn watch_backoff<S, T>(watch: S) -> impl Stream<Item = Result<T, watcher::Error>> + Send
+where
+    S: Stream<Item = Result<T, watcher::Error>> + Send,
+{
+    let gone = Arc::new(AtomicBool::new(false));
+    let seen = gone.clone();
+    let watch = futures::StreamExt::inspect(watch, move |step| {
+        if let Err(e) = step
+            && status_of(e).is_some_and(|status| status.code == 410)
+        {
+            seen.store(true, Ordering::Release);
+        }
+    });
+    StreamBackoff::new(
+        watch,
+        RelistAtOnce {
+            backoff: DefaultBackoff::default(),
+            gone,
+        },
+    )
 }
 
 #[cfg(test)]
@@ -78,5 +144,36 @@ mod tests {
         assert!(refused.lock().unwrap().is_none());
         record(&refused, Some(&watcher::Error::WatchError(status(403))));
         assert!(refused.lock().unwrap().is_some());
+    }
+
+    #[test]
+    fn only_the_step_after_a_gone_is_not_delayed() {
+        let gone = Arc::new(AtomicBool::new(true));
+        let mut backoff = RelistAtOnce {
+            backoff: DefaultBackoff::default(),
+            gone: gone.clone(),
+        };
+        assert_eq!(backoff.next(), Some(Duration::ZERO));
+        let after_another_error = backoff.next().expect("the default backoff never ends");
+        assert!(after_another_error > Duration::ZERO);
+        gone.store(true, Ordering::Release);
+        assert_eq!(backoff.next(), Some(Duration::ZERO));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_gone_answer_is_retried_at_once_any_other_error_after_a_backoff() {
+        use futures::StreamExt;
+        let steps =
+            |code| futures::stream::iter([Err::<u8, _>(watcher::Error::WatchError(status(code))), Ok(1)]);
+        // The clock is paused: it moves only by the backoff's sleeps.
+        let started = tokio::time::Instant::now();
+        let seen: Vec<bool> = watch_backoff(steps(410)).map(|step| step.is_ok()).collect().await;
+        assert_eq!(seen, [false, true]);
+        assert_eq!(started.elapsed(), Duration::ZERO, "no wait after a 410");
+
+        let started = tokio::time::Instant::now();
+        let seen: Vec<bool> = watch_backoff(steps(500)).map(|step| step.is_ok()).collect().await;
+        assert_eq!(seen, [false, true]);
+        assert!(started.elapsed() > Duration::ZERO, "a backoff after a 500");
     }
 }

@@ -11,12 +11,18 @@
 //! A kind the apiserver does not let the controller list or watch (HTTP 403: its RBAC does not cover
 //! the kind) fails the reconcile at once, and its watches are stopped until the next attempt (see
 //! `watch_errors`).
+//!
+//! The watches of a kind stop when no CR reads a source of that kind any more, and when its CRD is
+//! deleted; when a CRD changes while its kind's watches are failing (it was deleted and created
+//! again while we were not looking), they are replaced by fresh ones at once rather than left to
+//! their backoff. Either way the CRs reading the kind are woken, so the next reconcile starts the
+//! watches again if it still needs them.
 
 use crate::{
     index::{CrRef, ObjectIndex, ObjectKey},
     metrics::Metrics,
     wake::Wake,
-    watch_errors::{Refusal, describe_watch_error, record},
+    watch_errors::{Refusal, describe_watch_error, record, watch_backoff},
 };
 use futures::StreamExt;
 use kube::{
@@ -34,7 +40,10 @@ use shared::{
 };
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 use tokio::task::JoinHandle;
@@ -67,6 +76,24 @@ struct KindWatch {
     /// The apiserver's message when one of this kind's watches was refused (HTTP 403): the
     /// controller's RBAC does not let it list or watch the kind. Cleared by the next success.
     refused: Refusal,
+    /// Whether one of this kind's watches failed its last step.
+    failing: Arc<AtomicBool>,
+}
+
+impl KindWatch {
+    fn stop(&self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+
+    /// Whether this is the watch of the CRD named `crd_name` (`<plural>.<group>`).
+    fn is_of_crd(&self, crd_name: &str) -> bool {
+        crd_name
+            .strip_prefix(self.resource.plural.as_str())
+            .and_then(|rest| rest.strip_prefix('.'))
+            .is_some_and(|group| group == self.resource.group)
+    }
 }
 
 /// Why the watches of a kind cannot serve a reconcile.
@@ -130,7 +157,8 @@ impl WatchRegistry {
             let store = match watch.copies.get(&tier) {
                 Some(store) => store.clone(),
                 None => {
-                    let (store, task) = self.watch_copies(group_kind, &watch.resource, tier, &watch.refused);
+                    let (store, task) =
+                        self.watch_copies(group_kind, &watch.resource, tier, &watch.refused, &watch.failing);
                     watch.copies.insert(tier, store.clone());
                     watch.tasks.push(task);
                     store
@@ -167,12 +195,53 @@ impl WatchRegistry {
             .is_some_and(|w| Arc::ptr_eq(&w.refused, refused))
             && let Some(watch) = kinds.remove(group_kind)
         {
-            for task in &watch.tasks {
-                task.abort();
-            }
+            watch.stop();
             tracing::info!(kind = %group_kind, "stopped the refused watches of kind");
         }
         self.update_gauges(&kinds);
+    }
+
+    /// Stops the watches of `group_kind` if no CR reads that kind any more. The index is checked
+    /// under the registry's lock, so a reconcile that has just recorded its read either sees the
+    /// watches still running or starts new ones.
+    fn release_if_unread(&self, group_kind: &GroupKind) {
+        let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
+        if self.index().is_read(group_kind) {
+            return;
+        }
+        if let Some(watch) = kinds.remove(group_kind) {
+            watch.stop();
+            tracing::info!(kind = %group_kind, "stopped the watches of kind: no CR reads it any more");
+        }
+        self.update_gauges(&kinds);
+    }
+
+    /// A CRD changed (`deleted`: it is gone). Its kind's watches are stopped if it is gone, or
+    /// replaced if they are failing (the kind was served again after a gap: the old watches would
+    /// wait out their backoff first); the CRs reading the kind are woken to start them again.
+    pub fn crd_changed(&self, crd_name: &str, deleted: bool) {
+        let stopped: Vec<GroupKind> = {
+            let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
+            let stale: Vec<GroupKind> = kinds
+                .iter()
+                .filter(|(_, w)| w.is_of_crd(crd_name) && (deleted || w.failing.load(Ordering::Acquire)))
+                .map(|(gk, _)| gk.clone())
+                .collect();
+            for group_kind in &stale {
+                if let Some(watch) = kinds.remove(group_kind) {
+                    watch.stop();
+                    tracing::info!(kind = %group_kind, crd = crd_name, deleted, "stopped the watches of kind: its CRD changed");
+                }
+            }
+            self.update_gauges(&kinds);
+            stale
+        };
+        for group_kind in stopped {
+            let readers = self.index().readers_of_kind(&group_kind);
+            for cr in readers {
+                self.wake.send(cr);
+            }
+        }
     }
 
     fn update_gauges(&self, kinds: &HashMap<GroupKind, KindWatch>) {
@@ -184,17 +253,22 @@ impl WatchRegistry {
 
     fn watch_kind(&self, group_kind: &GroupKind, resource: &ApiResource) -> KindWatch {
         let all_metadata = Api::<PartialObjectMeta<DynamicObject>>::all_with(self.client.clone(), resource);
-        let events =
-            watcher::watcher(all_metadata, watcher::Config::default().any_semantic()).default_backoff();
+        let events = watch_backoff(watcher::watcher(
+            all_metadata,
+            watcher::Config::default().any_semantic(),
+        ));
         let index = self.index.clone();
         let wake = self.wake.clone();
         let gk = group_kind.clone();
         let refused = Refusal::default();
         let recorder = refused.clone();
+        let failing = Arc::new(AtomicBool::new(false));
+        let failed = failing.clone();
         let task = tokio::spawn(async move {
             events
                 .for_each(|event| {
                     record(&recorder, event.as_ref().err());
+                    failed.store(event.is_err(), Ordering::Release);
                     let routed = match event {
                         Ok(Event::Apply(o) | Event::InitApply(o)) => lock(&index).route(&gk, &o.metadata, false),
                         Ok(Event::Delete(o)) => lock(&index).route(&gk, &o.metadata, true),
@@ -217,6 +291,7 @@ impl WatchRegistry {
             copies: HashMap::new(),
             tasks: vec![task],
             refused,
+            failing,
         }
     }
 
@@ -226,18 +301,21 @@ impl WatchRegistry {
         resource: &ApiResource,
         tier: Tier,
         refused: &Refusal,
+        failing: &Arc<AtomicBool>,
     ) -> (Store<DynamicObject>, JoinHandle<()>) {
         let writer = reflector::store::Writer::new(resource.clone());
         let copies = writer.as_reader();
         let ours = Api::<DynamicObject>::all_with(self.client.clone(), resource);
         let config = watcher::Config::default().labels(tier.uid_label()).any_semantic();
-        let stream = watcher::watcher(ours, config).default_backoff().reflect(writer);
+        let stream = watch_backoff(watcher::watcher(ours, config)).reflect(writer);
         let gk = group_kind.clone();
         let recorder = refused.clone();
+        let failed = failing.clone();
         let task = tokio::spawn(async move {
             stream
                 .for_each(|event| {
                     record(&recorder, event.as_ref().err());
+                    failed.store(event.is_err(), Ordering::Release);
                     if let Err(e) = event {
                         tracing::warn!(kind = %gk, error = %describe_watch_error(&e), "destination watch error; retrying");
                     }
@@ -250,7 +328,10 @@ impl WatchRegistry {
 
     /// Records that `cr` reads `source` (replacing what it read before).
     pub fn set_reads(&self, cr: &CrRef, source: SourceKey) {
-        self.index().set_reads(cr, source);
+        let left = self.index().set_reads(cr, source);
+        if let Some(group_kind) = left {
+            self.release_if_unread(&group_kind);
+        }
     }
 
     /// Records the coordinates held by strangers that `cr` waits for (replacing the earlier set).
@@ -272,9 +353,12 @@ impl WatchRegistry {
         }
     }
 
-    /// Forgets a CR that is gone.
+    /// Forgets a CR that is gone, and stops the watches of the kind it read if it was the last.
     pub fn forget(&self, cr: &CrRef) {
-        self.index().forget(cr);
+        let read = self.index().forget(cr);
+        if let Some(group_kind) = read {
+            self.release_if_unread(&group_kind);
+        }
     }
 
     /// Records that we are about to write a copy.
@@ -300,9 +384,7 @@ impl WatchRegistry {
 impl Drop for WatchRegistry {
     fn drop(&mut self) {
         for watch in self.kinds.lock().unwrap_or_else(|e| e.into_inner()).values() {
-            for task in &watch.tasks {
-                task.abort();
-            }
+            watch.stop();
         }
     }
 }

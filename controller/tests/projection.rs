@@ -513,6 +513,128 @@ async fn custom_resources_pinned_and_unpinned_and_a_kind_that_becomes_known() {
         .await;
 }
 
+/// The gauges of the kinds this controller watches (sources, copies).
+fn watched_kinds(controller: &ServiceProcess) -> (f64, f64) {
+    let text = controller.metrics();
+    (
+        metric_value(&text, "projection_watched_gvks").unwrap_or(-1.0),
+        metric_value(&text, "projection_watched_dest_gvks").unwrap_or(-1.0),
+    )
+}
+
+async fn wait_watched_kinds(controller: &ServiceProcess, what: &str, expected: (f64, f64)) {
+    wait_for(what, Duration::from_secs(30), || async {
+        let now = watched_kinds(controller);
+        if now == expected {
+            Ok(())
+        } else {
+            Err(format!("watched (sources, copies) = {now:?}, want {expected:?}"))
+        }
+    })
+    .await;
+}
+
+async fn wait_copy_size(api: &Api<DynamicObject>, name: &str, size: i64, within: Duration) {
+    wait_for(&format!("copy {name} with size {size}"), within, || async {
+        match api.get_opt(name).await {
+            Ok(Some(copy)) if copy.data["spec"]["size"] == size => Ok(()),
+            other => Err(format!("{:?}", other.map(|o| o.map(|o| o.data["spec"].clone())))),
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_crd_deleted_and_created_again_resumes_at_once_and_unread_kinds_are_no_longer_watched() {
+    let env = env("crd-again").await;
+    let controller = controller(&[]).await;
+    let (src, dst) = env.names();
+    let group = format!("{}.test.projection.sh", env.source.name());
+    let crd = install_widget_crd(&env.client, &group, &["v1"]).await;
+    let sources = widgets(&env.client, &group, "v1", &src);
+    let copies = widgets(&env.client, &group, "v1", &dst);
+    let widget = |size: i64| -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
+            "metadata": {"name": "w", "annotations": opted_in()}, "spec": {"size": size}}))
+        .expect("widget")
+    };
+    sources
+        .create(&PostParams::default(), &widget(1))
+        .await
+        .expect("widget created");
+    create(
+        &env.projections(),
+        projection(
+            "w",
+            json!({"group": group, "kind": "Widget", "namespace": src, "name": "w"}),
+            json!({}),
+        ),
+    )
+    .await;
+    wait_ready(&env.projections(), "w").await;
+    let (kinds, copy_kinds) = watched_kinds(&controller);
+    assert!(kinds >= 1.0 && copy_kinds >= 1.0, "{kinds} {copy_kinds}");
+
+    // The CRD goes (and every Widget with it): its watches stop instead of retrying a 404.
+    let crds = Api::<CustomResourceDefinition>::all(env.client.clone());
+    crds.delete(&crd, &DeleteParams::default())
+        .await
+        .expect("CRD deleted");
+    wait_for("the CRD to be gone", Duration::from_secs(60), || async {
+        match crds.get_opt(&crd).await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{:?}", other.map(|c| c.map(|c| c.status)))),
+        }
+    })
+    .await;
+    wait_watched_kinds(
+        &controller,
+        "the watches of the deleted kind to stop",
+        (kinds - 1.0, copy_kinds - 1.0),
+    )
+    .await;
+
+    // It comes back, and so does the source: the copy follows at the normal pace, not after a
+    // watch's backoff (which had reached 6 s and more by the time the kind was served again).
+    install_widget_crd(&env.client, &group, &["v1"]).await;
+    sources
+        .create(&PostParams::default(), &widget(2))
+        .await
+        .expect("widget created again");
+    wait_copy_size(&copies, "w", 2, Duration::from_secs(5)).await;
+    sources
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"size": 3}})),
+        )
+        .await
+        .expect("widget edited");
+    wait_copy_size(&copies, "w", 3, Duration::from_secs(5)).await;
+    assert_eq!(watched_kinds(&controller), (kinds, copy_kinds));
+
+    // The last Projection reading the kind goes: nothing watches it any more.
+    env.projections()
+        .delete("w", &DeleteParams::default())
+        .await
+        .expect("Projection deleted");
+    wait_for("the Projection to be gone", Duration::from_secs(30), || async {
+        match env.projections().get_opt("w").await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{:?}", other.map(|p| p.map(|p| p.metadata.finalizers)))),
+        }
+    })
+    .await;
+    wait_watched_kinds(
+        &controller,
+        "the watches of the kind nobody reads to stop",
+        (kinds - 1.0, copy_kinds - 1.0),
+    )
+    .await;
+    env.finish().await;
+    let _ = crds.delete(&crd, &DeleteParams::default()).await;
+}
+
 #[tokio::test]
 async fn cluster_scoped_kinds_are_refused() {
     let env = env("scope").await;
@@ -1166,17 +1288,6 @@ async fn leader_election_hands_over_when_the_leader_dies() {
 }
 
 /// The `retry_in` of every `reconcile failed` line about `name` in a controller's log.
-fn retries_of(controller: &ServiceProcess, name: &str) -> Vec<String> {
-    let log = std::fs::read_to_string(&controller.log).unwrap_or_default();
-    log.lines()
-        .filter(|l| l.contains("reconcile failed") && l.contains(&format!("\"name\":\"{name}\"")))
-        .filter_map(|l| {
-            let v: Value = serde_json::from_str(l).ok()?;
-            v["fields"]["retry_in"].as_str().map(str::to_owned)
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn apiserver_refusals_read_as_the_apiservers_own_message() {
     let env = env("apimsg").await;
@@ -1318,15 +1429,7 @@ async fn a_refused_finalizer_removal_is_retried_with_backoff() {
     // Settled once the delay has grown to 2 s (the third failure): a fixed 500 ms retry would have
     // failed about 13 times by then.
     let name = format!("{dst}/cfg");
-    wait_for("the retry delay grown to 2s", TIMEOUT, || async {
-        let retries = retries_of(&controller, &name);
-        retries
-            .iter()
-            .any(|r| r == "2s")
-            .then_some(())
-            .ok_or_else(|| format!("retry_in so far: {retries:?}"))
-    })
-    .await;
+    wait_retry_delay(&controller, &name, "2s").await;
     let count = metric_value(&controller.metrics(), failures).unwrap_or_default();
     let retries = retries_of(&controller, &name);
     // From 500 ms, doubling: attempts at about 0, 0.5, 1.5, 3.5 (and 7.5) s; a fixed 500 ms retry

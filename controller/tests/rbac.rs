@@ -13,7 +13,7 @@ use kube::{
 };
 use projection_tests::{
     ClusterScopedGuard, ServiceProcess, events_about, kubeconfig_path, kubectl_ok, metric_value, testenv_dir,
-    wait_for_event,
+    wait_for, wait_for_event,
 };
 use serde_json::{Value, json};
 use std::{path::PathBuf, time::Duration};
@@ -221,17 +221,80 @@ async fn a_kind_outside_the_controllers_rbac_is_reported_at_once() {
     );
 
     // A cluster admin adds Secrets (supportedKinds): the Projection follows on its next retry.
-    cluster_roles
-        .patch(
-            &role_name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"rules": controller_rules(&["configmaps", "secrets"])})),
-        )
-        .await
-        .expect("ClusterRole patched");
+    let grant = |kinds: &'static [&'static str]| {
+        let (cluster_roles, role_name) = (cluster_roles.clone(), role_name.clone());
+        async move {
+            cluster_roles
+                .patch(
+                    &role_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"rules": controller_rules(kinds)})),
+                )
+                .await
+                .expect("ClusterRole patched");
+        }
+    };
+    grant(&["configmaps", "secrets"]).await;
     wait_ready(&projections, "tls").await;
     let copy = env.api::<Secret>(&dst).get("tls").await.expect("secret copy");
     assert!(copy.data.is_some_and(|d| d.contains_key("key")));
+
+    // Taken away again mid-run, with the watches of Secrets already running: the next edit of the
+    // source cannot be read. The Projection says so, retries with a growing delay (one INFO line
+    // per retry, no WARN flood) and follows the grant again without a restart.
+    grant(&["configmaps"]).await;
+    wait_for("Secrets to be refused to the controller", TIMEOUT, || async {
+        // `kubectl auth can-i` answers "no" with exit status 1.
+        let answer = projection_tests::kubectl(&[
+            "auth",
+            "can-i",
+            "get",
+            "secrets",
+            "--all-namespaces",
+            &format!("--as=system:serviceaccount:{sa_namespace}:projection-controller"),
+        ]);
+        let said = String::from_utf8_lossy(&answer.stdout).trim().to_owned();
+        (said == "no").then_some(()).ok_or(said)
+    })
+    .await;
+    let loud_before = loud_lines_about(&controller, "tls");
+    merge(
+        &env.api::<Secret>(&src),
+        "tls",
+        json!({"stringData": {"key": "v2"}}),
+    )
+    .await;
+    let refused = wait_condition(&projections, "tls", "Ready", "False", Some("SourceForbidden")).await;
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("secrets \"tls\" is forbidden")),
+        "{refused}"
+    );
+    let name = format!("{dst}/tls");
+    wait_retry_delay(&controller, &name, "2s").await;
+    let retries = retries_of(&controller, &name);
+    let loud = loud_lines_about(&controller, "tls") - loud_before;
+    assert!(
+        loud <= 2,
+        "{loud} WARN/ERROR lines about the refused source; retries: {retries:?}"
+    );
+
+    grant(&["configmaps", "secrets"]).await;
+    wait_object(
+        &env.api::<Secret>(&dst),
+        "tls",
+        "the copy with the edit made while refused",
+        |copy: &Secret| {
+            copy.data
+                .as_ref()
+                .and_then(|d| d.get("key"))
+                .is_some_and(|v| v.0 == b"v2")
+        },
+    )
+    .await;
+    wait_ready(&projections, "tls").await;
+    assert!(controller.is_running(), "no restart needed");
 
     env.finish().await;
     drop(controller);

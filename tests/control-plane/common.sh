@@ -1,6 +1,8 @@
 # Shared settings of the local control plane scripts (sourced, not run).
 # Everything lives in one folder, $TESTENV_DIR (default: <repo>/.testenv):
 #   admin.kubeconfig, pki/, logs/, etcd/, *.pid, env, bin -> the cached binaries
+# A failure inside a command substitution stops the script too (bash leaves errexit off there).
+shopt -s inherit_errexit
 CP_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$CP_HERE/../.." && pwd)
 TESTENV_DIR=${TESTENV_DIR:-$REPO_ROOT/.testenv}

@@ -80,7 +80,11 @@ build_pause() {
   echo "$out"
 }
 
-folders=("$(build_pause)" "$(build_cert_manager)" "$(build_ours)")
+# One assignment each: a failed build stops the script here (an array of substitutions would not).
+pause_images=$(build_pause)
+cert_manager_images=$(build_cert_manager)
+our_images=$(build_ours)
+folders=("$pause_images" "$cert_manager_images" "$our_images")
 if [ "${1:-}" = build ]; then
   printf '%s\n' "${folders[@]}"
   exit 0

@@ -1,6 +1,8 @@
 //! The admission handler in-process: AdmissionReview JSON fixtures through the axum router, against
-//! a fixed cluster. Covers verdicts, messages, the defaulting patch, unreadable input, and a
-//! property test over random and truncated bodies.
+//! a fixed cluster. Covers verdicts, messages, the defaulting patch, unreadable input, a property
+//! test over random and truncated bodies, and structured fuzzing of AdmissionReviews and the specs
+//! inside them (`WEBHOOK_FUZZ_CASES`, default 3000 reviews, each to both endpoints; docs/reliability.md has the long
+//! run).
 
 use axum::{
     Router,
@@ -456,6 +458,289 @@ async fn random_truncated_and_mangled_bodies_always_get_a_well_formed_answer() {
                 "round {round}: {answer}"
             );
         }
+    }
+}
+
+mod fuzz {
+    //! Structured fuzzing: AdmissionReviews whose every field is either plausible or arbitrary JSON,
+    //! with specs built from the real field names, so the generated bodies reach validation, the
+    //! source policy and the defaulting patch, not only the JSON decoder.
+
+    use super::*;
+    use proptest::{
+        collection::{btree_map, vec},
+        prelude::*,
+        test_runner::{Config, TestCaseError, TestRunner},
+    };
+    use serde_json::Map;
+
+    /// Any JSON value, nested a few levels.
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            name().prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                vec(inner.clone(), 0..4).prop_map(Value::from),
+                btree_map(name(), inner, 0..4).prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Names: valid ones, the edge of the limits, and anything.
+    fn name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => "[a-z0-9]([-a-z0-9]{0,14}[a-z0-9])?",
+            1 => Just(String::new()),
+            1 => Just("a".repeat(253)),
+            1 => Just("b".repeat(64)),
+            1 => prop::sample::select(vec!["platform", "shared-settings", "team-a", "kube-system", "default", "*", "..", "projection.sh/owned-by", "ConfigMap", "Namespace", "forbidden", "broken"]).prop_map(str::to_owned),
+            2 => ".{0,40}",
+        ]
+    }
+
+    /// A field that is usually a plausible string and sometimes any JSON at all.
+    fn field(plausible: impl Strategy<Value = String>) -> impl Strategy<Value = Value> {
+        prop_oneof![6 => plausible.prop_map(Value::from), 1 => any_json()]
+    }
+
+    /// An object with each of `fields` present or absent, plus sometimes an unknown field.
+    fn object(fields: Vec<(&'static str, BoxedStrategy<Value>)>) -> impl Strategy<Value = Value> {
+        let present: Vec<_> = fields
+            .into_iter()
+            .map(|(key, value)| prop::option::weighted(0.8, value).prop_map(move |v| (key, v)))
+            .collect();
+        (present, prop::option::weighted(0.1, (name(), any_json()))).prop_map(|(fields, extra)| {
+            let mut map = Map::new();
+            for (key, value) in fields {
+                if let Some(value) = value {
+                    map.insert(key.to_owned(), value);
+                }
+            }
+            if let Some((key, value)) = extra {
+                map.insert(key, value);
+            }
+            Value::Object(map)
+        })
+    }
+
+    fn labels() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            4 => btree_map(prop_oneof![name(), Just("projection.sh/x".to_owned()), "[a-z]{1,8}\\.io/[a-z]{1,8}"], name(), 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k, Value::from(v))).collect())),
+            1 => any_json(),
+        ]
+    }
+
+    fn source() -> impl Strategy<Value = Value> {
+        object(vec![
+            (
+                "group",
+                field(
+                    prop::sample::select(vec!["", "apps", "example.com", "projection.sh"])
+                        .prop_map(str::to_owned),
+                )
+                .boxed(),
+            ),
+            (
+                "version",
+                field(prop::sample::select(vec!["", "v1", "v1beta1", "V1"]).prop_map(str::to_owned)).boxed(),
+            ),
+            (
+                "kind",
+                field(prop_oneof![
+                    prop::sample::select(vec!["ConfigMap", "Secret", "Namespace", "Widget", "configmap"])
+                        .prop_map(str::to_owned),
+                    name()
+                ])
+                .boxed(),
+            ),
+            ("namespace", field(name()).boxed()),
+            ("name", field(name()).boxed()),
+        ])
+    }
+
+    fn selector() -> impl Strategy<Value = Value> {
+        let requirement = object(vec![
+            ("key", field(name()).boxed()),
+            (
+                "operator",
+                field(
+                    prop::sample::select(vec!["In", "NotIn", "Exists", "DoesNotExist", "Gt", "in"])
+                        .prop_map(str::to_owned),
+                )
+                .boxed(),
+            ),
+            (
+                "values",
+                prop_oneof![
+                    vec(name().prop_map(Value::from), 0..3).prop_map(Value::from),
+                    any_json()
+                ]
+                .boxed(),
+            ),
+        ]);
+        object(vec![
+            ("matchLabels", labels().boxed()),
+            (
+                "matchExpressions",
+                prop_oneof![vec(requirement, 0..3).prop_map(Value::from), any_json()].boxed(),
+            ),
+        ])
+    }
+
+    fn destination() -> impl Strategy<Value = Value> {
+        object(vec![
+            ("namespace", field(name()).boxed()),
+            ("name", field(name()).boxed()),
+            (
+                "namespaces",
+                prop_oneof![
+                    vec(name().prop_map(Value::from), 0..4).prop_map(Value::from),
+                    any_json()
+                ]
+                .boxed(),
+            ),
+            ("namespaceSelector", selector().boxed()),
+        ])
+    }
+
+    fn spec() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            9 => object(vec![
+                ("source", source().boxed()),
+                ("destination", destination().boxed()),
+                ("overlay", object(vec![("labels", labels().boxed()), ("annotations", labels().boxed())]).boxed()),
+            ]),
+            1 => any_json(),
+        ]
+    }
+
+    /// An AdmissionReview around a generated Projection or ClusterProjection (or something else).
+    fn review() -> impl Strategy<Value = Value> {
+        let kind = prop_oneof![
+            4 => Just("Projection".to_owned()),
+            3 => Just("ClusterProjection".to_owned()),
+            1 => name(),
+        ];
+        let operation = prop::sample::select(vec!["CREATE", "UPDATE", "DELETE", "CONNECT", "create"]);
+        let api_version = prop_oneof![
+            8 => Just("admission.k8s.io/v1".to_owned()),
+            1 => Just("admission.k8s.io/v1beta1".to_owned()),
+            1 => name(),
+        ];
+        let user = object(vec![
+            (
+                "username",
+                field(prop::sample::select(vec!["alice", "bob", "system:admin"]).prop_map(str::to_owned))
+                    .boxed(),
+            ),
+            (
+                "groups",
+                prop_oneof![
+                    Just(json!(["tenants"])),
+                    vec(name().prop_map(Value::from), 0..3).prop_map(Value::from),
+                    any_json()
+                ]
+                .boxed(),
+            ),
+        ]);
+        (api_version, kind, operation, name(), name(), user, spec(), prop::option::of(spec()), prop::option::weighted(0.05, any_json()))
+            .prop_map(|(api_version, kind, operation, name, namespace, user, spec, old_spec, replacement)| {
+                let object = |spec: Value| json!({"apiVersion": "projection.sh/v1", "kind": kind,
+                    "metadata": {"name": name, "namespace": namespace}, "spec": spec});
+                let mut review = json!({
+                    "apiVersion": api_version,
+                    "kind": "AdmissionReview",
+                    "request": {
+                        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+                        "kind": {"group": "projection.sh", "version": "v1", "kind": kind},
+                        "resource": {"group": "projection.sh", "version": "v1", "resource": format!("{}s", kind.to_lowercase())},
+                        "name": name, "namespace": namespace, "operation": operation, "userInfo": user,
+                        "object": object(spec),
+                        "oldObject": old_spec.map(object),
+                    }
+                });
+                if let Some(replacement) = replacement {
+                    review["request"] = replacement;
+                }
+                review
+            })
+    }
+
+    /// What every answer must be, whatever came in.
+    fn check_answer(review: &Value, status: StatusCode, answer: &Value) -> Result<(), TestCaseError> {
+        prop_assert!(
+            status == StatusCode::OK || status == StatusCode::BAD_REQUEST,
+            "{status}"
+        );
+        prop_assert_eq!(&answer["kind"], "AdmissionReview");
+        prop_assert_eq!(&answer["apiVersion"], "admission.k8s.io/v1");
+        let response = &answer["response"];
+        let allowed = response["allowed"].as_bool();
+        prop_assert!(allowed.is_some(), "allowed is not a boolean: {}", answer);
+        if status == StatusCode::OK {
+            prop_assert_eq!(&response["uid"], &review["request"]["uid"], "uid echoed");
+        }
+        if allowed == Some(false) {
+            let message = response["status"]["message"].as_str().unwrap_or_default();
+            prop_assert!(!message.is_empty(), "a denial says why: {}", answer);
+        }
+        if !response["patch"].is_null() {
+            prop_assert_eq!(&response["patchType"], "JSONPatch");
+            let patch: json_patch::Patch = serde_json::from_value(patch_of(response))
+                .map_err(|e| TestCaseError::fail(format!("patch is not a JSONPatch ({e}): {answer}")))?;
+            let mut object = review["request"]["object"].clone();
+            json_patch::patch(&mut object, &patch)
+                .map_err(|e| TestCaseError::fail(format!("the patch does not apply ({e}): {answer}")))?;
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn generated_reviews_always_get_a_well_formed_answer() {
+        let cases = std::env::var("WEBHOOK_FUZZ_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3000);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let app = app();
+        let mut runner = TestRunner::new(Config {
+            cases,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        // (allowed, denied, unreadable): the generator must reach past the decoder.
+        let seen = std::cell::Cell::new((0u32, 0u32, 0u32));
+        let outcome = runner.run(&review(), |review| {
+            let body = review.to_string();
+            for path in ["/validate", "/mutate"] {
+                let (status, answer) = runtime.block_on(post_raw(&app, path, body.clone()));
+                check_answer(&review, status, &answer)?;
+                let (allowed, denied, unreadable) = seen.get();
+                seen.set(match (status, answer["response"]["allowed"].as_bool()) {
+                    (StatusCode::BAD_REQUEST, _) => (allowed, denied, unreadable + 1),
+                    (_, Some(true)) => (allowed + 1, denied, unreadable),
+                    _ => (allowed, denied + 1, unreadable),
+                });
+            }
+            Ok(())
+        });
+        if let Err(failure) = outcome {
+            panic!("{failure}");
+        }
+        let (allowed, denied, unreadable) = seen.get();
+        eprintln!("answers: {allowed} allowed, {denied} denied, {unreadable} unreadable (400)");
+        assert!(allowed > 0 && denied > 0, "allowed {allowed}, denied {denied}");
     }
 }
 

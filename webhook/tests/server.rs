@@ -1,5 +1,6 @@
 //! The admission server over real TLS connections, HTTP/2 and HTTP/1.1 (what the apiserver
-//! negotiates): input it refuses still gets its HTTP answer, not a reset stream.
+//! negotiates): input it refuses still gets its HTTP answer, not a reset stream; TLS garbage and
+//! clients that stall mid-handshake or mid-request neither crash it nor keep others waiting.
 
 use futures::StreamExt;
 use http_body_util::{BodyExt, Full, StreamBody};
@@ -104,7 +105,8 @@ async fn start_server(alpn: &[u8]) -> (SocketAddr, TlsConnector) {
     (addr, TlsConnector::from(Arc::new(client)))
 }
 
-/// POSTs `body` to `/validate` over one new connection speaking `alpn`; the status and the body.
+/// POSTs `body` to `/validate` of a new server over one new connection speaking `alpn`; the status
+/// and the body.
 async fn post<B>(alpn: &[u8], body: B) -> (StatusCode, Value)
 where
     B: hyper::body::Body + Send + Unpin + 'static,
@@ -112,6 +114,16 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let (addr, connector) = start_server(alpn).await;
+    post_to(addr, &connector, alpn, body).await
+}
+
+/// POSTs `body` to `/validate` of the server at `addr` over one new connection speaking `alpn`.
+async fn post_to<B>(addr: SocketAddr, connector: &TlsConnector, alpn: &[u8], body: B) -> (StatusCode, Value)
+where
+    B: hyper::body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let tcp = TcpStream::connect(addr).await.expect("connect");
     let tls = connector
         .connect(ServerName::try_from("localhost").expect("name"), tcp)
@@ -216,4 +228,96 @@ async fn a_mangled_body_gets_a_400_over_http2() {
     let (status, body) = post(b"h2", Full::new(Bytes::from_static(mangled))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(body["kind"], "AdmissionReview", "{body}");
+}
+
+/// The same client configuration offering only `alpn`.
+fn speaking(connector: &TlsConnector, alpn: &[u8]) -> TlsConnector {
+    let mut config = (**connector.config()).clone();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    TlsConnector::from(Arc::new(config))
+}
+
+/// Reads until the server closes the connection (or resets it); `None` if it is still open after
+/// `limit`.
+async fn closed_by_server(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+    limit: Duration,
+) -> Option<usize> {
+    use tokio::io::AsyncReadExt;
+    let mut received = Vec::new();
+    match tokio::time::timeout(limit, stream.read_to_end(&mut received)).await {
+        Ok(_) => Some(received.len()),
+        Err(_) => None,
+    }
+}
+
+#[tokio::test]
+async fn tls_garbage_and_stalled_clients_neither_crash_the_server_nor_keep_others_waiting() {
+    use tokio::io::AsyncWriteExt;
+    let (addr, connector) = start_server(b"h2").await;
+    let answered = |(status, body): (StatusCode, Value)| {
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(body["kind"], "AdmissionReview", "{body}");
+    };
+
+    // Garbage where a TLS ClientHello belongs: each connection is dropped, the server goes on.
+    let mut noise: u64 = 0x2545_F491_4F6C_DD1D;
+    for round in 0..50 {
+        let garbage: Vec<u8> = (0..(round * 97 % 4096 + 1))
+            .map(|_| {
+                noise ^= noise << 13;
+                noise ^= noise >> 7;
+                noise ^= noise << 17;
+                noise as u8
+            })
+            .collect();
+        let mut tcp = TcpStream::connect(addr).await.expect("connect");
+        // The server may close before all of it is written.
+        let _ = tcp.write_all(&garbage).await;
+        assert!(
+            closed_by_server(&mut tcp, Duration::from_secs(5)).await.is_some(),
+            "round {round}: a connection that sent garbage is still open"
+        );
+    }
+    answered(post_to(addr, &connector, b"h2", Full::new(Bytes::from_static(b"{}"))).await);
+
+    // Clients that stall: before the handshake, and after it with half a request's headers.
+    let mut silent = Vec::new();
+    for _ in 0..100 {
+        silent.push(TcpStream::connect(addr).await.expect("connect"));
+    }
+    let mut half_requests = Vec::new();
+    for _ in 0..50 {
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let mut tls = speaking(&connector, b"http/1.1")
+            .connect(ServerName::try_from("localhost").expect("name"), tcp)
+            .await
+            .expect("TLS handshake");
+        tls.write_all(b"POST /validate HTTP/1.1\r\nhost: localhost\r\ncontent-")
+            .await
+            .expect("half a request");
+        tls.flush().await.expect("flush");
+        half_requests.push(tls);
+    }
+    // Everyone else is answered meanwhile, over both protocols.
+    for _ in 0..10 {
+        answered(post_to(addr, &connector, b"h2", Full::new(Bytes::from_static(b"{}"))).await);
+    }
+    let http1 = speaking(&connector, b"http/1.1");
+    for _ in 0..10 {
+        answered(post_to(addr, &http1, b"http/1.1", Full::new(Bytes::from_static(b"{}"))).await);
+    }
+    // And the stalled ones give their slots back: the handshake and header timeouts close them.
+    assert!(
+        closed_by_server(&mut silent[0], Duration::from_secs(20))
+            .await
+            .is_some(),
+        "a client that never starts its handshake is never let go"
+    );
+    assert!(
+        closed_by_server(&mut half_requests[0], Duration::from_secs(20))
+            .await
+            .is_some(),
+        "a client that never finishes its headers is never let go"
+    );
 }

@@ -27,14 +27,34 @@ pub struct ObjectIndex {
 }
 
 impl ObjectIndex {
-    /// Records that `cr` reads `source` (replacing what it read before).
-    pub fn set_reads(&mut self, cr: &CrRef, source: SourceKey) {
+    /// Records that `cr` reads `source` (replacing what it read before). Returns the kind `cr` read
+    /// before if it read another kind.
+    pub fn set_reads(&mut self, cr: &CrRef, source: SourceKey) -> Option<GroupKind> {
+        let mut left = None;
         if let Some(old) = self.reads.insert(cr.clone(), source.clone())
             && old != source
         {
             remove_from(&mut self.readers, &old, cr);
+            if old.group_kind != source.group_kind {
+                left = Some(old.group_kind);
+            }
         }
         self.readers.entry(source).or_default().insert(cr.clone());
+        left
+    }
+
+    /// Whether any CR reads a source of `group_kind` (its watches are still needed).
+    pub fn is_read(&self, group_kind: &GroupKind) -> bool {
+        self.readers.keys().any(|source| &source.group_kind == group_kind)
+    }
+
+    /// The CRs reading a source of `group_kind`.
+    pub fn readers_of_kind(&self, group_kind: &GroupKind) -> Vec<CrRef> {
+        self.readers
+            .iter()
+            .filter(|(source, _)| &source.group_kind == group_kind)
+            .flat_map(|(_, crs)| crs.iter().cloned())
+            .collect()
     }
 
     /// Records the coordinates held by strangers that `cr` waits for (replacing the earlier set).
@@ -71,15 +91,17 @@ impl ObjectIndex {
             .collect()
     }
 
-    /// Forgets a CR that is gone.
-    pub fn forget(&mut self, cr: &CrRef) {
-        if let Some(old) = self.reads.remove(cr) {
+    /// Forgets a CR that is gone. Returns the kind it read, if any.
+    pub fn forget(&mut self, cr: &CrRef) -> Option<GroupKind> {
+        let read = self.reads.remove(cr).map(|old| {
             remove_from(&mut self.readers, &old, cr);
-        }
+            old.group_kind
+        });
         for old in self.waits.remove(cr).unwrap_or_default() {
             remove_from(&mut self.waiters, &old, cr);
         }
         self.discovery_followers.remove(cr);
+        read
     }
 
     /// The CRs one watch event of an object of `group_kind` concerns.
@@ -282,5 +304,40 @@ mod tests {
             ["p:a"],
             "a delete after ours is someone else's"
         );
+    }
+
+    #[test]
+    fn a_kind_is_read_until_its_last_reader_leaves_or_moves() {
+        let secrets = GroupKind {
+            group: String::new(),
+            kind: "Secret".into(),
+        };
+        let secret = SourceKey {
+            group_kind: secrets.clone(),
+            namespace: "src".into(),
+            name: "s".into(),
+        };
+        let mut ix = ObjectIndex::default();
+        assert_eq!(ix.set_reads(&projection("a"), source("src", "cfg")), None);
+        assert_eq!(ix.set_reads(&cluster("c"), source("src", "other")), None);
+        assert_eq!(
+            ix.set_reads(&projection("a"), source("src", "renamed")),
+            None,
+            "same kind"
+        );
+        assert!(ix.is_read(&configmaps()) && !ix.is_read(&secrets));
+        assert_eq!(sorted(ix.readers_of_kind(&configmaps())), ["c:c", "p:a"]);
+
+        assert_eq!(
+            ix.set_reads(&projection("a"), secret),
+            Some(configmaps()),
+            "a moved to another kind"
+        );
+        assert!(ix.is_read(&configmaps()), "c still reads a ConfigMap");
+        assert_eq!(ix.forget(&cluster("c")), Some(configmaps()));
+        assert!(!ix.is_read(&configmaps()));
+        assert!(ix.readers_of_kind(&configmaps()).is_empty());
+        assert_eq!(sorted(ix.readers_of_kind(&secrets)), ["p:a"]);
+        assert_eq!(ix.forget(&cluster("c")), None, "forgotten twice");
     }
 }

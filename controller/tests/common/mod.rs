@@ -341,3 +341,46 @@ pub async fn watch_barrier(
     })
     .await;
 }
+
+/// The `retry_in` of every failed reconcile of `name` (`<namespace>/<name>`) the controller logged,
+/// in order.
+pub fn retries_of(controller: &ServiceProcess, name: &str) -> Vec<String> {
+    let log = std::fs::read_to_string(&controller.log).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.contains("reconcile failed") && l.contains(&format!("\"name\":\"{name}\"")))
+        .filter_map(|l| {
+            let v: Value = serde_json::from_str(l).ok()?;
+            v["fields"]["retry_in"].as_str().map(str::to_owned)
+        })
+        .collect()
+}
+
+/// Waits until the controller has logged a failed reconcile of `name` retried in `delay` (e.g.
+/// `2s`): the backoff has grown that far.
+pub async fn wait_retry_delay(controller: &ServiceProcess, name: &str, delay: &str) {
+    wait_for(
+        &format!("the retry delay grown to {delay}"),
+        Duration::from_secs(30),
+        || async {
+            let retries = retries_of(controller, name);
+            retries
+                .iter()
+                .any(|r| r == delay)
+                .then_some(())
+                .ok_or_else(|| format!("retry_in so far: {retries:?}"))
+        },
+    )
+    .await;
+}
+
+/// The lines the controller logged at WARN or ERROR that mention `needle`.
+pub fn loud_lines_about(controller: &ServiceProcess, needle: &str) -> usize {
+    let log = std::fs::read_to_string(&controller.log).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.contains(needle))
+        .filter(|l| {
+            serde_json::from_str::<Value>(l)
+                .is_ok_and(|v| matches!(v["level"].as_str(), Some("WARN" | "ERROR")))
+        })
+        .count()
+}

@@ -1,6 +1,7 @@
 //! Black-box fault injection for any controller implementing `projection.sh/v1`: it drives the
 //! controller through the API only, breaks things around it (the controller process SIGKILLed, the
-//! kube-apiserver or etcd of the local control plane SIGKILLed and started again) and checks that
+//! kube-apiserver or etcd of the local control plane SIGKILLed and started again, the leader of two
+//! replicas SIGKILLed mid fan-out) and checks that
 //! everything converges with nothing lost, nothing orphaned and nothing not ours touched. See
 //! docs/reliability.md.
 //!
@@ -11,6 +12,8 @@
 //! The controller is started (and SIGKILLed) by the harness; the control plane is the local one
 //! (`tests/control-plane/up.sh`, `TESTENV_DIR`), whose processes it restarts from their recorded
 //! pid files with the same command line, environment and log.
+
+mod leader_kill;
 
 use anyhow::{Context as _, bail, ensure};
 use clap::Parser;
@@ -141,7 +144,19 @@ async fn main() -> anyhow::Result<()> {
     }
     .await;
     let controller_log = controller.log_paths();
+    // The replicas of the next scenario elect a leader; this one would write beside them, and they
+    // must not be busy with the other scenarios' CRs (their writes would be counted as theirs).
     drop(controller);
+    cleanup(&client, &run).await;
+    let outcome = match outcome {
+        Ok(mut report) => leader_kill::leader_kill(&client, &run, &plan, &mut random, &args.controller)
+            .await
+            .map(|leader| {
+                report["leader_kill"] = leader;
+                report
+            }),
+        failed => failed,
+    };
     cleanup(&client, &run).await;
     let mut report = outcome?;
     report["run"] = json!(run);
