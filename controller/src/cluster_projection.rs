@@ -50,6 +50,12 @@ impl ProjectionKind for ClusterProjection {
     const KIND: &'static str = KIND;
     const FINALIZER: &'static str = CLUSTER_PROJECTION_FINALIZER;
 
+    fn runtime_metrics(
+        metrics: &crate::runtime_metrics::RuntimeMetrics,
+    ) -> &crate::runtime_metrics::ControllerMetrics {
+        &metrics.cluster
+    }
+
     fn api(&self, client: kube::Client) -> Api<Self> {
         Api::all(client)
     }

@@ -14,6 +14,7 @@ mod metrics;
 mod namespaces;
 mod projection;
 mod reconcile;
+mod runtime_metrics;
 mod wake;
 mod warm;
 mod watch_errors;
@@ -206,8 +207,48 @@ where
     UnboundedReceiverStream::new(rx).map(Ok)
 }
 
-fn log_result<T, E: std::fmt::Display>(result: Result<T, E>) -> std::future::Ready<()> {
+/// The CR changes handed to a reconciler, counted into its queue metrics on the way.
+fn queued_changes<K>(
+    stream: impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    queue: Arc<runtime_metrics::ControllerMetrics>,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Send + 'static,
+{
+    stream.inspect(move |change| {
+        if let Ok(cr) = change {
+            queue.queued_change(runtime_metrics::queue_key(
+                cr.meta().namespace.as_deref(),
+                cr.meta().name.as_deref().unwrap_or_default(),
+            ));
+        }
+    })
+}
+
+/// The wakes handed to a reconciler, counted into its queue metrics on the way.
+fn queued_wakes<K>(
+    wakes: tokio::sync::mpsc::UnboundedReceiver<reflector::ObjectRef<K>>,
+    queue: Arc<runtime_metrics::ControllerMetrics>,
+) -> impl futures::Stream<Item = reflector::ObjectRef<K>> + Send + 'static
+where
+    K: Resource + Send + 'static,
+    K::DynamicType: Send,
+{
+    UnboundedReceiverStream::new(wakes).inspect(move |wake| {
+        queue.queued_change(runtime_metrics::queue_key(wake.namespace.as_deref(), &wake.name));
+    })
+}
+
+/// Logs a reconcile that did not complete; one the controller dropped (its CR left the store)
+/// leaves the queue metrics.
+fn log_result<T, E: std::fmt::Display, Q: std::error::Error>(
+    result: Result<T, controller::Error<E, Q>>,
+    queue: &runtime_metrics::ControllerMetrics,
+) -> std::future::Ready<()> {
     if let Err(e) = result {
+        if let controller::Error::ObjectNotFound(cr) = &e {
+            queue.dropped(&runtime_metrics::queue_key(cr.namespace.as_deref(), &cr.name));
+        }
         tracing::debug!(error = %e, "reconcile did not complete");
     }
     std::future::ready(())
@@ -357,18 +398,26 @@ impl Replica {
             let _ = self.cluster_changes.0.send((*cr).clone());
         }
         let config = controller::Config::default().concurrency(RECONCILE_CONCURRENCY);
-        let projections = Controller::for_stream(changes(self.projection_changes.1), self.projections)
-            .reconcile_on(UnboundedReceiverStream::new(self.projection_wakes))
-            .with_config(config.clone())
-            .graceful_shutdown_on(stop.clone().cancelled_owned())
-            .run(reconcile::reconcile, reconcile::error_policy, self.ctx.clone())
-            .for_each(log_result);
-        let clusters = Controller::for_stream(changes(self.cluster_changes.1), self.clusters)
-            .reconcile_on(UnboundedReceiverStream::new(self.cluster_wakes))
-            .with_config(config)
-            .graceful_shutdown_on(stop.cancelled_owned())
-            .run(reconcile::reconcile, reconcile::error_policy, self.ctx)
-            .for_each(log_result);
+        let queue = self.ctx.metrics.runtime.projection.clone();
+        let projections = Controller::for_stream(
+            queued_changes(changes(self.projection_changes.1), queue.clone()),
+            self.projections,
+        )
+        .reconcile_on(queued_wakes(self.projection_wakes, queue.clone()))
+        .with_config(config.clone())
+        .graceful_shutdown_on(stop.clone().cancelled_owned())
+        .run(reconcile::reconcile, reconcile::error_policy, self.ctx.clone())
+        .for_each(move |result| log_result(result, &queue));
+        let queue = self.ctx.metrics.runtime.cluster.clone();
+        let clusters = Controller::for_stream(
+            queued_changes(changes(self.cluster_changes.1), queue.clone()),
+            self.clusters,
+        )
+        .reconcile_on(queued_wakes(self.cluster_wakes, queue.clone()))
+        .with_config(config)
+        .graceful_shutdown_on(stop.cancelled_owned())
+        .run(reconcile::reconcile, reconcile::error_policy, self.ctx.clone())
+        .for_each(move |result| log_result(result, &queue));
         tokio::join!(projections, clusters);
         for task in self.tasks {
             task.abort();

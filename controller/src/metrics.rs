@@ -54,6 +54,8 @@ pub struct Metrics {
     pub reconcile_errors_total: Family<ErrorLabels, Counter>,
     pub watched_gvks: Gauge,
     pub watched_dest_gvks: Gauge,
+    /// The controller-runtime names the Go operator exposed.
+    pub runtime: crate::runtime_metrics::RuntimeMetrics,
 }
 
 impl Metrics {
@@ -70,6 +72,7 @@ impl Metrics {
             reconcile_errors_total: Family::default(),
             watched_gvks: Gauge::default(),
             watched_dest_gvks: Gauge::default(),
+            runtime: crate::runtime_metrics::RuntimeMetrics::register(registry),
         };
         registry.register(
             "projection_reconcile",

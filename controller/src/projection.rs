@@ -44,6 +44,12 @@ impl ProjectionKind for Projection {
     const KIND: &'static str = KIND;
     const FINALIZER: &'static str = PROJECTION_FINALIZER;
 
+    fn runtime_metrics(
+        metrics: &crate::runtime_metrics::RuntimeMetrics,
+    ) -> &crate::runtime_metrics::ControllerMetrics {
+        &metrics.projection
+    }
+
     fn api(&self, client: kube::Client) -> Api<Self> {
         Api::namespaced(client, &self.namespace().unwrap_or_default())
     }

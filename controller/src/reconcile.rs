@@ -7,6 +7,7 @@ use crate::{
     error::{Error, api_error, describe_status, forbidden_message},
     index::CrRef,
     metrics::{E2eLabels, KindLabels, ReconcileLabels},
+    runtime_metrics::{ControllerMetrics, ReconcileEnd, RuntimeMetrics, queue_key},
     watches::{Tier, WatchError},
     writer::FIELD_MANAGER,
 };
@@ -328,6 +329,8 @@ pub trait ProjectionKind:
     const FINALIZER: &'static str;
     /// The API the CR itself is read and written through.
     fn api(&self, client: kube::Client) -> Api<Self>;
+    /// This kind's controller-runtime metrics.
+    fn runtime_metrics(metrics: &RuntimeMetrics) -> &ControllerMetrics;
     /// Puts the copies in place and reports.
     fn apply(&self, ctx: &Context) -> impl Future<Output = Result<Action, Error>> + Send;
     /// Removes every copy before the CR goes.
@@ -338,6 +341,8 @@ pub trait ProjectionKind:
 /// between applying and cleaning up.
 pub async fn reconcile<K: ProjectionKind>(object: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
+    let queue = K::runtime_metrics(&ctx.metrics.runtime);
+    queue.started(&queue_key(object.meta().namespace.as_deref(), &object.name_any()));
     let api = object.api(ctx.client.clone());
     let deleting = object.meta().deletion_timestamp.is_some();
     let uid = object.uid().unwrap_or_default();
@@ -360,6 +365,14 @@ pub async fn reconcile<K: ProjectionKind>(object: Arc<K>, ctx: Arc<Context>) -> 
         .reconcile_duration_seconds
         .get_or_create(&KindLabels { kind: K::KIND })
         .observe(started.elapsed().as_secs_f64());
+    queue.finished(
+        started,
+        match &result {
+            Err(_) => ReconcileEnd::Error,
+            Ok(action) if *action == Action::await_change() => ReconcileEnd::Success,
+            Ok(_) => ReconcileEnd::RequeueAfter,
+        },
+    );
     result
 }
 

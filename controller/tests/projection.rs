@@ -1211,6 +1211,103 @@ async fn metrics_and_probes_are_served() {
     env.finish().await;
 }
 
+/// A scraper that does not ask for OpenMetrics (the Go operator's harness, client_golang-era
+/// scrapers) reads the classic text format; one that asks reads OpenMetrics. Both carry the
+/// controller-runtime names the Go operator exposed, with real values.
+#[tokio::test]
+async fn metrics_answer_both_formats_with_the_controller_runtime_names() {
+    let env = env("metrics-formats").await;
+    let controller = controller(&[]).await;
+    create(
+        &env.api::<ConfigMap>(env.source.name()),
+        json!({"metadata": {"name": "cfg", "annotations": opted_in()}}),
+    )
+    .await;
+    create(
+        &env.projections(),
+        projection("cfg", cm_source(env.source.name(), "cfg"), json!({})),
+    )
+    .await;
+    wait_ready(&env.projections(), "cfg").await;
+    let port = controller.metrics_port;
+    let (code, content_type, classic) =
+        projection_tests::http_get_accepting(port, "/metrics", None).expect("metrics answer");
+    assert_eq!(code, 200);
+    assert!(
+        content_type.starts_with("text/plain; version=0.0.4"),
+        "{content_type}"
+    );
+    assert!(!classic.contains("# EOF"), "{classic}");
+    assert!(
+        classic.contains("# TYPE controller_runtime_reconcile_total counter"),
+        "{classic}"
+    );
+    assert!(
+        classic.contains("# TYPE workqueue_adds_total counter"),
+        "{classic}"
+    );
+    for sample in [
+        "controller_runtime_reconcile_total{controller=\"projection\",result=\"success\"}",
+        "controller_runtime_reconcile_time_seconds_count{controller=\"projection\"}",
+        "workqueue_adds_total{controller=\"projection\",name=\"projection\"}",
+        "workqueue_queue_duration_seconds_count{controller=\"projection\",name=\"projection\"}",
+        "projection_reconcile_total{kind=\"Projection\",result=\"success\"}",
+    ] {
+        assert!(
+            metric_value(&classic, sample).is_some_and(|v| v > 0.0),
+            "{sample} missing or zero in:\n{classic}"
+        );
+    }
+    for sample in [
+        "controller_runtime_reconcile_errors_total{controller=\"projection\"}",
+        "workqueue_retries_total{controller=\"projection\",name=\"projection\"}",
+        "controller_runtime_reconcile_total{controller=\"clusterprojection\",result=\"success\"}",
+    ] {
+        assert_eq!(
+            metric_value(&classic, sample),
+            Some(0.0),
+            "{sample} in:\n{classic}"
+        );
+    }
+    // Nothing is left waiting once the Projection is Ready and nothing else changes (its status
+    // write may still wake it once).
+    let depth = "workqueue_depth{controller=\"projection\",name=\"projection\",priority=\"0\"}";
+    wait_for("an empty work queue", Duration::from_secs(30), || async {
+        let text = controller.metrics();
+        match metric_value(&text, depth) {
+            Some(0.0) => Ok(()),
+            other => Err(format!("{depth} = {other:?}")),
+        }
+    })
+    .await;
+
+    let (code, content_type, openmetrics) = projection_tests::http_get_accepting(
+        port,
+        "/metrics",
+        Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"),
+    )
+    .expect("metrics answer");
+    assert_eq!(code, 200);
+    assert!(
+        content_type.starts_with("application/openmetrics-text"),
+        "{content_type}"
+    );
+    assert!(openmetrics.ends_with("# EOF\n"), "{openmetrics}");
+    assert!(
+        openmetrics.contains("# TYPE controller_runtime_reconcile counter"),
+        "{openmetrics}"
+    );
+    assert!(
+        metric_value(
+            &openmetrics,
+            "controller_runtime_reconcile_total{controller=\"projection\",result=\"success\"}"
+        )
+        .is_some_and(|v| v > 0.0),
+        "{openmetrics}"
+    );
+    env.finish().await;
+}
+
 #[tokio::test]
 async fn leader_election_hands_over_when_the_leader_dies() {
     let env = env("leader").await;

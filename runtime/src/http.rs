@@ -1,7 +1,15 @@
-//! The plain-HTTP endpoints of both services: `/metrics` (OpenMetrics text) on the metrics address,
+//! The plain-HTTP endpoints of both services: `/metrics` (OpenMetrics text to scrapers that ask for
+//! it, the classic Prometheus text format to the others) on the metrics address,
 //! `/healthz` and `/readyz` on the probe address (both on one listener when the addresses are equal).
 
-use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
+use crate::metrics_format;
+use axum::{
+    Router,
+    extract::State,
+    http::{HeaderMap, StatusCode, header::ACCEPT},
+    response::IntoResponse,
+    routing::get,
+};
 use prometheus_client::registry::Registry;
 use std::{
     net::SocketAddr,
@@ -41,22 +49,28 @@ struct AppState {
     readiness: Readiness,
 }
 
-async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> impl IntoResponse {
     let mut body = String::new();
-    match prometheus_client::encoding::text::encode(&mut body, &state.registry) {
-        Ok(()) => (
-            StatusCode::OK,
-            [(
-                "content-type",
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            body,
-        ),
-        Err(_) => (
+    if prometheus_client::encoding::text::encode(&mut body, &state.registry).is_err() {
+        return (
             StatusCode::INTERNAL_SERVER_ERROR,
             [("content-type", "text/plain")],
             String::new(),
-        ),
+        );
+    }
+    let accept = headers.get(ACCEPT).and_then(|v| v.to_str().ok());
+    if metrics_format::wants_openmetrics(accept) {
+        (
+            StatusCode::OK,
+            [("content-type", metrics_format::OPENMETRICS_CONTENT_TYPE)],
+            body,
+        )
+    } else {
+        (
+            StatusCode::OK,
+            [("content-type", metrics_format::CLASSIC_CONTENT_TYPE)],
+            metrics_format::openmetrics_to_classic(&body),
+        )
     }
 }
 

@@ -8,5 +8,6 @@ pub mod crypto;
 pub mod http;
 pub mod kube_client;
 pub mod logs;
+pub mod metrics_format;
 pub mod process_metrics;
 pub mod signals;

@@ -108,10 +108,15 @@ fn every_event_reason_and_action_is_documented() {
 fn every_metric_is_documented() {
     let mut names = BTreeSet::new();
     let registered =
-        Regex::new(r#"register\(\s*"(\w+)",\s*"[^"]*",\s*metrics\.(\w+)\.clone\(\)"#).expect("valid");
-    for file in ["controller/src/metrics.rs", "webhook/src/metrics.rs"] {
+        Regex::new(r#"register\(\s*"(\w+)",\s*"[^"]*",\s*(?:metrics|families)\.(\w+)\.clone\(\)"#)
+            .expect("valid");
+    for file in [
+        "controller/src/metrics.rs",
+        "controller/src/runtime_metrics.rs",
+        "webhook/src/metrics.rs",
+    ] {
         let text = code(file);
-        let counters = captures(r"pub (\w+): (?:Family<\w+, )?Counter\b", &text);
+        let counters = captures(r"(?:pub )?(\w+): (?:Family<\w+, )?Counter\b", &text);
         for c in registered.captures_iter(&text) {
             // prometheus-client exposes counters with a `_total` suffix.
             names.insert(if counters.contains(&c[2]) {
@@ -127,7 +132,7 @@ fn every_metric_is_documented() {
     if names.remove("process_cpu_seconds") {
         names.insert("process_cpu_seconds_total".into());
     }
-    assert_documented("metrics", &names, 16);
+    assert_documented("metrics", &names, 24);
 }
 
 #[test]

@@ -13,7 +13,7 @@ use anyhow::{Context as _, bail};
 use clap::Parser;
 use futures::StreamExt;
 use k8s_openapi::{
-    api::core::v1::{ConfigMap, Namespace, Secret},
+    api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount},
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
 use kube::{
@@ -35,6 +35,8 @@ const GROUP: &str = "bench.projection.sh";
 const RUN_LABEL: &str = "bench.projection.sh/run";
 const TARGET_LABEL: &str = "bench.projection.sh/target";
 const STAMP: &str = "bench.projection.sh/stamp";
+/// Marks the objects of the apiserver's own fan-out writes.
+const LIMIT_LABEL: &str = "bench.projection.sh/limit";
 const PARALLEL: usize = 32;
 
 #[derive(Parser, Debug)]
@@ -87,7 +89,24 @@ struct Args {
     /// Keep what the run created.
     #[arg(long)]
     keep: bool,
+    /// Also run the profile against this peer, the Go operator's manager (built by
+    /// `tests/bench/build-go-peer.sh`), after ours in the same run, and print both with their
+    /// ratios. Needs --start-controller.
+    #[arg(long, requires = "start_controller")]
+    peer: Option<PathBuf>,
+    /// Seconds to let the cluster settle between the two operators' runs (after the first run's
+    /// namespaces are gone).
+    #[arg(long, default_value_t = 10)]
+    settle_seconds: u64,
+    /// Concurrency of the apiserver's own fan-out writes (both operators write 16 copies at a
+    /// time by default).
+    #[arg(long, default_value_t = 16)]
+    write_concurrency: usize,
 }
+
+/// The flags the Go operator's manager needs out of the cluster, besides its metrics and probe
+/// addresses: plain HTTP metrics and no leader election, as its README says.
+const PEER_ARGS: [&str; 2] = ["--metrics-secure=false", "--leader-elect=false"];
 
 /// What a profile creates.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -484,39 +503,10 @@ async fn main() -> anyhow::Result<()> {
             % 100_000_000
     );
     eprintln!("run {run}: {plan:?}");
-    let mut started_controller = None;
-    let (pid, metrics) = match &args.start_controller {
-        Some(binary) => {
-            let mut process = projection_tests::ServiceProcess::start(binary, &[]);
-            process.wait_ready().await;
-            let endpoint = format!("127.0.0.1:{}", process.http_port);
-            let pid = process.pid();
-            started_controller = Some(process);
-            (Some(pid), Some(endpoint))
-        }
-        None => (args.controller_pid, args.controller_metrics.clone()),
-    };
-    let sampler = pid.map(ProcessSampler::start);
-    let started = Instant::now();
-    let result = measure(&client, &args, &plan, &run, sampler.as_ref()).await;
-    if !args.keep {
-        cleanup(&client, &run).await;
-    }
-    let mut report = result?;
-    report["elapsed_seconds"] = json!(started.elapsed().as_secs_f64().round());
-    if let Some(endpoint) = &metrics
-        && let Some((code, body)) = endpoint
-            .rsplit_once(':')
-            .and_then(|(_, port)| port.parse().ok())
-            .and_then(|port| projection_tests::http_get(port, "/metrics"))
-        && code == 200
-    {
-        let lines: Vec<&str> = body
-            .lines()
-            .filter(|l| l.starts_with("projection_") && !l.contains("_bucket"))
-            .collect();
-        report["controller_metrics"] = json!(lines);
-    }
+    // The projection.sh/v1 CRDs (ours, a superset of the Go operator's: both operators run on them).
+    projection_tests::install_crds(&client).await;
+    // An earlier run's namespaces still being deleted would load the apiserver during this one.
+    settle(&client, None, Duration::ZERO).await?;
     let output = args.output.clone().unwrap_or_else(|| {
         projection_tests::repo_root()
             .join("target/bench")
@@ -525,11 +515,146 @@ async fn main() -> anyhow::Result<()> {
     if let Some(dir) = output.parent() {
         std::fs::create_dir_all(dir)?;
     }
+    let Some(peer) = &args.peer else {
+        let report = run_once(&client, &args, &plan, &run, Operator::Ours).await?;
+        std::fs::write(&output, serde_json::to_string_pretty(&report)?)?;
+        print_table(&args.profile, &report);
+        eprintln!("JSON written to {}", output.display());
+        return Ok(());
+    };
+    // Side by side: ours, then the peer, on the same control plane with the same plan, each
+    // removing what it created before the other starts.
+    let ours = run_once(&client, &args, &plan, &format!("{run}o"), Operator::Ours).await?;
+    settle(
+        &client,
+        Some(&format!("{run}o")),
+        Duration::from_secs(args.settle_seconds),
+    )
+    .await?;
+    let go = run_once(&client, &args, &plan, &format!("{run}g"), Operator::Peer(peer)).await?;
+    let report = json!({"profile": args.profile, "run": run, "ours": ours, "go": go});
     std::fs::write(&output, serde_json::to_string_pretty(&report)?)?;
-    drop(started_controller);
-    print_table(&args.profile, &report);
+    print_side_by_side(&args.profile, &ours, &go);
     eprintln!("JSON written to {}", output.display());
     Ok(())
+}
+
+/// Which controller a run measures.
+#[derive(Clone, Copy)]
+enum Operator<'a> {
+    /// Ours: started from --start-controller, or the one given by --controller-pid and
+    /// --controller-metrics, or none.
+    Ours,
+    /// The Go operator's manager at this path.
+    Peer(&'a std::path::Path),
+}
+
+/// Runs the profile once against one controller (started for the run when a binary is given),
+/// removes what it created, and returns the report.
+async fn run_once(
+    client: &Client,
+    args: &Args,
+    plan: &Plan,
+    run: &str,
+    operator: Operator<'_>,
+) -> anyhow::Result<Value> {
+    let mut started_controller = None;
+    let (pid, metrics_port) = match (operator, &args.start_controller) {
+        (Operator::Peer(binary), _) => {
+            let process = projection_tests::ServiceProcess::start_split(binary, &PEER_ARGS);
+            started_controller = Some(process);
+            (None, None)
+        }
+        (Operator::Ours, Some(binary)) => {
+            let process = projection_tests::ServiceProcess::start(binary, &[]);
+            started_controller = Some(process);
+            (None, None)
+        }
+        (Operator::Ours, None) => (
+            args.controller_pid,
+            args.controller_metrics
+                .as_deref()
+                .and_then(|endpoint| endpoint.rsplit_once(':'))
+                .and_then(|(_, port)| port.parse::<u16>().ok()),
+        ),
+    };
+    let (pid, metrics_port) = match started_controller.as_mut() {
+        Some(process) => {
+            process.wait_ready().await;
+            (Some(process.pid()), Some(process.metrics_port))
+        }
+        None => (pid, metrics_port),
+    };
+    eprintln!(
+        "run {run}: {}",
+        match operator {
+            Operator::Ours => "ours".to_owned(),
+            Operator::Peer(binary) => format!("peer {}", binary.display()),
+        }
+    );
+    let sampler = pid.map(ProcessSampler::start);
+    let started = Instant::now();
+    let result = measure(client, args, plan, run, sampler.as_ref()).await;
+    if !args.keep {
+        cleanup(client, run).await;
+    }
+    let mut report = result?;
+    report["elapsed_seconds"] = json!(started.elapsed().as_secs_f64().round());
+    if let Some((200, body)) = metrics_port.and_then(|port| projection_tests::http_get(port, "/metrics")) {
+        let lines: Vec<&str> = body
+            .lines()
+            .filter(|l| l.starts_with("projection_") && !l.contains("_bucket"))
+            .collect();
+        report["controller_metrics"] = json!(lines);
+        report["controller_runtime"] = controller_runtime_figures(&body);
+    }
+    drop(started_controller);
+    Ok(report)
+}
+
+/// Waits until the namespaces of `run` (of any run: `None`) are gone, then lets the cluster rest
+/// for `rest`.
+async fn settle(client: &Client, run: Option<&str>, rest: Duration) -> anyhow::Result<()> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let lp = ListParams::default().labels(&match run {
+        Some(run) => format!("{RUN_LABEL}={run}"),
+        None => RUN_LABEL.to_owned(),
+    });
+    let gone = wait_until(
+        "earlier runs' namespaces to be gone",
+        Duration::from_secs(600),
+        || async { Ok(namespaces.list(&lp).await?.items.is_empty()) },
+    )
+    .await;
+    if let Err(e) = gone {
+        eprintln!("settling: {e}; going on");
+    }
+    tokio::time::sleep(rest).await;
+    Ok(())
+}
+
+/// What the controller-runtime metrics (the classic text format both operators serve) say about
+/// the whole run: reconciles, errors, mean reconcile time, work-queue adds and retries.
+fn controller_runtime_figures(exposition: &str) -> Value {
+    let sum = |prefix: &str| -> f64 {
+        exposition
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    let count = sum("controller_runtime_reconcile_time_seconds_count{");
+    json!({
+        "reconciles": sum("controller_runtime_reconcile_total{"),
+        "reconcile_errors": sum("controller_runtime_reconcile_errors_total{"),
+        "reconcile_mean_ms": if count > 0.0 {
+            sum("controller_runtime_reconcile_time_seconds_sum{") / count * 1000.0
+        } else {
+            0.0
+        },
+        "workqueue_adds": sum("workqueue_adds_total{"),
+        "workqueue_retries": sum("workqueue_retries_total{"),
+    })
 }
 
 async fn measure(
@@ -724,6 +849,32 @@ async fn measure_fan_out(
     })
     .await?;
     report["target_namespaces_created_seconds"] = json!(t.elapsed().as_secs_f64());
+    // kube-controller-manager seeds every new namespace (its `default` ServiceAccount and the
+    // `kube-root-ca.crt` ConfigMap): wait until it is done, so neither operator is measured
+    // while it still writes (at 1000 namespaces it takes tens of seconds).
+    let seeded = wait_until(
+        "the target namespaces to be seeded",
+        Duration::from_secs(600),
+        || async {
+            let accounts = Api::<ServiceAccount>::all(client.clone())
+                .list_metadata(&ListParams::default().fields("metadata.name=default"))
+                .await?;
+            let prefix = format!("{run}-t");
+            let done = accounts
+                .items
+                .iter()
+                .filter(|a| {
+                    a.metadata
+                        .namespace
+                        .as_deref()
+                        .is_some_and(|ns| ns.starts_with(&prefix))
+                })
+                .count();
+            Ok(done >= plan.fan_out)
+        },
+    )
+    .await?;
+    report["target_namespaces_seeded_seconds"] = json!(seeded.as_secs_f64());
     let sources: Api<ConfigMap> = Api::namespaced(client.clone(), source_ns);
     let cm: ConfigMap = serde_json::from_value(
         json!({"metadata": {"name": "fanout", "annotations": {"projection.sh/projectable": "true"}},
@@ -780,6 +931,7 @@ async fn measure_fan_out(
     }
     report["fan_out_edit_first_copy"] = json!(summarize(first));
     report["fan_out_edit_last_copy"] = json!(summarize(last));
+    apiserver_fan_out(client, args, run, &targets, report).await?;
 
     report["fan_out_requests_per_source_edit"] =
         json!(requests_for_one_edit(client, &source, "fanout").await?);
@@ -831,6 +983,59 @@ async fn measure_fan_out(
     Ok(())
 }
 
+/// The physical limit of a fan-out: the apiserver's own throughput for the same writes. One
+/// ConfigMap per target namespace, owned by no controller; per sample, a client that does nothing
+/// else sends one merge PATCH of an annotation to each, `--write-concurrency` at a time (what both
+/// operators do for their copies), and a watch records when the first and the last are delivered.
+async fn apiserver_fan_out(
+    client: &Client,
+    args: &Args,
+    run: &str,
+    targets: &[String],
+    report: &mut Value,
+) -> anyhow::Result<()> {
+    in_parallel(targets.to_vec(), |ns| async move {
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "limit", "labels": {LIMIT_LABEL: run}}, "data": {"k": "v"}}))?;
+        Api::<ConfigMap>::namespaced(client.clone(), &ns)
+            .create(&PostParams::default(), &cm)
+            .await?;
+        Ok(())
+    })
+    .await?;
+    let objects = Api::<DynamicObject>::all_with(client.clone(), &kind_resource(0));
+    let config = watcher::Config::default().labels(&format!("{LIMIT_LABEL}={run}"));
+    let (mut first, mut last, mut answered) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..args.samples.min(10) {
+        let value = now_nanos();
+        let observer = Observer::start(objects.clone(), config.clone(), stamped(value.clone())).await;
+        let t = Instant::now();
+        projection_tests::in_parallel(targets.to_vec(), args.write_concurrency.max(1), |ns| {
+            let (client, value) = (client.clone(), value.clone());
+            async move {
+                let api = Api::<DynamicObject>::namespaced_with(client, &ns, &kind_resource(0));
+                stamp(&api, "limit", &value).await
+            }
+        })
+        .await?;
+        answered.push(t.elapsed().as_secs_f64());
+        let seen = observer.wait(targets.len(), Duration::from_secs(120)).await;
+        if seen.len() < targets.len() {
+            bail!("only {} of {} writes were seen", seen.len(), targets.len());
+        }
+        let since = |at: Option<&Instant>| {
+            at.map(|at| at.duration_since(t).as_secs_f64())
+                .unwrap_or_default()
+        };
+        first.push(since(seen.iter().min()));
+        last.push(since(seen.iter().max()));
+    }
+    report["apiserver_fan_out_first_write"] = json!(summarize(first));
+    report["apiserver_fan_out_last_write"] = json!(summarize(last));
+    report["apiserver_fan_out_all_answered"] = json!(summarize(answered));
+    Ok(())
+}
+
 fn is_ready(conditions: Option<&[shared::crd::Condition]>) -> bool {
     conditions
         .unwrap_or_default()
@@ -860,25 +1065,42 @@ async fn cleanup(client: &Client, run: &str) {
         Ok(projections.list(&lp).await?.items.is_empty() && cps.list(&lp).await?.items.is_empty())
     })
     .await;
-    let _ = Api::<Namespace>::all(client.clone())
-        .delete_collection(&DeleteParams::default(), &lp)
+    // Namespaces have no `deletecollection`: one DELETE each.
+    let namespaces = Api::<Namespace>::all(client.clone());
+    if let Ok(list) = namespaces.list(&lp).await {
+        let _ = in_parallel(list.items, |ns| {
+            let namespaces = namespaces.clone();
+            async move {
+                namespaces
+                    .delete(&ns.name_any(), &DeleteParams::default())
+                    .await?;
+                Ok(())
+            }
+        })
         .await;
+    }
 }
+
+/// The latency figures of a report, in the order they are printed.
+const LATENCIES: [&str; 11] = [
+    "apiserver_write_to_watch",
+    "source_edit_to_copy",
+    "copy_deleted_to_restored",
+    "fan_out_edit_first_copy",
+    "fan_out_edit_last_copy",
+    "apiserver_fan_out_first_write",
+    "apiserver_fan_out_last_write",
+    "apiserver_fan_out_all_answered",
+    "label_removed_to_copy_gone",
+    "label_added_to_copy_present",
+    "namespace_created_to_copy_present",
+];
 
 fn print_table(profile: &str, report: &Value) {
     println!("\n### {profile}\n");
     println!("| measurement | samples | p50 ms | p95 ms | p99 ms |");
     println!("|---|---|---|---|---|");
-    for key in [
-        "apiserver_write_to_watch",
-        "source_edit_to_copy",
-        "copy_deleted_to_restored",
-        "fan_out_edit_first_copy",
-        "fan_out_edit_last_copy",
-        "label_removed_to_copy_gone",
-        "label_added_to_copy_present",
-        "namespace_created_to_copy_present",
-    ] {
+    for key in LATENCIES {
         if let Some(s) = report.get(key).filter(|v| !v.is_null()) {
             println!(
                 "| {key} | {} | {:.1} | {:.1} | {:.1} |",
@@ -896,9 +1118,123 @@ fn print_table(profile: &str, report: &Value) {
         "fan_out_requests_per_source_edit",
         "requests_per_idle_minute_all_clients",
         "controller",
+        "controller_runtime",
     ] {
         if let Some(v) = report.get(key) {
             println!("\n{key}: {v}");
+        }
+    }
+    if let Some(fraction) = fraction_of_limit(report) {
+        println!("\nfan-out last copy / apiserver's own last write (p50): {fraction:.2}");
+    }
+}
+
+/// Every figure of a report as (name, value), latencies in ms, request counts summed.
+fn figures(report: &Value) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    for key in LATENCIES {
+        if let Some(s) = report.get(key).filter(|v| !v.is_null()) {
+            for p in ["p50", "p95", "p99"] {
+                out.push((
+                    format!("{key} {p} ms"),
+                    s[format!("{p}_ms")].as_f64().unwrap_or(0.0),
+                ));
+            }
+        }
+    }
+    // `+ 0.0`: an empty sum of f64 is -0.0.
+    let total = |v: &Value| {
+        v.as_object()
+            .map(|m| m.values().filter_map(Value::as_f64).sum::<f64>() + 0.0)
+    };
+    for (key, name) in [
+        ("projections_ready_seconds", "all Projections Ready s"),
+        ("fan_out_initial_seconds", "ClusterProjection first fan-out s"),
+    ] {
+        if let Some(v) = report.get(key).and_then(Value::as_f64) {
+            out.push((name.to_owned(), v));
+        }
+    }
+    for (key, name) in [
+        (
+            "requests_per_source_edit",
+            "requests per source edit (all clients)",
+        ),
+        (
+            "fan_out_requests_per_source_edit",
+            "requests per fan-out source edit (all clients)",
+        ),
+        (
+            "requests_per_idle_minute_all_clients",
+            "requests per idle minute (all clients)",
+        ),
+    ] {
+        if let Some(v) = report.get(key).and_then(total) {
+            out.push((name.to_owned(), v));
+        }
+    }
+    for (group, keys) in [
+        (
+            "controller",
+            &[
+                "rss_steady_mib",
+                "rss_peak_mib",
+                "cpu_seconds_whole_run",
+                "cpu_seconds_idle_window",
+            ][..],
+        ),
+        (
+            "controller_runtime",
+            &[
+                "reconciles",
+                "reconcile_errors",
+                "reconcile_mean_ms",
+                "workqueue_adds",
+                "workqueue_retries",
+            ][..],
+        ),
+    ] {
+        for key in keys {
+            if let Some(v) = report.get(group).and_then(|g| g.get(key)).and_then(Value::as_f64) {
+                out.push((format!("{group} {key}"), v));
+            }
+        }
+    }
+    out
+}
+
+/// The fan-out's last copy against the apiserver's own last write, within one operator's run.
+fn fraction_of_limit(report: &Value) -> Option<f64> {
+    let p50 = |key: &str| report.get(key)?.get("p50_ms")?.as_f64();
+    let limit = p50("apiserver_fan_out_last_write")?;
+    (limit > 0.0).then(|| p50("fan_out_edit_last_copy").map(|last| last / limit))?
+}
+
+fn print_side_by_side(profile: &str, ours: &Value, go: &Value) {
+    println!("\n### {profile}: ours and the Go operator, one after the other in one run\n");
+    println!("| figure | ours | Go | ours / Go |");
+    println!("|---|---|---|---|");
+    let theirs: HashMap<String, f64> = figures(go).into_iter().collect();
+    for (name, value) in figures(ours) {
+        let other = theirs.get(&name).copied();
+        let ratio = match other {
+            Some(o) if o > 0.0 => format!("{:.2}", value / o),
+            _ => "–".to_owned(),
+        };
+        let other = other.map_or("–".to_owned(), |o| format!("{o:.1}"));
+        println!("| {name} | {value:.1} | {other} | {ratio} |");
+    }
+    if let (Some(a), Some(b)) = (fraction_of_limit(ours), fraction_of_limit(go)) {
+        println!(
+            "| fan-out last copy / apiserver's own last write (p50, same run) | {a:.2} | {b:.2} | {:.2} |",
+            a / b
+        );
+    }
+    for (name, report) in [("ours", ours), ("Go", go)] {
+        for key in ["requests_per_source_edit", "fan_out_requests_per_source_edit"] {
+            if let Some(v) = report.get(key) {
+                println!("\n{name} {key}: {v}");
+            }
         }
     }
 }

@@ -363,18 +363,30 @@ pub fn free_port() -> u16 {
 /// A plain HTTP/1.0 GET on 127.0.0.1; returns the status code and body, or `None` if nothing
 /// answers.
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    http_get_accepting(port, path, None).map(|(code, _, body)| (code, body))
+}
+
+/// A plain HTTP/1.0 GET on 127.0.0.1 with an optional `Accept` header; returns the status code,
+/// the `Content-Type` and the body, or `None` if nothing answers.
+pub fn http_get_accepting(port: u16, path: &str, accept: Option<&str>) -> Option<(u16, String, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n{accept}\r\n").ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-type")
+                .then(|| value.trim().to_owned())
+        })
         .unwrap_or_default();
-    Some((code, body))
+    Some((code, content_type, body.to_owned()))
 }
 
 /// The value of one sample in an OpenMetrics/Prometheus text exposition, e.g.
@@ -391,8 +403,11 @@ static PROCESS_COUNTER: AtomicU32 = AtomicU32::new(0);
 /// Its log goes to `.testenv/logs/<name>-<pid>-<n>.log`.
 pub struct ServiceProcess {
     child: std::process::Child,
-    /// Port of `/healthz`, `/readyz` and `/metrics`.
+    /// Port of `/healthz`, `/readyz` and (unless started with [`ServiceProcess::start_split`])
+    /// `/metrics`.
     pub http_port: u16,
+    /// Port of `/metrics`.
+    pub metrics_port: u16,
     /// Where its log is.
     pub log: PathBuf,
 }
@@ -408,7 +423,30 @@ impl ServiceProcess {
     /// with extra environment variables.
     pub fn start_as(binary: &Path, args: &[&str], kubeconfig: &Path, env: &[(&str, &str)]) -> Self {
         let http_port = free_port();
+        Self::start_on(binary, args, kubeconfig, env, http_port, http_port)
+    }
+
+    /// Like [`ServiceProcess::start`], with `/metrics` on a port of its own (a controller-runtime
+    /// manager, such as the Go operator's, cannot serve metrics and probes on one port).
+    pub fn start_split(binary: &Path, args: &[&str]) -> Self {
+        let http_port = free_port();
+        let mut metrics_port = free_port();
+        while metrics_port == http_port {
+            metrics_port = free_port();
+        }
+        Self::start_on(binary, args, &kubeconfig_path(), &[], http_port, metrics_port)
+    }
+
+    fn start_on(
+        binary: &Path,
+        args: &[&str],
+        kubeconfig: &Path,
+        env: &[(&str, &str)],
+        http_port: u16,
+        metrics_port: u16,
+    ) -> Self {
         let address = format!("127.0.0.1:{http_port}");
+        let metrics_address = format!("127.0.0.1:{metrics_port}");
         let name = binary
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -421,7 +459,7 @@ impl ServiceProcess {
         let child = Command::new(binary)
             .args([
                 "--metrics-bind-address",
-                &address,
+                &metrics_address,
                 "--health-probe-bind-address",
                 &address,
             ])
@@ -436,6 +474,7 @@ impl ServiceProcess {
         Self {
             child,
             http_port,
+            metrics_port,
             log,
         }
     }
@@ -465,7 +504,7 @@ impl ServiceProcess {
     /// The current `/metrics` text (retried: a loaded machine can be slow to answer).
     pub fn metrics(&self) -> String {
         for _ in 0..5 {
-            if let Some((200, body)) = http_get(self.http_port, "/metrics") {
+            if let Some((200, body)) = http_get(self.metrics_port, "/metrics") {
                 return body;
             }
             std::thread::sleep(Duration::from_millis(200));
