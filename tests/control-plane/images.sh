@@ -29,7 +29,7 @@ OUR_IMAGES=(
 build_ours() {
   local key out
   key=$( (cd "$REPO_ROOT" && rustc -V && cat Cargo.lock Cargo.toml Dockerfile.* &&
-    find shared controller webhook -type f -not -path '*/target/*' | LC_ALL=C sort | xargs cat &&
+    find shared runtime controller webhook -type f -not -path '*/target/*' | LC_ALL=C sort | xargs cat &&
     cat "$CP_HERE/images.sh" "$CP_HERE/oci-image.sh") | sha256sum | cut -c1-12)
   out="$CACHE_ROOT/images/projection-$key"
   if [ ! -f "$out/done" ]; then
