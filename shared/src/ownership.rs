@@ -7,8 +7,10 @@ use crate::keys::{
 };
 use std::collections::BTreeMap;
 
-/// The CR a copy belongs to.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// The CR a copy belongs to. Deserializable (`{projection: {namespace, name, uid}}` or
+/// `{clusterProjection: {name, uid}}`) for the fixtures that name one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum Owner {
     /// A namespaced `Projection`.
     Projection {

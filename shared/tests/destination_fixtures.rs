@@ -13,23 +13,9 @@ use shared::{
 use std::path::Path;
 
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-enum FixtureOwner {
-    Projection {
-        namespace: String,
-        name: String,
-        uid: String,
-    },
-    ClusterProjection {
-        name: String,
-        uid: String,
-    },
-}
-
-#[derive(Deserialize)]
 struct Fixture {
     description: String,
-    owner: FixtureOwner,
+    owner: Owner,
     target: FixtureTarget,
     overlay: Option<Overlay>,
     source: Value,
@@ -53,10 +39,7 @@ fn every_fixture_builds_its_expected_copy() {
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let fixture: Fixture =
             serde_json::from_value(value).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let owner = match fixture.owner {
-            FixtureOwner::Projection { namespace, name, uid } => Owner::Projection { namespace, name, uid },
-            FixtureOwner::ClusterProjection { name, uid } => Owner::ClusterProjection { name, uid },
-        };
+        let owner = fixture.owner;
         let target = Target {
             namespace: fixture.target.namespace,
             name: fixture.target.name,

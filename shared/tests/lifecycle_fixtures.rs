@@ -13,32 +13,9 @@ use shared::{
 use std::path::Path;
 
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-enum FixtureOwner {
-    Projection {
-        namespace: String,
-        name: String,
-        uid: String,
-    },
-    ClusterProjection {
-        name: String,
-        uid: String,
-    },
-}
-
-impl From<FixtureOwner> for Owner {
-    fn from(owner: FixtureOwner) -> Self {
-        match owner {
-            FixtureOwner::Projection { namespace, name, uid } => Owner::Projection { namespace, name, uid },
-            FixtureOwner::ClusterProjection { name, uid } => Owner::ClusterProjection { name, uid },
-        }
-    }
-}
-
-#[derive(Deserialize)]
 struct AdoptionFixture {
     description: String,
-    owner: FixtureOwner,
+    owner: Owner,
     object: ObjectMeta,
     expected: String,
 }
@@ -46,7 +23,7 @@ struct AdoptionFixture {
 #[derive(Deserialize)]
 struct OrphanFixture {
     description: String,
-    owner: FixtureOwner,
+    owner: Owner,
     metadata: ObjectMeta,
     expected: Value,
 }
@@ -80,7 +57,7 @@ fn only_the_exact_cr_named_by_an_unowned_object_adopts_it() {
             message => Consent::Refused(message.to_owned()),
         };
         assert_eq!(
-            consent(&fixture.object, &fixture.owner.into()),
+            consent(&fixture.object, &fixture.owner),
             expected,
             "{path}: {}",
             fixture.description
@@ -93,7 +70,7 @@ fn an_orphaned_copy_loses_exactly_our_keys() {
     let all = fixtures::<OrphanFixture>("orphan");
     assert!(all.len() >= 4, "the orphan fixtures are read");
     for (path, fixture) in all {
-        let patch = orphan_patch(&fixture.metadata, &fixture.owner.into()).unwrap_or(Value::Null);
+        let patch = orphan_patch(&fixture.metadata, &fixture.owner).unwrap_or(Value::Null);
         assert_eq!(patch, fixture.expected, "{path}: {}", fixture.description);
     }
 }
