@@ -12,7 +12,7 @@ use crate::{
     index::{CrRef, ObjectKey},
     reconcile::{
         ProjectionKind, Source, conclude, conclude_suspended, copies_remain, gvk_display, observe_first_copy,
-        read_or_withdraw, resolved_kind, written_destination,
+        read_or_withdraw, resolved_kind, spec_fields, written_destination,
     },
     watches::Tier,
     writer::{Existing, Removed, WriteError, Written, recorded_resource, release_known, write_copy},
@@ -32,7 +32,7 @@ use shared::{
     fan_out::{CopyWrite, EventNote, Tally, name_first, pass_events, verdict},
     keys::CLUSTER_PROJECTION_FINALIZER,
     lifecycle::{
-        Release, handled_request, is_suspended, on_cr_deletion, on_source_loss, requested_at, stamp_request,
+        Release, handled_request, is_suspended, on_cr_deletion, requested_at, stamp_request,
         suspended_conditions,
     },
     ownership::Owner,
@@ -49,6 +49,20 @@ const KIND: &str = "ClusterProjection";
 impl ProjectionKind for ClusterProjection {
     const KIND: &'static str = KIND;
     const FINALIZER: &'static str = CLUSTER_PROJECTION_FINALIZER;
+    const TIER: Tier = Tier::Cluster;
+
+    fn waker(&self) -> CrRef {
+        CrRef::Cluster(ObjectRef::from_obj(self))
+    }
+
+    fn owner(&self) -> Owner {
+        Owner::ClusterProjection {
+            name: self.name_any(),
+            uid: self.uid().unwrap_or_default(),
+        }
+    }
+
+    spec_fields!();
 
     fn runtime_metrics(
         metrics: &crate::runtime_metrics::RuntimeMetrics,
@@ -69,13 +83,6 @@ impl ProjectionKind for ClusterProjection {
     }
 }
 
-fn owner_of(cp: &ClusterProjection) -> Owner {
-    Owner::ClusterProjection {
-        name: cp.name_any(),
-        uid: cp.uid().unwrap_or_default(),
-    }
-}
-
 fn destination_name(cp: &ClusterProjection) -> String {
     cp.spec
         .destination
@@ -88,7 +95,7 @@ fn destination_name(cp: &ClusterProjection) -> String {
 async fn apply(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error> {
     let current = cp.status.clone().unwrap_or_default();
     let object = (cp.name_any(), cp.uid().unwrap_or_default());
-    if is_suspended(cp.spec.suspend) {
+    if is_suspended(cp.spec.controls.suspend) {
         // Nothing is read, written or deleted; the conditions and counts of the last pass stay.
         let now = Time(Timestamp::now());
         let next = ClusterProjectionStatus {
@@ -160,8 +167,7 @@ async fn fan_out(
     requested: Option<&str>,
 ) -> Result<FannedOut, Failure> {
     let cp_ref = ObjectRef::from_obj(cp);
-    let cr = CrRef::Cluster(cp_ref.clone());
-    let owner = owner_of(cp);
+    let owner = cp.owner();
     let about = cp.object_ref(&());
     let source = &cp.spec.source;
     let recorded = current.written_destination.clone();
@@ -170,20 +176,12 @@ async fn fan_out(
     // Read: the source, then the target namespaces.
     let read = read_or_withdraw(
         ctx,
-        source,
-        &cr,
-        Tier::Cluster,
-        &about,
+        cp,
         recorded.as_ref(),
         ever_projected,
-        |resource, reason| {
-            let current = (source.group_kind(), resource);
+        |kind, resource, release| {
             let (owner, about, recorded) = (&owner, &about, recorded.as_ref());
-            let release = on_source_loss(cp.spec.source_deletion_policy, reason);
-            async move {
-                let current = Some((&current.0, &current.1));
-                sweep(ctx, (owner, about), recorded, current, release).await
-            }
+            async move { sweep(ctx, (owner, about), recorded, Some((&kind, &resource)), release).await }
         },
     )
     .await?;
@@ -210,7 +208,7 @@ async fn fan_out(
     let built = build_or_report(ctx, &about, &read.object, &rules, failed).await?;
     let written = written_destination(&read.resource, &name);
     // ApplyOnce: only namespaces without a recorded copy are written, and existing copies are kept.
-    let once = apply_once::is_apply_once(cp.spec.sync_policy);
+    let once = apply_once::is_apply_once(cp.spec.controls.sync_policy);
     let record = apply_once::recorded(current.applied_once.as_ref(), &written);
     let exist = read
         .copies
@@ -239,7 +237,7 @@ async fn fan_out(
             name: name.clone(),
         })
         .collect();
-    ctx.watches.set_waiting(&cr, waiting);
+    ctx.watches.set_waiting(&cp.waker(), waiting);
     let earlier = earlier_kind(recorded.as_ref(), &written);
     let cleaned = remove_unwanted(ctx, &owner, &about, &read, &targets.keep(), &name, earlier).await;
 
@@ -489,7 +487,7 @@ async fn remove_all(
 /// Deletion of the ClusterProjection: every copy it owns goes first across the cluster, or is
 /// orphaned with `deletionPolicy: Orphan`.
 async fn cleanup(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error> {
-    let owner = owner_of(cp);
+    let owner = cp.owner();
     let about = cp.object_ref(&());
     let recorded = cp.status.as_ref().and_then(|s| s.written_destination.clone());
     let current = resolved_kind(ctx, &cp.spec.source).await;
@@ -498,7 +496,7 @@ async fn cleanup(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error>
         (&owner, &about),
         recorded.as_ref(),
         current.as_ref().map(|(gk, r)| (gk, r)),
-        on_cr_deletion(cp.spec.deletion_policy),
+        on_cr_deletion(cp.spec.controls.deletion_policy),
     )
     .await;
     if !all_gone {

@@ -9,7 +9,7 @@ use crate::{
     index::{CrRef, ObjectKey},
     reconcile::{
         ProjectionKind, conclude, conclude_suspended, copies_remain, gvk_display, observe_first_copy,
-        read_or_withdraw, resolved_kind, written_destination,
+        read_or_withdraw, resolved_kind, spec_fields, written_destination,
     },
     watches::Tier,
     writer::{Existing, Removed, Written, release_copy, write_copy},
@@ -27,7 +27,7 @@ use shared::{
     destination::Target,
     keys::PROJECTION_FINALIZER,
     lifecycle::{
-        Release, handled_request, is_suspended, on_cr_deletion, on_source_loss, requested_at, stamp_request,
+        Release, handled_request, is_suspended, on_cr_deletion, requested_at, stamp_request,
         suspended_conditions,
     },
     ownership::Owner,
@@ -43,6 +43,21 @@ const KIND: &str = "Projection";
 impl ProjectionKind for Projection {
     const KIND: &'static str = KIND;
     const FINALIZER: &'static str = PROJECTION_FINALIZER;
+    const TIER: Tier = Tier::Projection;
+
+    fn waker(&self) -> CrRef {
+        CrRef::Projection(ObjectRef::from_obj(self))
+    }
+
+    fn owner(&self) -> Owner {
+        Owner::Projection {
+            namespace: self.namespace().unwrap_or_default(),
+            name: self.name_any(),
+            uid: self.uid().unwrap_or_default(),
+        }
+    }
+
+    spec_fields!();
 
     fn runtime_metrics(
         metrics: &crate::runtime_metrics::RuntimeMetrics,
@@ -60,14 +75,6 @@ impl ProjectionKind for Projection {
 
     fn cleanup(&self, ctx: &Context) -> impl std::future::Future<Output = Result<Action, Error>> + Send {
         cleanup(self, ctx)
-    }
-}
-
-fn owner_of(p: &Projection) -> Owner {
-    Owner::Projection {
-        namespace: p.namespace().unwrap_or_default(),
-        name: p.name_any(),
-        uid: p.uid().unwrap_or_default(),
     }
 }
 
@@ -89,7 +96,7 @@ async fn apply(p: &Projection, ctx: &Context) -> Result<Action, Error> {
     let status = p.status.clone().unwrap_or_default();
     let name = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
     let uid = p.uid().unwrap_or_default();
-    if is_suspended(p.spec.suspend) {
+    if is_suspended(p.spec.controls.suspend) {
         // Nothing is read, written or deleted; the conditions of the last pass stay.
         let next = ProjectionStatus {
             conditions: suspended_conditions(
@@ -158,28 +165,29 @@ async fn project(
     status: &ProjectionStatus,
     requested: Option<&str>,
 ) -> Result<Placed, Failure> {
-    let waker = CrRef::Projection(ObjectRef::from_obj(p));
-    let owner = owner_of(p);
+    let waker = p.waker();
+    let owner = p.owner();
     let about = p.object_ref(&());
     let source = &p.spec.source;
     let recorded = status.written_destination.clone();
     let ever_projected = status.destination_name.is_some() || recorded.is_some();
-
     let read = read_or_withdraw(
         ctx,
-        source,
-        &waker,
-        Tier::Projection,
-        &about,
+        p,
         recorded.as_ref(),
         ever_projected,
-        |resource, reason| {
-            let current = (source.group_kind(), resource);
+        |kind, resource, release| {
             let (owner, about, recorded) = (&owner, &about, recorded.as_ref());
-            let release = on_source_loss(p.spec.source_deletion_policy, reason);
             async move {
-                let current = Some((&current.0, &current.1));
-                retract(p, ctx, (owner, about), recorded, current, release).await
+                retract(
+                    p,
+                    ctx,
+                    (owner, about),
+                    recorded,
+                    Some((&kind, &resource)),
+                    release,
+                )
+                .await
             }
         },
     )
@@ -206,7 +214,7 @@ async fn project(
     let now_written = written_destination(&read.resource, &target.name);
 
     // ApplyOnce: a copy created once is never written again, even when it was deleted since.
-    let once = apply_once::is_apply_once(p.spec.sync_policy);
+    let once = apply_once::is_apply_once(p.spec.controls.sync_policy);
     let record = apply_once::recorded(status.applied_once.as_ref(), &now_written);
     let cached = ObjectRef::new_with(&target.name, read.resource.clone()).within(&target.namespace);
     let exists: std::collections::BTreeSet<String> = read
@@ -406,7 +414,7 @@ async fn remove_recorded(
 /// Deletion of the Projection: its copies go first, or are orphaned with `deletionPolicy: Orphan`
 /// (the finalizer holds it until then; a suspended Projection follows its policy too).
 async fn cleanup(p: &Projection, ctx: &Context) -> Result<Action, Error> {
-    let owner = owner_of(p);
+    let owner = p.owner();
     let about = p.object_ref(&());
     let recorded = p.status.as_ref().and_then(|s| s.written_destination.clone());
     let current = resolved_kind(ctx, &p.spec.source).await;
@@ -416,7 +424,7 @@ async fn cleanup(p: &Projection, ctx: &Context) -> Result<Action, Error> {
         (&owner, &about),
         recorded.as_ref(),
         current.as_ref().map(|(gk, r)| (gk, r)),
-        on_cr_deletion(p.spec.deletion_policy),
+        on_cr_deletion(p.spec.controls.deletion_policy),
     )
     .await;
     if !all_gone {

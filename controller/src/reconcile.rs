@@ -23,7 +23,9 @@ use kube::{
 };
 use serde::{Serialize, de::DeserializeOwned};
 use shared::{
-    crd::{SourceRef, WrittenDestination},
+    crd::{CopyControls, SourceRef, WrittenDestination},
+    lifecycle::{Release, on_source_loss},
+    ownership::Owner,
     projectable::check_projectable,
     reason::{Reason, Retry},
     source::{GroupKind, SourceKey},
@@ -172,32 +174,36 @@ pub async fn read_source(
 }
 
 /// Reads the source of `cr` as [`read_source`] does. When there is nothing to project, the copies
-/// are withdrawn with `withdraw` (given the source's resource and the problem's reason, which with
-/// `sourceDeletionPolicy` decides between deleting and orphaning them) if the problem calls for it,
-/// and the problem is reported.
-#[allow(clippy::too_many_arguments)]
-pub async fn read_or_withdraw<W, F>(
+/// are withdrawn with `withdraw` (given the source's kind and resource, and whether
+/// `sourceDeletionPolicy` and the problem's reason call for deleting or orphaning them) if the
+/// problem calls for it, and the problem is reported. `recorded` is the copy the status last
+/// recorded; `ever_projected` whether any pass ever wrote one.
+pub async fn read_or_withdraw<K, W, F>(
     ctx: &Context,
-    source: &SourceRef,
-    cr: &CrRef,
-    tier: Tier,
-    about: &ObjectReference,
+    cr: &K,
     recorded: Option<&WrittenDestination>,
     ever_projected: bool,
     withdraw: W,
 ) -> Result<Source, Failure>
 where
-    W: FnOnce(ApiResource, Reason) -> F,
+    K: ProjectionKind,
+    W: FnOnce(GroupKind, ApiResource, Release) -> F,
     F: Future<Output = bool>,
 {
-    match read_source(ctx, source, cr, tier, ever_projected).await {
+    let source = cr.source();
+    match read_source(ctx, source, &cr.waker(), K::TIER, ever_projected).await {
         Ok(read) => Ok(read),
         Err(problem) => {
             let withdrawn = match &problem {
-                Problem::Withdraw { resource, reason, .. } => withdraw(resource.clone(), *reason).await,
+                Problem::Withdraw { resource, reason, .. } => {
+                    let release = on_source_loss(cr.controls().source_deletion_policy, *reason);
+                    withdraw(source.group_kind(), resource.clone(), release).await
+                }
                 Problem::Report { .. } => false,
             };
-            Err(problem.fail(ctx, about, recorded.cloned(), withdrawn).await)
+            Err(problem
+                .fail(ctx, &cr.object_ref(&()), recorded.cloned(), withdrawn)
+                .await)
         }
     }
 }
@@ -327,6 +333,16 @@ pub trait ProjectionKind:
     const KIND: &'static str;
     /// The finalizer that holds the CR until its copies are gone.
     const FINALIZER: &'static str;
+    /// Which copy caches hold this kind's copies.
+    const TIER: Tier;
+    /// How the watch indexes name this CR.
+    fn waker(&self) -> CrRef;
+    /// The owner stamped on this CR's copies.
+    fn owner(&self) -> Owner;
+    /// `spec.source`.
+    fn source(&self) -> &SourceRef;
+    /// The spec fields both kinds share.
+    fn controls(&self) -> &CopyControls;
     /// The API the CR itself is read and written through.
     fn api(&self, client: kube::Client) -> Api<Self>;
     /// This kind's controller-runtime metrics.
@@ -336,6 +352,21 @@ pub trait ProjectionKind:
     /// Removes every copy before the CR goes.
     fn cleanup(&self, ctx: &Context) -> impl Future<Output = Result<Action, Error>> + Send;
 }
+
+/// [`ProjectionKind::source`] and [`ProjectionKind::controls`], alike for both kinds because both
+/// specs name these fields the same.
+macro_rules! spec_fields {
+    () => {
+        fn source(&self) -> &shared::crd::SourceRef {
+            &self.spec.source
+        }
+
+        fn controls(&self) -> &shared::crd::CopyControls {
+            &self.spec.controls
+        }
+    };
+}
+pub(crate) use spec_fields;
 
 /// Reconciles one CR (the entry point handed to the kube controller runtime): the finalizer decides
 /// between applying and cleaning up.

@@ -163,6 +163,16 @@ pub struct ProjectionSpec {
     /// Optional rename of the copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<ProjectionDestination>,
+    /// What the copies carry and how they are kept.
+    #[serde(flatten)]
+    pub controls: CopyControls,
+}
+
+/// The optional fields both kinds share: what a copy carries and how copies are kept. Flattened
+/// into each spec, so on the wire they stay top-level `spec` fields, as in the Go operator.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyControls {
     /// Labels and annotations merged over the source's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlay: Option<Overlay>,
@@ -278,34 +288,9 @@ pub struct ClusterProjectionSpec {
     pub source: SourceRef,
     /// The target namespaces and an optional rename.
     pub destination: ClusterProjectionDestination,
-    /// Labels and annotations merged over the source's, the same on every copy.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub overlay: Option<Overlay>,
-    /// Which of the source's labels and annotations travel, over the default hygiene list.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<MetadataFilter>,
-    /// Which keys of `data` / `binaryData` travel, and under which name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub keys: Option<KeySelection>,
-    /// Fields removed from the copy.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fields: Option<FieldExclusion>,
-    /// While true, no copy is written or deleted (deleting the CR still follows `deletionPolicy`);
-    /// setting it back to false catches up with one full reconcile.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub suspend: Option<bool>,
-    /// What deleting this CR does to its copies: `Delete` (the default) removes them, `Orphan`
-    /// leaves them without our ownership annotation, label and source hash.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deletion_policy: Option<CopyPolicy>,
-    /// What a source that no longer exists does to the copies: `Delete` (the default) or `Orphan`.
-    /// A source that vetoes projection always has its copies removed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source_deletion_policy: Option<CopyPolicy>,
-    /// `Reconcile` (the default) keeps every copy equal to its source; `ApplyOnce` creates each copy
-    /// once per target and never updates, repairs or re-creates it afterwards.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sync_policy: Option<SyncPolicy>,
+    /// What the copies carry and how they are kept, the same on every copy.
+    #[serde(flatten)]
+    pub controls: CopyControls,
 }
 
 /// A standard Kubernetes condition (the schema of `metav1.Condition`).

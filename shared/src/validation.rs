@@ -7,8 +7,8 @@ use crate::{
     copy::CopyRules,
     copy_spec::{DATA_KEY_PATTERN, KEY_GLOB_PATTERN, METADATA_GLOB_PATTERN, MetadataKeyFilter},
     crd::{
-        ClusterProjectionSpec, DNS1123_LABEL, DNS1123_SUBDOMAIN, GROUP_PATTERN, KIND_PATTERN, Overlay,
-        ProjectionSpec, SourceRef, VERSION_PATTERN,
+        ClusterProjectionSpec, CopyControls, DNS1123_LABEL, DNS1123_SUBDOMAIN, GROUP_PATTERN, KIND_PATTERN,
+        Overlay, ProjectionSpec, SourceRef, VERSION_PATTERN,
     },
     field_exclusion::check_expression,
     keys::RESERVED_PREFIX,
@@ -183,6 +183,15 @@ pub fn parse_spec<T: DeserializeOwned>(spec: Option<&Value>) -> Result<T, Invali
         return Err(Invalid(vec![FieldError::new("spec", "required")]));
     };
     serde_path_to_error::deserialize(spec).map_err(|e| {
+        // serde reads a flattened struct from a buffer, so an error in one of the `CopyControls`
+        // fields surfaces at `spec` itself; reading those fields alone finds its path.
+        let e = if e.path().to_string() == "." {
+            serde_path_to_error::deserialize::<_, CopyControls>(spec)
+                .err()
+                .unwrap_or(e)
+        } else {
+            e
+        };
         let at = e.path().to_string();
         let base = if at == "." {
             "spec".to_owned()
@@ -241,7 +250,7 @@ pub fn validate_projection(namespace: &str, spec: &ProjectionSpec) -> Vec<FieldE
         };
         errors.push(FieldError::new(path, found.projection_message()));
     }
-    validate_overlay(&mut errors, spec.overlay.as_ref());
+    validate_overlay(&mut errors, spec.controls.overlay.as_ref());
     validate_copy_rules(&mut errors, &CopyRules::of_projection(spec));
     errors
 }
@@ -272,7 +281,7 @@ pub fn validate_cluster_projection(spec: &ClusterProjectionSpec) -> Vec<FieldErr
     if let Some(selector) = &destination.namespace_selector {
         validate_selector(&mut errors, "spec.destination.namespaceSelector", selector);
     }
-    validate_overlay(&mut errors, spec.overlay.as_ref());
+    validate_overlay(&mut errors, spec.controls.overlay.as_ref());
     validate_copy_rules(&mut errors, &CopyRules::of_cluster_projection(spec));
     errors
 }
