@@ -42,6 +42,18 @@ pub struct Args {
     /// Namespace of the leader Lease (defaults to the pod's namespace).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub leader_election_namespace: String,
+
+    /// How long a request to the apiserver may wait for its response to begin before it is given
+    /// up and retried, e.g. on a connection whose path went dead (default 65s: the apiserver ends
+    /// every request but a watch after 60 s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub api_response_timeout: Option<Duration>,
+
+    /// How long a response body, a watch's included, may stay silent before its connection is
+    /// given up and the watch restarted (default 150s: the apiserver sends every watch a bookmark
+    /// about once a minute).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub api_read_timeout: Option<Duration>,
 }
 
 /// A boolean as Go's `strconv.ParseBool` reads it (the Go operator's flag package uses it), so

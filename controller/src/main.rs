@@ -94,7 +94,11 @@ async fn main() -> anyhow::Result<()> {
         stopped(),
     ));
 
-    let client = runtime::kube_client::infer().await?;
+    let client = runtime::kube_client::infer_with(|timeouts| {
+        timeouts.response = args.api_response_timeout.unwrap_or(timeouts.response);
+        timeouts.read = args.api_read_timeout.unwrap_or(timeouts.read);
+    })
+    .await?;
     let settings = context::Settings {
         source_mode: args.source_mode,
         requeue_cap: args.requeue_interval,

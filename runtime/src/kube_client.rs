@@ -93,7 +93,15 @@ pub fn client_with_timeouts(config: Config, timeouts: Timeouts) -> Result<Client
 
 /// The client from the environment (in-cluster ServiceAccount, `KUBECONFIG` or `~/.kube/config`).
 pub async fn infer() -> anyhow::Result<Client> {
-    Ok(client_for(Config::infer().await?)?)
+    infer_with(|_| {}).await
+}
+
+/// As [`infer`], with the default [`Timeouts`] changed by `adjust` (the controller's flags).
+pub async fn infer_with(adjust: impl FnOnce(&mut Timeouts)) -> anyhow::Result<Client> {
+    let config = Config::infer().await?;
+    let mut timeouts = Timeouts::for_config(&config);
+    adjust(&mut timeouts);
+    Ok(client_with_timeouts(config, timeouts)?)
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Black-box fault injection for any controller implementing `projection.sh/v1`: it drives the
 //! controller through the API only, breaks things around it (the controller process SIGKILLed, the
 //! kube-apiserver or etcd of the local control plane SIGKILLed and started again, the leader of two
-//! replicas SIGKILLed mid fan-out) and checks that
+//! replicas SIGKILLed mid fan-out, the controller's path to the apiserver black-holed) and checks that
 //! everything converges with nothing lost, nothing orphaned and nothing not ours touched. See
 //! docs/reliability.md.
 //!
@@ -13,6 +13,7 @@
 //! (`tests/control-plane/up.sh`, `TESTENV_DIR`), whose processes it restarts from their recorded
 //! pid files with the same command line, environment and log.
 
+mod black_hole;
 mod leader_kill;
 
 use anyhow::{Context as _, bail, ensure};
@@ -65,6 +66,15 @@ struct Args {
     /// Override the profile's control-plane restarts, e.g. `kube-apiserver,etcd`.
     #[arg(long, value_delimiter = ',')]
     restart: Option<Vec<String>>,
+    /// Override the profile's black-hole duration in seconds (short: 25, full: 160, past the
+    /// default 150 s read timeout of our controller); 0 skips that scenario.
+    #[arg(long)]
+    black_hole_seconds: Option<u64>,
+    /// An extra flag for the controller of the black-hole scenario (repeatable), e.g.
+    /// `--black-hole-controller-arg=--api-read-timeout=20s` so that a short black hole outlasts
+    /// the controller's timeouts.
+    #[arg(long, allow_hyphen_values = true)]
+    black_hole_controller_arg: Vec<String>,
     /// Seed of the random kill points and label flips (default: the clock).
     #[arg(long)]
     seed: Option<u64>,
@@ -77,25 +87,34 @@ struct Plan {
     namespaces: usize,
     kills: usize,
     restarts: Vec<String>,
+    /// How long the controller's path stays black-holed; zero skips the scenario.
+    black_hole: Duration,
 }
 
 fn plan(args: &Args) -> anyhow::Result<Plan> {
-    let (namespaces, kills, restarts): (usize, usize, &[&str]) = match args.profile.as_str() {
-        "short" => (100, 3, &["kube-apiserver"]),
+    let (namespaces, kills, restarts, black_hole): (usize, usize, &[&str], u64) = match args.profile.as_str()
+    {
+        "short" => (100, 3, &["kube-apiserver"], 25),
         "full" => (
             1000,
             20,
             &["kube-apiserver", "kube-apiserver", "kube-apiserver", "etcd"],
+            160,
         ),
         other => bail!("unknown profile {other:?} (short, full)"),
     };
     Ok(Plan {
         namespaces: args.namespaces.unwrap_or(namespaces).max(2),
         kills: args.kills.unwrap_or(kills),
+        // `--restart=` (empty) restarts nothing.
         restarts: args
             .restart
             .clone()
-            .unwrap_or_else(|| restarts.iter().map(|s| (*s).to_owned()).collect()),
+            .unwrap_or_else(|| restarts.iter().map(|s| (*s).to_owned()).collect())
+            .into_iter()
+            .filter(|component| !component.is_empty())
+            .collect(),
+        black_hole: Duration::from_secs(args.black_hole_seconds.unwrap_or(black_hole)),
     })
 }
 
@@ -131,8 +150,8 @@ async fn main() -> anyhow::Result<()> {
     let seed = args.seed.unwrap_or(clock.as_nanos() as u64 | 1);
     let run = format!("f{}", clock.as_secs() % 100_000_000);
     eprintln!(
-        "run {run}, seed {seed}: {} namespaces, {} kills, restarts {:?}",
-        plan.namespaces, plan.kills, plan.restarts
+        "run {run}, seed {seed}: {} namespaces, {} kills, restarts {:?}, black hole {:?}",
+        plan.namespaces, plan.kills, plan.restarts, plan.black_hole
     );
     let mut random = Random(seed);
     let started = Instant::now();
@@ -144,19 +163,23 @@ async fn main() -> anyhow::Result<()> {
     }
     .await;
     let controller_log = controller.log_paths();
-    // The replicas of the next scenario elect a leader; this one would write beside them, and they
-    // must not be busy with the other scenarios' CRs (their writes would be counted as theirs).
+    // The next scenarios run controllers of their own: this one would write beside them, and the
+    // leader scenario's replicas must not be busy with other CRs (their writes would be counted).
     drop(controller);
     cleanup(&client, &run).await;
-    let outcome = match outcome {
-        Ok(mut report) => leader_kill::leader_kill(&client, &run, &plan, &mut random, &args.controller)
-            .await
-            .map(|leader| {
-                report["leader_kill"] = leader;
-                report
-            }),
-        failed => failed,
-    };
+    let outcome = async {
+        let mut report = outcome?;
+        if !plan.black_hole.is_zero() {
+            let controller_args = &args.black_hole_controller_arg;
+            report["black_hole"] =
+                black_hole::black_hole(&client, &run, &plan, &args.controller, controller_args).await?;
+            cleanup(&client, &run).await;
+        }
+        report["leader_kill"] =
+            leader_kill::leader_kill(&client, &run, &plan, &mut random, &args.controller).await?;
+        anyhow::Ok(report)
+    }
+    .await;
     cleanup(&client, &run).await;
     let mut report = outcome?;
     report["run"] = json!(run);
@@ -480,21 +503,7 @@ async fn control_plane_restarts(
     create_namespace(client, &source_ns, BTreeMap::new(), run).await?;
     create_namespace(client, &dest_ns, BTreeMap::new(), run).await?;
     let sources = create_source(client, &source_ns).await?;
-    Api::<Projection>::namespaced(client.clone(), &dest_ns)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "projection.sh/v1", "kind": "Projection",
-                "metadata": {"name": "settings", "labels": {RUN_LABEL: run}},
-                "spec": {
-                    "source": {"version": "v1", "kind": "ConfigMap", "namespace": source_ns, "name": "settings"},
-                    "destination": {"name": COPY},
-                },
-            }))?,
-        )
-        .await?;
-    let copies: Api<ConfigMap> = Api::namespaced(client.clone(), &dest_ns);
-    let owner = format!("{dest_ns}/settings");
+    let (copies, owner) = create_projection(client, run, &source_ns, &dest_ns).await?;
     let pid = controller.process.pid();
 
     // Edits every 250 ms for the whole scenario, each recorded once the apiserver accepted it.
@@ -698,6 +707,33 @@ async fn create_source(client: &Client, namespace: &str) -> anyhow::Result<Api<C
         )
         .await?;
     Ok(sources)
+}
+
+/// A Projection `settings` in `dest_ns` of the source in `source_ns`, its copy named [`COPY`];
+/// returns the copies' API and the owner the copy names.
+async fn create_projection(
+    client: &Client,
+    run: &str,
+    source_ns: &str,
+    dest_ns: &str,
+) -> anyhow::Result<(Api<ConfigMap>, String)> {
+    Api::<Projection>::namespaced(client.clone(), dest_ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "projection.sh/v1", "kind": "Projection",
+                "metadata": {"name": "settings", "labels": {RUN_LABEL: run}},
+                "spec": {
+                    "source": {"version": "v1", "kind": "ConfigMap", "namespace": source_ns, "name": "settings"},
+                    "destination": {"name": COPY},
+                },
+            }))?,
+        )
+        .await?;
+    Ok((
+        Api::namespaced(client.clone(), dest_ns),
+        format!("{dest_ns}/settings"),
+    ))
 }
 
 /// Deletes what the run created. The controller is gone by now, so the CRs' finalizers are dropped
