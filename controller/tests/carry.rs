@@ -184,20 +184,12 @@ async fn narrowing_an_existing_tls_copy_to_ca_crt_recreates_it_as_opaque() {
 async fn keys_follow_the_include_list_and_renames() {
     let env = env("carry-keys").await;
     let _controller = controller(&[]).await;
-    let (src, dst) = env.names();
-    create(
-        &env.api::<ConfigMap>(&src),
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()},
-               "data": {"a": "1", "b": "2", "c": "3"}}),
-    )
-    .await;
-    create(
-        &env.projections(),
-        projection(
-            "cfg",
-            cm_source(&src, "cfg"),
-            json!({"keys": {"include": ["a", "b"], "rename": {"b": "bee"}}}),
-        ),
+    let (_, dst) = env.names();
+    env.project_new_configmap(
+        "cfg",
+        "cfg",
+        json!({"a": "1", "b": "2", "c": "3"}),
+        json!({"keys": {"include": ["a", "b"], "rename": {"b": "bee"}}}),
     )
     .await;
     let copies = env.api::<ConfigMap>(&dst);
@@ -229,14 +221,7 @@ async fn keys_follow_the_include_list_and_renames() {
         json!({"spec": {"keys": {"include": ["nothing-*"]}}}),
     )
     .await;
-    let refused = wait_condition(
-        &env.projections(),
-        "cfg",
-        "Ready",
-        "False",
-        Some("DestinationInvalid"),
-    )
-    .await;
+    let refused = wait_not_ready(&env.projections(), "cfg", "DestinationInvalid").await;
     assert_eq!(
         refused["message"],
         "spec.keys: the source has none of the selected keys (it has 3); nothing was written (fix \
@@ -307,13 +292,10 @@ async fn tracking_metadata_of_other_tools_stays_behind_unless_included() {
             "data": {"a": "1"}}),
     )
     .await;
-    create(
-        &env.projections(),
-        projection(
-            "cfg",
-            cm_source(&src, "cfg"),
-            json!({"metadata": {"annotations": {"include": ["argocd.argoproj.io/tracking-id"]}}}),
-        ),
+    env.project_configmap(
+        "cfg",
+        "cfg",
+        json!({"metadata": {"annotations": {"include": ["argocd.argoproj.io/tracking-id"]}}}),
     )
     .await;
     let copies = env.api::<ConfigMap>(&dst);
@@ -343,16 +325,8 @@ async fn the_hash_changes_exactly_when_the_content_does_with_one_write_per_chang
     let controller = controller(&[]).await;
     let (src, dst) = env.names();
     let sources = env.api::<ConfigMap>(&src);
-    create(
-        &sources,
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
-    )
-    .await;
-    create(
-        &env.projections(),
-        projection("cfg", cm_source(&src, "cfg"), json!({})),
-    )
-    .await;
+    env.project_new_configmap("cfg", "cfg", json!({"a": "1"}), json!({}))
+        .await;
     let copies = env.api::<ConfigMap>(&dst);
     let first = wait_current(&env, "cfg", &copies, "cfg").await;
     assert_eq!(first.len(), 64);
@@ -414,12 +388,12 @@ async fn a_cluster_projection_reports_the_one_hash_all_its_copies_carry() {
     create(&env.api::<Secret>(&src), tls_secret("web-tls")).await;
     let name = format!("{src}-ca");
     let cps: Api<ClusterProjection> = Api::all(env.client.clone());
-    create(
+    create_cluster_projection(
         &cps,
-        json!({"apiVersion": "projection.sh/v1", "kind": "ClusterProjection", "metadata": {"name": name},
-               "spec": {"source": {"version": "v1", "kind": "Secret", "namespace": src, "name": "web-tls"},
-                        "destination": {"name": "platform-ca", "namespaces": [dst, other.name()]},
-                        "keys": {"include": ["ca.crt"], "rename": {"ca.crt": "root.pem"}, "allowTypeChange": true}}}),
+        &name,
+        json!({"source": {"version": "v1", "kind": "Secret", "namespace": src, "name": "web-tls"},
+               "destination": {"name": "platform-ca", "namespaces": [dst, other.name()]},
+               "keys": {"include": ["ca.crt"], "rename": {"ca.crt": "root.pem"}, "allowTypeChange": true}}),
     )
     .await;
     let hash = wait_for("the ClusterProjection's hash", TIMEOUT, || async {

@@ -46,23 +46,30 @@ async fn writes_since(api: &Api<ConfigMap>, name: &str, resource_version: &str) 
         .count()
 }
 
-/// Creates the source ConfigMap `name`, opted in, with `data`.
-async fn source_configmap(api: &Api<ConfigMap>, name: &str, data: serde_json::Value) {
-    create(
-        api,
-        json!({"metadata": {"name": name, "annotations": opted_in()}, "data": data}),
-    )
-    .await;
+/// Creates the test run's ClusterProjection (the member `cp` of `namespaces`) with `spec`; returns
+/// its name: the ClusterProjection tests' opening.
+async fn create_run_cluster_projection(
+    cps: &Api<ClusterProjection>,
+    namespaces: &NamespaceSet,
+    spec: serde_json::Value,
+) -> String {
+    let name = namespaces.name("cp");
+    create_cluster_projection(cps, &name, spec).await;
+    name
 }
 
-/// Creates the ClusterProjection `name` with `spec`.
-async fn create_cluster_projection(api: &Api<ClusterProjection>, name: &str, spec: serde_json::Value) {
-    create(
-        api,
-        json!({"apiVersion": "projection.sh/v1", "kind": "ClusterProjection",
-               "metadata": {"name": name}, "spec": spec}),
-    )
-    .await;
+/// Creates, in the run's namespace `source`, the opted-in ConfigMap `cfg` holding `{"a": "1"}` and
+/// the run's ClusterProjection of it with the spec fields `extra`; returns the ClusterProjection's
+/// name: the opening of the tests that read their source from a namespace of the run.
+async fn cluster_project_new_configmap(
+    cps: &Api<ClusterProjection>,
+    namespaces: &NamespaceSet,
+    source: &str,
+    extra: serde_json::Value,
+) -> String {
+    let client = cps.clone().into_client();
+    source_configmap(&Api::namespaced(client, source), "cfg", json!({"a": "1"})).await;
+    create_run_cluster_projection(cps, namespaces, spec_of(cm_source(source, "cfg"), extra)).await
 }
 
 /// Deletes a ClusterProjection and waits until its finalizer is done.
@@ -134,12 +141,8 @@ async fn a_suspended_projection_writes_nothing_and_resumes_with_one_write() {
     let (src, dst) = env.names();
     let sources = env.api::<ConfigMap>(&src);
     let copies = env.api::<ConfigMap>(&dst);
-    source_configmap(&sources, "cfg", json!({"level": "info"})).await;
-    create(
-        &env.projections(),
-        projection("p", cm_source(&src, "cfg"), json!({})),
-    )
-    .await;
+    env.project_new_configmap("p", "cfg", json!({"level": "info"}), json!({}))
+        .await;
     wait_ready(&env.projections(), "p").await;
 
     merge(&env.projections(), "p", json!({"spec": {"suspend": true}})).await;
@@ -211,17 +214,15 @@ async fn a_suspended_cluster_projection_ignores_deleted_copies_and_new_namespace
         .create(&client, "one", &[("lifecycle-test", "yes")])
         .await;
     let second = namespaces.create(&client, "two", &[]).await;
-    let cm = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
-    source_configmap(&cm(&source), "cfg", json!({"a": "1"})).await;
     let cps: Api<ClusterProjection> = Api::all(client.clone());
-    let name = namespaces.name("cp");
-    create_cluster_projection(
+    let name = cluster_project_new_configmap(
         &cps,
-        &name,
-        json!({"source": cm_source(&source, "cfg"),
-                 "destination": {"namespaceSelector": {"matchLabels": {"lifecycle-test": "yes"}}}}),
+        &namespaces,
+        &source,
+        json!({"destination": {"namespaceSelector": {"matchLabels": {"lifecycle-test": "yes"}}}}),
     )
     .await;
+    let cm = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
     wait_cluster(&cps, &name, "Ready with 1 copy", |s| ready_with(s, 1)).await;
 
     merge(&cps, &name, json!({"spec": {"suspend": true}})).await;
@@ -270,14 +271,10 @@ async fn a_suspended_cluster_projection_ignores_deleted_copies_and_new_namespace
 async fn a_requested_reconcile_rewrites_unchanged_copies_once_and_is_echoed() {
     let env = env("requested").await;
     let _controller = controller(&[]).await;
-    let (src, dst) = env.names();
+    let (_, dst) = env.names();
     let copies = env.api::<ConfigMap>(&dst);
-    source_configmap(&env.api::<ConfigMap>(&src), "cfg", json!({"a": "1"})).await;
-    create(
-        &env.projections(),
-        projection("p", cm_source(&src, "cfg"), json!({})),
-    )
-    .await;
+    env.project_new_configmap("p", "cfg", json!({"a": "1"}), json!({}))
+        .await;
     wait_ready(&env.projections(), "p").await;
     let before = copies.get("cfg").await.expect("copy");
     let rv = before.resource_version().expect("resourceVersion");
@@ -333,16 +330,15 @@ async fn a_requested_reconcile_rewrites_every_copy_of_a_cluster_projection() {
         namespaces.create(&client, "a", &[]).await,
         namespaces.create(&client, "b", &[]).await,
     ];
-    let cm = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
-    source_configmap(&cm(&source), "cfg", json!({"a": "1"})).await;
     let cps: Api<ClusterProjection> = Api::all(client.clone());
-    let name = namespaces.name("cp");
-    create_cluster_projection(
+    let name = cluster_project_new_configmap(
         &cps,
-        &name,
-        json!({"source": cm_source(&source, "cfg"), "destination": {"namespaces": targets}}),
+        &namespaces,
+        &source,
+        json!({"destination": {"namespaces": targets}}),
     )
     .await;
+    let cm = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
     wait_cluster(&cps, &name, "Ready with 2 copies", |s| ready_with(s, 2)).await;
     let mut versions = Vec::new();
     for ns in &targets {
@@ -386,22 +382,17 @@ async fn orphan_on_deletion_leaves_unmanaged_copies_with_events() {
     let client = env.client.clone();
     let (src, dst) = env.names();
     let copies = env.api::<ConfigMap>(&dst);
-    source_configmap(&env.api::<ConfigMap>(&src), "cfg", json!({"a": "1"})).await;
-    create(
-        &env.projections(),
-        projection("p", cm_source(&src, "cfg"), json!({"deletionPolicy": "Orphan"})),
-    )
-    .await;
+    env.project_new_configmap("p", "cfg", json!({"a": "1"}), json!({"deletionPolicy": "Orphan"}))
+        .await;
     let mut namespaces = NamespaceSet::new("orphan");
     let targets = [
         namespaces.create(&client, "a", &[]).await,
         namespaces.create(&client, "b", &[]).await,
     ];
     let cps: Api<ClusterProjection> = Api::all(client.clone());
-    let name = namespaces.name("cp");
-    create_cluster_projection(
+    let name = create_run_cluster_projection(
         &cps,
-        &name,
+        &namespaces,
         json!({"source": cm_source(&src, "cfg"), "destination": {"namespaces": targets},
                  "deletionPolicy": "Orphan"}),
     )
@@ -457,28 +448,20 @@ async fn a_deleted_source_with_orphan_keeps_the_copies_but_a_veto_retracts_them(
     let sources = env.api::<ConfigMap>(&src);
     let copies = env.api::<ConfigMap>(&dst);
     for name in ["gone", "vetoed"] {
-        create(
-            &sources,
-            json!({"metadata": {"name": name, "annotations": opted_in()}, "data": {"a": "1"}}),
-        )
-        .await;
-        create(
-            &env.projections(),
-            projection(
-                name,
-                cm_source(&src, name),
-                json!({"sourceDeletionPolicy": "Orphan"}),
-            ),
+        env.project_new_configmap(
+            name,
+            name,
+            json!({"a": "1"}),
+            json!({"sourceDeletionPolicy": "Orphan"}),
         )
         .await;
     }
     let mut namespaces = NamespaceSet::new("srcorphan");
     let target = namespaces.create(&client, "a", &[]).await;
     let cps: Api<ClusterProjection> = Api::all(client.clone());
-    let name = namespaces.name("cp");
-    create_cluster_projection(
+    let name = create_run_cluster_projection(
         &cps,
-        &name,
+        &namespaces,
         json!({"source": cm_source(&src, "gone"), "destination": {"namespaces": [target]},
                  "sourceDeletionPolicy": "Orphan"}),
     )
@@ -559,24 +542,10 @@ async fn adoption_needs_the_exact_cr_named_by_the_owner() {
                "data": {"a": "hand-made"}}),
     )
     .await;
-    create(
-        &env.projections(),
-        projection(
-            "p",
-            cm_source(&src, "cfg"),
-            json!({"destination": {"name": "adopted"}}),
-        ),
-    )
-    .await;
-    create(
-        &env.projections(),
-        projection(
-            "q",
-            cm_source(&src, "cfg"),
-            json!({"destination": {"name": "refused"}}),
-        ),
-    )
-    .await;
+    env.project_configmap("p", "cfg", json!({"destination": {"name": "adopted"}}))
+        .await;
+    env.project_configmap("q", "cfg", json!({"destination": {"name": "refused"}}))
+        .await;
 
     wait_ready(&env.projections(), "p").await;
     let adopted = copies.get("adopted").await.expect("adopted");
@@ -707,17 +676,16 @@ async fn apply_once_creates_each_copy_once_and_reconcile_takes_them_over_again()
     let deleted = namespaces
         .create(&client, "deleted", &[("lifecycle-once", "yes")])
         .await;
-    let cm = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
-    source_configmap(&cm(&source), "cfg", json!({"a": "1"})).await;
     let cps: Api<ClusterProjection> = Api::all(client.clone());
-    let name = namespaces.name("cp");
-    create_cluster_projection(
+    let name = cluster_project_new_configmap(
         &cps,
-        &name,
-        json!({"source": cm_source(&source, "cfg"), "syncPolicy": "ApplyOnce",
+        &namespaces,
+        &source,
+        json!({"syncPolicy": "ApplyOnce",
                  "destination": {"namespaceSelector": {"matchLabels": {"lifecycle-once": "yes"}}}}),
     )
     .await;
+    let cm = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
     let status = wait_cluster(&cps, &name, "Ready with 2 copies", |cp| ready_with(cp, 2)).await;
     let record = status.applied_once.expect("the record of created copies");
     assert_eq!(record.count, 2);
@@ -786,12 +754,8 @@ async fn an_apply_once_projection_leaves_its_copy_alone() {
     let (src, dst) = env.names();
     let sources = env.api::<ConfigMap>(&src);
     let copies = env.api::<ConfigMap>(&dst);
-    source_configmap(&sources, "cfg", json!({"a": "1"})).await;
-    create(
-        &env.projections(),
-        projection("p", cm_source(&src, "cfg"), json!({"syncPolicy": "ApplyOnce"})),
-    )
-    .await;
+    env.project_new_configmap("p", "cfg", json!({"a": "1"}), json!({"syncPolicy": "ApplyOnce"}))
+        .await;
     wait_ready(&env.projections(), "p").await;
     let edited_at = k8s_openapi::jiff::Timestamp::now();
     merge(&sources, "cfg", json!({"data": {"a": "2"}})).await;

@@ -12,7 +12,7 @@ use kube::{
 use projection_tests::{ServiceProcess, TestNamespace, client, exclusive, install_crds, wait_for};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use shared::crd::Projection;
+use shared::crd::{ClusterProjection, Projection};
 use std::{fmt::Debug, path::Path, time::Duration};
 
 pub const TIMEOUT: Duration = Duration::from_secs(20);
@@ -94,6 +94,23 @@ impl Env {
     pub fn projections(&self) -> Api<Projection> {
         self.api(self.dest.name())
     }
+
+    /// Creates the Projection `name` (in the destination namespace) of the source namespace's
+    /// ConfigMap `source`, with the spec fields `extra`: most tests project a ConfigMap this way.
+    pub async fn project_configmap(&self, name: &str, source: &str, extra: Value) -> Projection {
+        create(
+            &self.projections(),
+            projection(name, cm_source(self.source.name(), source), extra),
+        )
+        .await
+    }
+
+    /// Creates the opted-in ConfigMap `source` with `data` in the source namespace and the
+    /// Projection `name` of it: the opening most tests share.
+    pub async fn project_new_configmap(&self, name: &str, source: &str, data: Value, extra: Value) {
+        source_configmap(&self.api(self.source.name()), source, data).await;
+        self.project_configmap(name, source, extra).await;
+    }
 }
 
 pub async fn create<K>(api: &Api<K>, value: Value) -> K
@@ -119,11 +136,42 @@ pub fn opted_in() -> Value {
     json!({"projection.sh/projectable": "true"})
 }
 
-pub fn projection(name: &str, source: Value, extra: Value) -> Value {
+/// Creates the ConfigMap `name` opted in to projection, with `data` (`Value::Null` for none): the
+/// source most tests project.
+pub async fn source_configmap(api: &Api<ConfigMap>, name: &str, data: Value) -> ConfigMap {
+    create(
+        api,
+        json!({"metadata": {"name": name, "annotations": opted_in()}, "data": data}),
+    )
+    .await
+}
+
+/// Creates the ClusterProjection `name` with `spec`.
+pub async fn create_cluster_projection(
+    api: &Api<ClusterProjection>,
+    name: &str,
+    spec: Value,
+) -> ClusterProjection {
+    create(
+        api,
+        json!({"apiVersion": "projection.sh/v1", "kind": "ClusterProjection",
+               "metadata": {"name": name}, "spec": spec}),
+    )
+    .await
+}
+
+/// The spec `{"source": source}` with the fields of `extra` added: a Projection's or a
+/// ClusterProjection's, as tests write them.
+pub fn spec_of(source: Value, extra: Value) -> Value {
     let mut spec = json!({"source": source});
     for (k, v) in extra.as_object().into_iter().flatten() {
         spec[k] = v.clone();
     }
+    spec
+}
+
+pub fn projection(name: &str, source: Value, extra: Value) -> Value {
+    let spec = spec_of(source, extra);
     json!({"apiVersion": "projection.sh/v1", "kind": "Projection", "metadata": {"name": name}, "spec": spec})
 }
 
@@ -165,6 +213,12 @@ pub async fn wait_condition(
         },
     )
     .await
+}
+
+/// Waits until the Projection's `Ready` is `False` for `reason`, the way most failures show;
+/// returns the condition.
+pub async fn wait_not_ready(api: &Api<Projection>, name: &str, reason: &str) -> Value {
+    wait_condition(api, name, "Ready", "False", Some(reason)).await
 }
 
 pub async fn wait_ready(api: &Api<Projection>, name: &str) {
