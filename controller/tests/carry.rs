@@ -72,13 +72,19 @@ fn tls_secret(name: &str) -> Value {
            "data": {"ca.crt": PEM, "tls.crt": PEM, "tls.key": PEM}})
 }
 
+/// Creates the opted-in TLS Secret `web-tls` in the source namespace; returns the (pinned) source
+/// reference to it that the TLS tests project.
+async fn tls_source(env: &Env) -> Value {
+    create(&env.api::<Secret>(env.source.name()), tls_secret("web-tls")).await;
+    json!({"version": "v1", "kind": "Secret", "namespace": env.source.name(), "name": "web-tls"})
+}
+
 #[tokio::test]
 async fn only_ca_crt_of_a_tls_secret_travels_as_opaque_when_allowed_and_is_refused_otherwise() {
     let env = env("carry-ca").await;
     let _controller = controller(&[]).await;
-    let (src, dst) = env.names();
-    create(&env.api::<Secret>(&src), tls_secret("web-tls")).await;
-    let source = json!({"version": "v1", "kind": "Secret", "namespace": src, "name": "web-tls"});
+    let (_, dst) = env.names();
+    let source = tls_source(&env).await;
     create(
         &env.projections(),
         projection(
@@ -151,9 +157,8 @@ async fn only_ca_crt_of_a_tls_secret_travels_as_opaque_when_allowed_and_is_refus
 async fn narrowing_an_existing_tls_copy_to_ca_crt_recreates_it_as_opaque() {
     let env = env("carry-retype").await;
     let _controller = controller(&[]).await;
-    let (src, dst) = env.names();
-    create(&env.api::<Secret>(&src), tls_secret("web-tls")).await;
-    let source = json!({"version": "v1", "kind": "Secret", "namespace": src, "name": "web-tls"});
+    let (_, dst) = env.names();
+    let source = tls_source(&env).await;
     create(&env.projections(), projection("tls", source, json!({}))).await;
     let copies = env.api::<Secret>(&dst);
     wait_current(&env, "tls", &copies, "web-tls").await;
@@ -334,14 +339,12 @@ async fn the_hash_changes_exactly_when_the_content_does_with_one_write_per_chang
     let name = format!("{dst}/cfg");
 
     // A metadata-only edit that the copy does not carry: reconciled, no write, same hash.
-    let before_edit = k8s_openapi::jiff::Timestamp::now();
-    merge(
+    let edit = merge(
         &sources,
         "cfg",
         json!({"metadata": {"annotations": {"argocd.argoproj.io/tracking-id": "platform:/ConfigMap:x/cfg"}}}),
-    )
-    .await;
-    wait_reconciled_after(&controller, &name, before_edit).await;
+    );
+    change_and_wait_reconciled(&controller, &name, edit).await;
     let copy = copies.get("cfg").await.expect("copy");
     assert_eq!(
         copy.resource_version(),
@@ -366,14 +369,12 @@ async fn the_hash_changes_exactly_when_the_content_does_with_one_write_per_chang
     })
     .await;
     // Another untracked edit afterwards: still the one write.
-    let before_edit = k8s_openapi::jiff::Timestamp::now();
-    merge(
+    let edit = merge(
         &sources,
         "cfg",
         json!({"metadata": {"annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"}}}),
-    )
-    .await;
-    wait_reconciled_after(&controller, &name, before_edit).await;
+    );
+    change_and_wait_reconciled(&controller, &name, edit).await;
     assert_eq!(copies.get("cfg").await.expect("copy").resource_version(), rv);
     assert_eq!(event_count(&env, &dst, "cfg", "Updated").await, 1);
     env.finish().await;
@@ -385,13 +386,13 @@ async fn a_cluster_projection_reports_the_one_hash_all_its_copies_carry() {
     let _controller = controller(&[]).await;
     let (src, dst) = env.names();
     let other = TestNamespace::create(&env.client, "carry-cp-b").await;
-    create(&env.api::<Secret>(&src), tls_secret("web-tls")).await;
+    let source = tls_source(&env).await;
     let name = format!("{src}-ca");
     let cps: Api<ClusterProjection> = Api::all(env.client.clone());
     create_cluster_projection(
         &cps,
         &name,
-        json!({"source": {"version": "v1", "kind": "Secret", "namespace": src, "name": "web-tls"},
+        json!({"source": source,
                "destination": {"name": "platform-ca", "namespaces": [dst, other.name()]},
                "keys": {"include": ["ca.crt"], "rename": {"ca.crt": "root.pem"}, "allowTypeChange": true}}),
     )

@@ -139,11 +139,7 @@ impl World {
 }
 
 fn ready(status: &ClusterProjectionStatus) -> Option<(&str, &str)> {
-    status
-        .conditions
-        .iter()
-        .find(|c| c.r#type == "Ready")
-        .map(|c| (c.status.as_str(), c.reason.as_str()))
+    condition(&status.conditions, "Ready").map(|c| (c.status.as_str(), c.reason.as_str()))
 }
 
 #[tokio::test]
@@ -343,12 +339,7 @@ async fn pending_terminating_and_source_namespaces_are_not_failures() {
         .cluster_projection("pending", "cfg", json!({"namespaces": listed}))
         .await;
     let status = w.wait_ready(&cp, 0).await;
-    let written = status
-        .conditions
-        .iter()
-        .find(|c| c.r#type == "DestinationWritten")
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
+    let written = condition_message(&status.conditions, "DestinationWritten");
     assert!(
         written.contains(&format!("pending until created: {later}")),
         "{written}"
@@ -409,12 +400,7 @@ async fn a_stranger_fails_one_namespace_and_the_others_are_written() {
     assert_eq!(status.failed_namespaces.len(), 1);
     assert_eq!(status.failed_namespaces[0].namespace, b);
     assert_eq!(status.failed_namespaces[0].reason, "DestinationConflict");
-    let message = status
-        .conditions
-        .iter()
-        .find(|c| c.r#type == "Ready")
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
+    let message = condition_message(&status.conditions, "Ready");
     assert!(
         message.contains(&format!("{b} (DestinationConflict)")),
         "{message}"

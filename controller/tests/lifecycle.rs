@@ -119,13 +119,6 @@ fn unmanaged(cm: &ConfigMap, (annotation, label): (&str, &str)) -> bool {
         && !cm.annotations().contains_key(REQUESTED_AT)
 }
 
-fn condition<'a>(
-    conditions: &'a [shared::crd::Condition],
-    type_: &str,
-) -> Option<&'a shared::crd::Condition> {
-    conditions.iter().find(|c| c.r#type == type_)
-}
-
 async fn projection_status(api: &Api<Projection>, name: &str) -> shared::crd::ProjectionStatus {
     api.get(name)
         .await
@@ -170,9 +163,8 @@ async fn a_suspended_projection_writes_nothing_and_resumes_with_one_write() {
 
     // A source edit while suspended wakes the Projection, which writes nothing.
     let before = copies.get("cfg").await.expect("copy");
-    let edited_at = k8s_openapi::jiff::Timestamp::now();
-    merge(&sources, "cfg", json!({"data": {"level": "debug"}})).await;
-    wait_reconciled_after(&controller, &format!("{dst}/p"), edited_at).await;
+    let edit = merge(&sources, "cfg", json!({"data": {"level": "debug"}}));
+    change_and_wait_reconciled(&controller, &format!("{dst}/p"), edit).await;
     let held = copies.get("cfg").await.expect("copy");
     assert_eq!(
         data_of(&held),
@@ -236,15 +228,17 @@ async fn a_suspended_cluster_projection_ignores_deleted_copies_and_new_namespace
     assert_eq!(column(&wide, "SUSPENDED"), "true", "{wide}");
 
     // A deleted copy and a namespace that starts matching: nothing happens while suspended.
-    let deleted_at = k8s_openapi::jiff::Timestamp::now();
-    cm(&first)
-        .delete("cfg", &DeleteParams::default())
-        .await
-        .expect("delete the copy");
-    wait_reconciled_after(&controller, &name, deleted_at).await;
-    let flipped_at = k8s_openapi::jiff::Timestamp::now();
-    kubectl_ok(&["label", "namespace", &second, "lifecycle-test=yes"]);
-    wait_reconciled_after(&controller, &name, flipped_at).await;
+    change_and_wait_reconciled(&controller, &name, async {
+        cm(&first)
+            .delete("cfg", &DeleteParams::default())
+            .await
+            .expect("delete the copy")
+    })
+    .await;
+    change_and_wait_reconciled(&controller, &name, async {
+        kubectl_ok(&["label", "namespace", &second, "lifecycle-test=yes"])
+    })
+    .await;
     assert!(
         cm(&first).get_opt("cfg").await.expect("get").is_none(),
         "not re-created while suspended"
@@ -692,15 +686,16 @@ async fn apply_once_creates_each_copy_once_and_reconcile_takes_them_over_again()
 
     // A hand edit stays, a deleted copy is not created again, a source edit reaches no copy.
     merge(&cm(&edited), "cfg", json!({"data": {"a": "by-hand"}})).await;
-    let deleted_at = k8s_openapi::jiff::Timestamp::now();
-    cm(&deleted)
-        .delete("cfg", &DeleteParams::default())
-        .await
-        .expect("delete a copy");
-    wait_reconciled_after(&controller, &name, deleted_at).await;
-    let edited_at = k8s_openapi::jiff::Timestamp::now();
-    merge(&cm(&source), "cfg", json!({"data": {"a": "2"}})).await;
-    wait_reconciled_after(&controller, &name, edited_at).await;
+    change_and_wait_reconciled(&controller, &name, async {
+        cm(&deleted)
+            .delete("cfg", &DeleteParams::default())
+            .await
+            .expect("delete a copy")
+    })
+    .await;
+    let sources = cm(&source);
+    let edit = merge(&sources, "cfg", json!({"data": {"a": "2"}}));
+    change_and_wait_reconciled(&controller, &name, edit).await;
     assert_eq!(
         data_of(&cm(&edited).get("cfg").await.expect("copy")),
         json!({"a": "by-hand"})
@@ -757,9 +752,8 @@ async fn an_apply_once_projection_leaves_its_copy_alone() {
     env.project_new_configmap("p", "cfg", json!({"a": "1"}), json!({"syncPolicy": "ApplyOnce"}))
         .await;
     wait_ready(&env.projections(), "p").await;
-    let edited_at = k8s_openapi::jiff::Timestamp::now();
-    merge(&sources, "cfg", json!({"data": {"a": "2"}})).await;
-    wait_reconciled_after(&controller, &format!("{dst}/p"), edited_at).await;
+    let edit = merge(&sources, "cfg", json!({"data": {"a": "2"}}));
+    change_and_wait_reconciled(&controller, &format!("{dst}/p"), edit).await;
     assert_eq!(
         data_of(&copies.get("cfg").await.expect("copy")),
         json!({"a": "1"})
@@ -772,9 +766,7 @@ async fn an_apply_once_projection_leaves_its_copy_alone() {
     let message = written["message"].as_str().unwrap_or_default().to_owned();
     wait_for("the deleted copy reported", TIMEOUT, || async {
         let status = projection_status(&env.projections(), "p").await;
-        let message = condition(&status.conditions, "DestinationWritten")
-            .map(|c| c.message.clone())
-            .unwrap_or_default();
+        let message = condition_message(&status.conditions, "DestinationWritten");
         if message.contains(&format!("deleted since, not created again: {dst}")) {
             Ok(())
         } else {

@@ -179,6 +179,21 @@ pub fn cm_source(namespace: &str, name: &str) -> Value {
     json!({"version": "v1", "kind": "ConfigMap", "namespace": namespace, "name": name})
 }
 
+/// The condition `type_` among `conditions` (of either kind's status), if it is there.
+pub fn condition<'a>(
+    conditions: &'a [shared::crd::Condition],
+    type_: &str,
+) -> Option<&'a shared::crd::Condition> {
+    conditions.iter().find(|c| c.r#type == type_)
+}
+
+/// The message of the condition `type_` among `conditions`; empty when there is none.
+pub fn condition_message(conditions: &[shared::crd::Condition], type_: &str) -> String {
+    condition(conditions, type_)
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
 /// Waits until the Projection's condition `type_` has `status` (and, if given, `reason`) for its
 /// current generation; returns the condition.
 pub async fn wait_condition(
@@ -199,7 +214,7 @@ pub async fn wait_condition(
                 .as_ref()
                 .map(|s| s.conditions.clone())
                 .unwrap_or_default();
-            let found = conditions.iter().find(|c| c.r#type == type_).cloned();
+            let found = condition(&conditions, type_).cloned();
             match found {
                 Some(c)
                     if c.status == status
@@ -378,6 +393,19 @@ pub async fn wait_reconciled_after(
         },
     )
     .await;
+}
+
+/// Makes `change` (an edit, a deletion) and waits until the controller has reconciled `name` after
+/// it began: how a test knows the change was looked at, also when nothing should come of it.
+pub async fn change_and_wait_reconciled<T>(
+    controller: &ServiceProcess,
+    name: &str,
+    change: impl std::future::Future<Output = T>,
+) -> T {
+    let started = k8s_openapi::jiff::Timestamp::now();
+    let outcome = change.await;
+    wait_reconciled_after(controller, name, started).await;
+    outcome
 }
 
 /// A barrier on the controller's watch of ConfigMaps: edits the source of a probe (a CR of the
