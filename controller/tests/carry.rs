@@ -6,7 +6,7 @@ use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{ConfigMap, Secret},
 };
-use kube::{Api, ResourceExt, api::DeleteParams};
+use kube::{Api, ResourceExt};
 use projection_tests::{TestNamespace, events_about, wait_for};
 use serde_json::{Value, json};
 use shared::crd::ClusterProjection;
@@ -417,9 +417,7 @@ async fn a_cluster_projection_reports_the_one_hash_all_its_copies_carry() {
         let keys: Vec<String> = copy.data.clone().unwrap_or_default().into_keys().collect();
         assert_eq!(keys, ["root.pem"], "{namespace}");
     }
-    cps.delete(&name, &DeleteParams::default())
-        .await
-        .expect("deleted");
+    delete(&cps, &name).await;
     wait_absent(&cps, &name, "the ClusterProjection gone").await;
     env.finish().await;
 }

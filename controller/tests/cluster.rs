@@ -324,9 +324,7 @@ async fn pending_terminating_and_source_namespaces_are_not_failures() {
     )
     .await;
     let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(w.client.clone());
-    nss.delete(&held, &DeleteParams::default())
-        .await
-        .expect("namespace deletion started");
+    delete(&nss, &held).await;
     wait_object(&nss, &held, "namespace terminating", |n| {
         n.metadata.deletion_timestamp.is_some()
     })
@@ -414,10 +412,7 @@ async fn a_stranger_fails_one_namespace_and_the_others_are_written() {
     let note = wait_for_event(&w.client, "default", &cp, "DestinationConflict").await;
     assert!(note.starts_with(&format!("{b}/cfg: ")), "{note}");
 
-    w.configmaps(&b)
-        .delete("cfg", &DeleteParams::default())
-        .await
-        .expect("stranger deleted");
+    delete(&w.configmaps(&b), "cfg").await;
     w.wait_ready(&cp, 2).await;
     assert_eq!(w.data_in(&b, "cfg").await, Some(json!({"k": "v"})));
     w.finish().await;
@@ -434,10 +429,7 @@ async fn source_deletion_veto_and_cluster_projection_deletion_clean_up() {
         .await;
     w.wait_ready(&cp, 2).await;
 
-    w.configmaps(&w.source)
-        .delete("cfg", &DeleteParams::default())
-        .await
-        .expect("source deleted");
+    delete(&w.configmaps(&w.source), "cfg").await;
     let status = w
         .wait_status(&cp, "SourceDeleted", |s| {
             ready(s) == Some(("False", "SourceDeleted"))
@@ -482,10 +474,7 @@ async fn source_deletion_veto_and_cluster_projection_deletion_clean_up() {
         json!({"metadata": {"annotations": {"projection.sh/owned-by-cluster-projection": null}}}),
     )
     .await;
-    w.cps()
-        .delete(&cp, &DeleteParams::default())
-        .await
-        .expect("deleted");
+    delete(&w.cps(), &cp).await;
     wait_absent(&w.cps(), &cp, "ClusterProjection gone").await;
     wait_absent(&w.configmaps(&a), "cfg", "owned copy swept").await;
     assert!(
@@ -577,10 +566,7 @@ async fn coexistence_and_chains_stay_stable() {
             .iter()
             .any(|e| e.reason.as_deref() == Some("DestinationConflict"))
     );
-    projections
-        .delete("mirror", &DeleteParams::default())
-        .await
-        .expect("deleted");
+    delete(&projections, "mirror").await;
     wait_absent(&projections, "mirror", "projection gone").await;
     w.finish().await;
 }

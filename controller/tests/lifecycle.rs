@@ -6,7 +6,7 @@ use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api, ResourceExt,
-    api::{DeleteParams, WatchEvent, WatchParams},
+    api::{WatchEvent, WatchParams},
 };
 use projection_tests::{NamespaceSet, events_about, kubectl_ok, wait_for, wait_for_event};
 use serde_json::json;
@@ -74,9 +74,7 @@ async fn cluster_project_new_configmap(
 
 /// Deletes a ClusterProjection and waits until its finalizer is done.
 async fn delete_cluster_projection(api: &Api<ClusterProjection>, name: &str) {
-    api.delete(name, &DeleteParams::default())
-        .await
-        .expect("delete the ClusterProjection");
+    delete(api, name).await;
     wait_gone(api, name).await;
 }
 
@@ -228,13 +226,7 @@ async fn a_suspended_cluster_projection_ignores_deleted_copies_and_new_namespace
     assert_eq!(column(&wide, "SUSPENDED"), "true", "{wide}");
 
     // A deleted copy and a namespace that starts matching: nothing happens while suspended.
-    change_and_wait_reconciled(&controller, &name, async {
-        cm(&first)
-            .delete("cfg", &DeleteParams::default())
-            .await
-            .expect("delete the copy")
-    })
-    .await;
+    change_and_wait_reconciled(&controller, &name, delete(&cm(&first), "cfg")).await;
     change_and_wait_reconciled(&controller, &name, async {
         kubectl_ok(&["label", "namespace", &second, "lifecycle-test=yes"])
     })
@@ -394,10 +386,7 @@ async fn orphan_on_deletion_leaves_unmanaged_copies_with_events() {
     wait_ready(&env.projections(), "p").await;
     wait_cluster(&cps, &name, "Ready with 2 copies", |s| ready_with(s, 2)).await;
 
-    env.projections()
-        .delete("p", &DeleteParams::default())
-        .await
-        .expect("delete p");
+    delete(&env.projections(), "p").await;
     wait_gone(&env.projections(), "p").await;
     let copy = copies.get("cfg").await.expect("the copy stays");
     assert!(
@@ -464,10 +453,7 @@ async fn a_deleted_source_with_orphan_keeps_the_copies_but_a_veto_retracts_them(
     wait_ready(&env.projections(), "vetoed").await;
     wait_cluster(&cps, &name, "Ready with 1 copy", |s| ready_with(s, 1)).await;
 
-    sources
-        .delete("gone", &DeleteParams::default())
-        .await
-        .expect("delete the source");
+    delete(&sources, "gone").await;
     wait_condition(
         &env.projections(),
         "gone",
@@ -686,13 +672,7 @@ async fn apply_once_creates_each_copy_once_and_reconcile_takes_them_over_again()
 
     // A hand edit stays, a deleted copy is not created again, a source edit reaches no copy.
     merge(&cm(&edited), "cfg", json!({"data": {"a": "by-hand"}})).await;
-    change_and_wait_reconciled(&controller, &name, async {
-        cm(&deleted)
-            .delete("cfg", &DeleteParams::default())
-            .await
-            .expect("delete a copy")
-    })
-    .await;
+    change_and_wait_reconciled(&controller, &name, delete(&cm(&deleted), "cfg")).await;
     let sources = cm(&source);
     let edit = merge(&sources, "cfg", json!({"data": {"a": "2"}}));
     change_and_wait_reconciled(&controller, &name, edit).await;
@@ -758,10 +738,7 @@ async fn an_apply_once_projection_leaves_its_copy_alone() {
         data_of(&copies.get("cfg").await.expect("copy")),
         json!({"a": "1"})
     );
-    copies
-        .delete("cfg", &DeleteParams::default())
-        .await
-        .expect("delete the copy");
+    delete(&copies, "cfg").await;
     let written = wait_condition(&env.projections(), "p", "DestinationWritten", "True", None).await;
     let message = written["message"].as_str().unwrap_or_default().to_owned();
     wait_for("the deleted copy reported", TIMEOUT, || async {

@@ -209,10 +209,7 @@ async fn source_edits_propagate_and_other_writers_are_left_alone() {
         rv,
         "no write when nothing changed"
     );
-    probes
-        .delete(&probe, &DeleteParams::default())
-        .await
-        .expect("probe deleted");
+    delete(&probes, &probe).await;
     wait_absent(&probes, &probe, "the probe gone").await;
     env.finish().await;
 }
@@ -228,10 +225,7 @@ async fn a_copy_deleted_or_edited_by_hand_is_restored() {
     wait_ready(&env.projections(), "cfg").await;
     let original = copies.get("cfg").await.expect("copy").uid();
 
-    copies
-        .delete("cfg", &DeleteParams::default())
-        .await
-        .expect("deleted by hand");
+    delete(&copies, "cfg").await;
     let restored = wait_object(&copies, "cfg", "copy restored", |c| c.uid() != original).await;
     assert_eq!(data_of(&restored), json!({"a": "1"}));
 
@@ -557,9 +551,7 @@ async fn a_crd_deleted_and_created_again_resumes_at_once_and_unread_kinds_are_no
 
     // The CRD goes (and every Widget with it): its watches stop instead of retrying a 404.
     let crds = Api::<CustomResourceDefinition>::all(env.client.clone());
-    crds.delete(&crd, &DeleteParams::default())
-        .await
-        .expect("CRD deleted");
+    delete(&crds, &crd).await;
     wait_for("the CRD to be gone", Duration::from_secs(60), || async {
         match crds.get_opt(&crd).await {
             Ok(None) => Ok(()),
@@ -594,10 +586,7 @@ async fn a_crd_deleted_and_created_again_resumes_at_once_and_unread_kinds_are_no
     assert_eq!(watched_kinds(&controller), (kinds, copy_kinds));
 
     // The last Projection reading the kind goes: nothing watches it any more.
-    env.projections()
-        .delete("w", &DeleteParams::default())
-        .await
-        .expect("Projection deleted");
+    delete(&env.projections(), "w").await;
     wait_for("the Projection to be gone", Duration::from_secs(30), || async {
         match env.projections().get_opt("w").await {
             Ok(None) => Ok(()),
@@ -662,10 +651,7 @@ async fn a_stranger_is_never_touched_and_its_departure_is_noticed_at_once() {
         "the stranger was not modified"
     );
 
-    env.api::<ConfigMap>(&dst)
-        .delete("cfg", &DeleteParams::default())
-        .await
-        .expect("stranger deleted");
+    delete(&env.api::<ConfigMap>(&dst), "cfg").await;
     // The retry cap is 5 minutes: recovering within the timeout proves a watch woke us.
     wait_ready(&env.projections(), "cfg").await;
     assert_eq!(
@@ -778,10 +764,7 @@ async fn a_deleted_source_takes_its_copy_and_a_recreated_one_brings_it_back() {
 
     source_configmap(&sources, "cfg", json!({"a": "1"})).await;
     wait_ready(&env.projections(), "cfg").await;
-    sources
-        .delete("cfg", &DeleteParams::default())
-        .await
-        .expect("source deleted");
+    delete(&sources, "cfg").await;
     let c = wait_not_ready(&env.projections(), "cfg", "SourceDeleted").await;
     assert_eq!(c["message"], format!("source {src}/cfg has been deleted"));
     wait_absent(&copies, "cfg", "copy removed with its source").await;
@@ -873,10 +856,7 @@ async fn deleting_the_projection_removes_its_copy_unless_the_copy_was_claimed() 
     let finalizers = projections.get("owned").await.expect("p").finalizers().to_vec();
     assert_eq!(finalizers, ["projection.sh/finalizer"]);
 
-    projections
-        .delete("owned", &DeleteParams::default())
-        .await
-        .expect("deleted");
+    delete(&projections, "owned").await;
     wait_absent(&projections, "owned", "projection gone").await;
     wait_absent(&copies, "owned", "its copy gone").await;
 
@@ -887,10 +867,7 @@ async fn deleting_the_projection_removes_its_copy_unless_the_copy_was_claimed() 
         json!({"metadata": {"annotations": {"projection.sh/owned-by-projection": null}}}),
     )
     .await;
-    projections
-        .delete("claimed", &DeleteParams::default())
-        .await
-        .expect("deleted");
+    delete(&projections, "claimed").await;
     wait_absent(&projections, "claimed", "projection gone").await;
     assert!(
         copies.get_opt("claimed").await.expect("get").is_some(),
@@ -946,10 +923,7 @@ async fn an_immutable_copy_is_recreated_when_its_source_changes() {
         )
         .await;
         wait_ready(&env.projections(), name).await;
-        secrets
-            .delete(name, &DeleteParams::default())
-            .await
-            .expect("deleted");
+        delete(&secrets, name).await;
         create(
             &secrets,
             json!({"metadata": {"name": name, "annotations": opted_in()}, "type": second_type,
@@ -1337,10 +1311,7 @@ async fn a_refused_finalizer_removal_is_retried_with_backoff() {
         remove_finalizer,
     )
     .await;
-    projections
-        .delete("cfg", &DeleteParams::default())
-        .await
-        .expect("delete");
+    delete(&projections, "cfg").await;
     wait_absent(
         &env.api::<ConfigMap>(&dst),
         "cfg",

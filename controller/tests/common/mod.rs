@@ -123,6 +123,17 @@ where
         .unwrap_or_else(|e| panic!("create failed: {e}"))
 }
 
+/// Deletes `name`, panicking with the apiserver's answer if it refuses: the deletions a test makes,
+/// which must go through.
+pub async fn delete<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug,
+{
+    api.delete(name, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete {name} failed: {e}"));
+}
+
 pub async fn merge<K>(api: &Api<K>, name: &str, patch: Value) -> K
 where
     K: kube::Resource + Clone + DeserializeOwned + Debug,
