@@ -157,7 +157,8 @@ pub async fn source_configmap(api: &Api<ConfigMap>, name: &str, data: Value) -> 
     .await
 }
 
-/// Creates the ClusterProjection `name` with `spec`.
+/// Creates the ClusterProjection `name` with `spec`, so tests write only the spec and not the
+/// object around it.
 pub async fn create_cluster_projection(
     api: &Api<ClusterProjection>,
     name: &str,
