@@ -6,7 +6,7 @@ use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{ConfigMap, Secret},
 };
-use kube::{Api, ResourceExt, api::DeleteParams};
+use kube::{Api, ResourceExt};
 use projection_tests::{TestNamespace, events_about, wait_for};
 use serde_json::{Value, json};
 use shared::crd::ClusterProjection;
@@ -72,13 +72,19 @@ fn tls_secret(name: &str) -> Value {
            "data": {"ca.crt": PEM, "tls.crt": PEM, "tls.key": PEM}})
 }
 
+/// Creates the opted-in TLS Secret `web-tls` in the source namespace; returns the (pinned) source
+/// reference to it that the TLS tests project.
+async fn tls_source(env: &Env) -> Value {
+    create(&env.api::<Secret>(env.source.name()), tls_secret("web-tls")).await;
+    json!({"version": "v1", "kind": "Secret", "namespace": env.source.name(), "name": "web-tls"})
+}
+
 #[tokio::test]
 async fn only_ca_crt_of_a_tls_secret_travels_as_opaque_when_allowed_and_is_refused_otherwise() {
     let env = env("carry-ca").await;
     let _controller = controller(&[]).await;
-    let (src, dst) = env.names();
-    create(&env.api::<Secret>(&src), tls_secret("web-tls")).await;
-    let source = json!({"version": "v1", "kind": "Secret", "namespace": src, "name": "web-tls"});
+    let (_, dst) = env.names();
+    let source = tls_source(&env).await;
     create(
         &env.projections(),
         projection(
@@ -151,9 +157,8 @@ async fn only_ca_crt_of_a_tls_secret_travels_as_opaque_when_allowed_and_is_refus
 async fn narrowing_an_existing_tls_copy_to_ca_crt_recreates_it_as_opaque() {
     let env = env("carry-retype").await;
     let _controller = controller(&[]).await;
-    let (src, dst) = env.names();
-    create(&env.api::<Secret>(&src), tls_secret("web-tls")).await;
-    let source = json!({"version": "v1", "kind": "Secret", "namespace": src, "name": "web-tls"});
+    let (_, dst) = env.names();
+    let source = tls_source(&env).await;
     create(&env.projections(), projection("tls", source, json!({}))).await;
     let copies = env.api::<Secret>(&dst);
     wait_current(&env, "tls", &copies, "web-tls").await;
@@ -184,20 +189,12 @@ async fn narrowing_an_existing_tls_copy_to_ca_crt_recreates_it_as_opaque() {
 async fn keys_follow_the_include_list_and_renames() {
     let env = env("carry-keys").await;
     let _controller = controller(&[]).await;
-    let (src, dst) = env.names();
-    create(
-        &env.api::<ConfigMap>(&src),
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()},
-               "data": {"a": "1", "b": "2", "c": "3"}}),
-    )
-    .await;
-    create(
-        &env.projections(),
-        projection(
-            "cfg",
-            cm_source(&src, "cfg"),
-            json!({"keys": {"include": ["a", "b"], "rename": {"b": "bee"}}}),
-        ),
+    let (_, dst) = env.names();
+    env.project_new_configmap(
+        "cfg",
+        "cfg",
+        json!({"a": "1", "b": "2", "c": "3"}),
+        json!({"keys": {"include": ["a", "b"], "rename": {"b": "bee"}}}),
     )
     .await;
     let copies = env.api::<ConfigMap>(&dst);
@@ -229,14 +226,7 @@ async fn keys_follow_the_include_list_and_renames() {
         json!({"spec": {"keys": {"include": ["nothing-*"]}}}),
     )
     .await;
-    let refused = wait_condition(
-        &env.projections(),
-        "cfg",
-        "Ready",
-        "False",
-        Some("DestinationInvalid"),
-    )
-    .await;
+    let refused = wait_not_ready(&env.projections(), "cfg", "DestinationInvalid").await;
     assert_eq!(
         refused["message"],
         "spec.keys: the source has none of the selected keys (it has 3); nothing was written (fix \
@@ -307,13 +297,10 @@ async fn tracking_metadata_of_other_tools_stays_behind_unless_included() {
             "data": {"a": "1"}}),
     )
     .await;
-    create(
-        &env.projections(),
-        projection(
-            "cfg",
-            cm_source(&src, "cfg"),
-            json!({"metadata": {"annotations": {"include": ["argocd.argoproj.io/tracking-id"]}}}),
-        ),
+    env.project_configmap(
+        "cfg",
+        "cfg",
+        json!({"metadata": {"annotations": {"include": ["argocd.argoproj.io/tracking-id"]}}}),
     )
     .await;
     let copies = env.api::<ConfigMap>(&dst);
@@ -343,16 +330,8 @@ async fn the_hash_changes_exactly_when_the_content_does_with_one_write_per_chang
     let controller = controller(&[]).await;
     let (src, dst) = env.names();
     let sources = env.api::<ConfigMap>(&src);
-    create(
-        &sources,
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
-    )
-    .await;
-    create(
-        &env.projections(),
-        projection("cfg", cm_source(&src, "cfg"), json!({})),
-    )
-    .await;
+    env.project_new_configmap("cfg", "cfg", json!({"a": "1"}), json!({}))
+        .await;
     let copies = env.api::<ConfigMap>(&dst);
     let first = wait_current(&env, "cfg", &copies, "cfg").await;
     assert_eq!(first.len(), 64);
@@ -360,14 +339,12 @@ async fn the_hash_changes_exactly_when_the_content_does_with_one_write_per_chang
     let name = format!("{dst}/cfg");
 
     // A metadata-only edit that the copy does not carry: reconciled, no write, same hash.
-    let before_edit = k8s_openapi::jiff::Timestamp::now();
-    merge(
+    let edit = merge(
         &sources,
         "cfg",
         json!({"metadata": {"annotations": {"argocd.argoproj.io/tracking-id": "platform:/ConfigMap:x/cfg"}}}),
-    )
-    .await;
-    wait_reconciled_after(&controller, &name, before_edit).await;
+    );
+    change_and_wait_reconciled(&controller, &name, edit).await;
     let copy = copies.get("cfg").await.expect("copy");
     assert_eq!(
         copy.resource_version(),
@@ -392,14 +369,12 @@ async fn the_hash_changes_exactly_when_the_content_does_with_one_write_per_chang
     })
     .await;
     // Another untracked edit afterwards: still the one write.
-    let before_edit = k8s_openapi::jiff::Timestamp::now();
-    merge(
+    let edit = merge(
         &sources,
         "cfg",
         json!({"metadata": {"annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"}}}),
-    )
-    .await;
-    wait_reconciled_after(&controller, &name, before_edit).await;
+    );
+    change_and_wait_reconciled(&controller, &name, edit).await;
     assert_eq!(copies.get("cfg").await.expect("copy").resource_version(), rv);
     assert_eq!(event_count(&env, &dst, "cfg", "Updated").await, 1);
     env.finish().await;
@@ -411,15 +386,15 @@ async fn a_cluster_projection_reports_the_one_hash_all_its_copies_carry() {
     let _controller = controller(&[]).await;
     let (src, dst) = env.names();
     let other = TestNamespace::create(&env.client, "carry-cp-b").await;
-    create(&env.api::<Secret>(&src), tls_secret("web-tls")).await;
+    let source = tls_source(&env).await;
     let name = format!("{src}-ca");
     let cps: Api<ClusterProjection> = Api::all(env.client.clone());
-    create(
+    create_cluster_projection(
         &cps,
-        json!({"apiVersion": "projection.sh/v1", "kind": "ClusterProjection", "metadata": {"name": name},
-               "spec": {"source": {"version": "v1", "kind": "Secret", "namespace": src, "name": "web-tls"},
-                        "destination": {"name": "platform-ca", "namespaces": [dst, other.name()]},
-                        "keys": {"include": ["ca.crt"], "rename": {"ca.crt": "root.pem"}, "allowTypeChange": true}}}),
+        &name,
+        json!({"source": source,
+               "destination": {"name": "platform-ca", "namespaces": [dst, other.name()]},
+               "keys": {"include": ["ca.crt"], "rename": {"ca.crt": "root.pem"}, "allowTypeChange": true}}),
     )
     .await;
     let hash = wait_for("the ClusterProjection's hash", TIMEOUT, || async {
@@ -442,9 +417,7 @@ async fn a_cluster_projection_reports_the_one_hash_all_its_copies_carry() {
         let keys: Vec<String> = copy.data.clone().unwrap_or_default().into_keys().collect();
         assert_eq!(keys, ["root.pem"], "{namespace}");
     }
-    cps.delete(&name, &DeleteParams::default())
-        .await
-        .expect("deleted");
+    delete(&cps, &name).await;
     wait_absent(&cps, &name, "the ClusterProjection gone").await;
     env.finish().await;
 }

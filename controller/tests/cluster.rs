@@ -139,11 +139,7 @@ impl World {
 }
 
 fn ready(status: &ClusterProjectionStatus) -> Option<(&str, &str)> {
-    status
-        .conditions
-        .iter()
-        .find(|c| c.r#type == "Ready")
-        .map(|c| (c.status.as_str(), c.reason.as_str()))
+    condition(&status.conditions, "Ready").map(|c| (c.status.as_str(), c.reason.as_str()))
 }
 
 #[tokio::test]
@@ -328,9 +324,7 @@ async fn pending_terminating_and_source_namespaces_are_not_failures() {
     )
     .await;
     let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(w.client.clone());
-    nss.delete(&held, &DeleteParams::default())
-        .await
-        .expect("namespace deletion started");
+    delete(&nss, &held).await;
     wait_object(&nss, &held, "namespace terminating", |n| {
         n.metadata.deletion_timestamp.is_some()
     })
@@ -343,12 +337,7 @@ async fn pending_terminating_and_source_namespaces_are_not_failures() {
         .cluster_projection("pending", "cfg", json!({"namespaces": listed}))
         .await;
     let status = w.wait_ready(&cp, 0).await;
-    let written = status
-        .conditions
-        .iter()
-        .find(|c| c.r#type == "DestinationWritten")
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
+    let written = condition_message(&status.conditions, "DestinationWritten");
     assert!(
         written.contains(&format!("pending until created: {later}")),
         "{written}"
@@ -409,12 +398,7 @@ async fn a_stranger_fails_one_namespace_and_the_others_are_written() {
     assert_eq!(status.failed_namespaces.len(), 1);
     assert_eq!(status.failed_namespaces[0].namespace, b);
     assert_eq!(status.failed_namespaces[0].reason, "DestinationConflict");
-    let message = status
-        .conditions
-        .iter()
-        .find(|c| c.r#type == "Ready")
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
+    let message = condition_message(&status.conditions, "Ready");
     assert!(
         message.contains(&format!("{b} (DestinationConflict)")),
         "{message}"
@@ -428,10 +412,7 @@ async fn a_stranger_fails_one_namespace_and_the_others_are_written() {
     let note = wait_for_event(&w.client, "default", &cp, "DestinationConflict").await;
     assert!(note.starts_with(&format!("{b}/cfg: ")), "{note}");
 
-    w.configmaps(&b)
-        .delete("cfg", &DeleteParams::default())
-        .await
-        .expect("stranger deleted");
+    delete(&w.configmaps(&b), "cfg").await;
     w.wait_ready(&cp, 2).await;
     assert_eq!(w.data_in(&b, "cfg").await, Some(json!({"k": "v"})));
     w.finish().await;
@@ -448,10 +429,7 @@ async fn source_deletion_veto_and_cluster_projection_deletion_clean_up() {
         .await;
     w.wait_ready(&cp, 2).await;
 
-    w.configmaps(&w.source)
-        .delete("cfg", &DeleteParams::default())
-        .await
-        .expect("source deleted");
+    delete(&w.configmaps(&w.source), "cfg").await;
     let status = w
         .wait_status(&cp, "SourceDeleted", |s| {
             ready(s) == Some(("False", "SourceDeleted"))
@@ -496,10 +474,7 @@ async fn source_deletion_veto_and_cluster_projection_deletion_clean_up() {
         json!({"metadata": {"annotations": {"projection.sh/owned-by-cluster-projection": null}}}),
     )
     .await;
-    w.cps()
-        .delete(&cp, &DeleteParams::default())
-        .await
-        .expect("deleted");
+    delete(&w.cps(), &cp).await;
     wait_absent(&w.cps(), &cp, "ClusterProjection gone").await;
     wait_absent(&w.configmaps(&a), "cfg", "owned copy swept").await;
     assert!(
@@ -591,10 +566,7 @@ async fn coexistence_and_chains_stay_stable() {
             .iter()
             .any(|e| e.reason.as_deref() == Some("DestinationConflict"))
     );
-    projections
-        .delete("mirror", &DeleteParams::default())
-        .await
-        .expect("deleted");
+    delete(&projections, "mirror").await;
     wait_absent(&projections, "mirror", "projection gone").await;
     w.finish().await;
 }

@@ -6,7 +6,7 @@ use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api, ResourceExt,
-    api::{DeleteParams, WatchEvent, WatchParams},
+    api::{WatchEvent, WatchParams},
 };
 use projection_tests::{NamespaceSet, events_about, kubectl_ok, wait_for, wait_for_event};
 use serde_json::json;
@@ -46,30 +46,35 @@ async fn writes_since(api: &Api<ConfigMap>, name: &str, resource_version: &str) 
         .count()
 }
 
-/// Creates the source ConfigMap `name`, opted in, with `data`.
-async fn source_configmap(api: &Api<ConfigMap>, name: &str, data: serde_json::Value) {
-    create(
-        api,
-        json!({"metadata": {"name": name, "annotations": opted_in()}, "data": data}),
-    )
-    .await;
+/// Creates the test run's ClusterProjection (the member `cp` of `namespaces`) with `spec`; returns
+/// its name: the ClusterProjection tests' opening.
+async fn create_run_cluster_projection(
+    cps: &Api<ClusterProjection>,
+    namespaces: &NamespaceSet,
+    spec: serde_json::Value,
+) -> String {
+    let name = namespaces.name("cp");
+    create_cluster_projection(cps, &name, spec).await;
+    name
 }
 
-/// Creates the ClusterProjection `name` with `spec`.
-async fn create_cluster_projection(api: &Api<ClusterProjection>, name: &str, spec: serde_json::Value) {
-    create(
-        api,
-        json!({"apiVersion": "projection.sh/v1", "kind": "ClusterProjection",
-               "metadata": {"name": name}, "spec": spec}),
-    )
-    .await;
+/// Creates, in the run's namespace `source`, the opted-in ConfigMap `cfg` holding `{"a": "1"}` and
+/// the run's ClusterProjection of it with the spec fields `extra`; returns the ClusterProjection's
+/// name: the opening of the tests that read their source from a namespace of the run.
+async fn cluster_project_new_configmap(
+    cps: &Api<ClusterProjection>,
+    namespaces: &NamespaceSet,
+    source: &str,
+    extra: serde_json::Value,
+) -> String {
+    let client = cps.clone().into_client();
+    source_configmap(&Api::namespaced(client, source), "cfg", json!({"a": "1"})).await;
+    create_run_cluster_projection(cps, namespaces, spec_of(cm_source(source, "cfg"), extra)).await
 }
 
 /// Deletes a ClusterProjection and waits until its finalizer is done.
 async fn delete_cluster_projection(api: &Api<ClusterProjection>, name: &str) {
-    api.delete(name, &DeleteParams::default())
-        .await
-        .expect("delete the ClusterProjection");
+    delete(api, name).await;
     wait_gone(api, name).await;
 }
 
@@ -112,13 +117,6 @@ fn unmanaged(cm: &ConfigMap, (annotation, label): (&str, &str)) -> bool {
         && !cm.annotations().contains_key(REQUESTED_AT)
 }
 
-fn condition<'a>(
-    conditions: &'a [shared::crd::Condition],
-    type_: &str,
-) -> Option<&'a shared::crd::Condition> {
-    conditions.iter().find(|c| c.r#type == type_)
-}
-
 async fn projection_status(api: &Api<Projection>, name: &str) -> shared::crd::ProjectionStatus {
     api.get(name)
         .await
@@ -134,12 +132,8 @@ async fn a_suspended_projection_writes_nothing_and_resumes_with_one_write() {
     let (src, dst) = env.names();
     let sources = env.api::<ConfigMap>(&src);
     let copies = env.api::<ConfigMap>(&dst);
-    source_configmap(&sources, "cfg", json!({"level": "info"})).await;
-    create(
-        &env.projections(),
-        projection("p", cm_source(&src, "cfg"), json!({})),
-    )
-    .await;
+    env.project_new_configmap("p", "cfg", json!({"level": "info"}), json!({}))
+        .await;
     wait_ready(&env.projections(), "p").await;
 
     merge(&env.projections(), "p", json!({"spec": {"suspend": true}})).await;
@@ -167,9 +161,8 @@ async fn a_suspended_projection_writes_nothing_and_resumes_with_one_write() {
 
     // A source edit while suspended wakes the Projection, which writes nothing.
     let before = copies.get("cfg").await.expect("copy");
-    let edited_at = k8s_openapi::jiff::Timestamp::now();
-    merge(&sources, "cfg", json!({"data": {"level": "debug"}})).await;
-    wait_reconciled_after(&controller, &format!("{dst}/p"), edited_at).await;
+    let edit = merge(&sources, "cfg", json!({"data": {"level": "debug"}}));
+    change_and_wait_reconciled(&controller, &format!("{dst}/p"), edit).await;
     let held = copies.get("cfg").await.expect("copy");
     assert_eq!(
         data_of(&held),
@@ -211,17 +204,15 @@ async fn a_suspended_cluster_projection_ignores_deleted_copies_and_new_namespace
         .create(&client, "one", &[("lifecycle-test", "yes")])
         .await;
     let second = namespaces.create(&client, "two", &[]).await;
-    let cm = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
-    source_configmap(&cm(&source), "cfg", json!({"a": "1"})).await;
     let cps: Api<ClusterProjection> = Api::all(client.clone());
-    let name = namespaces.name("cp");
-    create_cluster_projection(
+    let name = cluster_project_new_configmap(
         &cps,
-        &name,
-        json!({"source": cm_source(&source, "cfg"),
-                 "destination": {"namespaceSelector": {"matchLabels": {"lifecycle-test": "yes"}}}}),
+        &namespaces,
+        &source,
+        json!({"destination": {"namespaceSelector": {"matchLabels": {"lifecycle-test": "yes"}}}}),
     )
     .await;
+    let cm = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
     wait_cluster(&cps, &name, "Ready with 1 copy", |s| ready_with(s, 1)).await;
 
     merge(&cps, &name, json!({"spec": {"suspend": true}})).await;
@@ -235,15 +226,11 @@ async fn a_suspended_cluster_projection_ignores_deleted_copies_and_new_namespace
     assert_eq!(column(&wide, "SUSPENDED"), "true", "{wide}");
 
     // A deleted copy and a namespace that starts matching: nothing happens while suspended.
-    let deleted_at = k8s_openapi::jiff::Timestamp::now();
-    cm(&first)
-        .delete("cfg", &DeleteParams::default())
-        .await
-        .expect("delete the copy");
-    wait_reconciled_after(&controller, &name, deleted_at).await;
-    let flipped_at = k8s_openapi::jiff::Timestamp::now();
-    kubectl_ok(&["label", "namespace", &second, "lifecycle-test=yes"]);
-    wait_reconciled_after(&controller, &name, flipped_at).await;
+    change_and_wait_reconciled(&controller, &name, delete(&cm(&first), "cfg")).await;
+    change_and_wait_reconciled(&controller, &name, async {
+        kubectl_ok(&["label", "namespace", &second, "lifecycle-test=yes"])
+    })
+    .await;
     assert!(
         cm(&first).get_opt("cfg").await.expect("get").is_none(),
         "not re-created while suspended"
@@ -270,14 +257,10 @@ async fn a_suspended_cluster_projection_ignores_deleted_copies_and_new_namespace
 async fn a_requested_reconcile_rewrites_unchanged_copies_once_and_is_echoed() {
     let env = env("requested").await;
     let _controller = controller(&[]).await;
-    let (src, dst) = env.names();
+    let (_, dst) = env.names();
     let copies = env.api::<ConfigMap>(&dst);
-    source_configmap(&env.api::<ConfigMap>(&src), "cfg", json!({"a": "1"})).await;
-    create(
-        &env.projections(),
-        projection("p", cm_source(&src, "cfg"), json!({})),
-    )
-    .await;
+    env.project_new_configmap("p", "cfg", json!({"a": "1"}), json!({}))
+        .await;
     wait_ready(&env.projections(), "p").await;
     let before = copies.get("cfg").await.expect("copy");
     let rv = before.resource_version().expect("resourceVersion");
@@ -333,16 +316,15 @@ async fn a_requested_reconcile_rewrites_every_copy_of_a_cluster_projection() {
         namespaces.create(&client, "a", &[]).await,
         namespaces.create(&client, "b", &[]).await,
     ];
-    let cm = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
-    source_configmap(&cm(&source), "cfg", json!({"a": "1"})).await;
     let cps: Api<ClusterProjection> = Api::all(client.clone());
-    let name = namespaces.name("cp");
-    create_cluster_projection(
+    let name = cluster_project_new_configmap(
         &cps,
-        &name,
-        json!({"source": cm_source(&source, "cfg"), "destination": {"namespaces": targets}}),
+        &namespaces,
+        &source,
+        json!({"destination": {"namespaces": targets}}),
     )
     .await;
+    let cm = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
     wait_cluster(&cps, &name, "Ready with 2 copies", |s| ready_with(s, 2)).await;
     let mut versions = Vec::new();
     for ns in &targets {
@@ -386,22 +368,17 @@ async fn orphan_on_deletion_leaves_unmanaged_copies_with_events() {
     let client = env.client.clone();
     let (src, dst) = env.names();
     let copies = env.api::<ConfigMap>(&dst);
-    source_configmap(&env.api::<ConfigMap>(&src), "cfg", json!({"a": "1"})).await;
-    create(
-        &env.projections(),
-        projection("p", cm_source(&src, "cfg"), json!({"deletionPolicy": "Orphan"})),
-    )
-    .await;
+    env.project_new_configmap("p", "cfg", json!({"a": "1"}), json!({"deletionPolicy": "Orphan"}))
+        .await;
     let mut namespaces = NamespaceSet::new("orphan");
     let targets = [
         namespaces.create(&client, "a", &[]).await,
         namespaces.create(&client, "b", &[]).await,
     ];
     let cps: Api<ClusterProjection> = Api::all(client.clone());
-    let name = namespaces.name("cp");
-    create_cluster_projection(
+    let name = create_run_cluster_projection(
         &cps,
-        &name,
+        &namespaces,
         json!({"source": cm_source(&src, "cfg"), "destination": {"namespaces": targets},
                  "deletionPolicy": "Orphan"}),
     )
@@ -409,10 +386,7 @@ async fn orphan_on_deletion_leaves_unmanaged_copies_with_events() {
     wait_ready(&env.projections(), "p").await;
     wait_cluster(&cps, &name, "Ready with 2 copies", |s| ready_with(s, 2)).await;
 
-    env.projections()
-        .delete("p", &DeleteParams::default())
-        .await
-        .expect("delete p");
+    delete(&env.projections(), "p").await;
     wait_gone(&env.projections(), "p").await;
     let copy = copies.get("cfg").await.expect("the copy stays");
     assert!(
@@ -457,28 +431,20 @@ async fn a_deleted_source_with_orphan_keeps_the_copies_but_a_veto_retracts_them(
     let sources = env.api::<ConfigMap>(&src);
     let copies = env.api::<ConfigMap>(&dst);
     for name in ["gone", "vetoed"] {
-        create(
-            &sources,
-            json!({"metadata": {"name": name, "annotations": opted_in()}, "data": {"a": "1"}}),
-        )
-        .await;
-        create(
-            &env.projections(),
-            projection(
-                name,
-                cm_source(&src, name),
-                json!({"sourceDeletionPolicy": "Orphan"}),
-            ),
+        env.project_new_configmap(
+            name,
+            name,
+            json!({"a": "1"}),
+            json!({"sourceDeletionPolicy": "Orphan"}),
         )
         .await;
     }
     let mut namespaces = NamespaceSet::new("srcorphan");
     let target = namespaces.create(&client, "a", &[]).await;
     let cps: Api<ClusterProjection> = Api::all(client.clone());
-    let name = namespaces.name("cp");
-    create_cluster_projection(
+    let name = create_run_cluster_projection(
         &cps,
-        &name,
+        &namespaces,
         json!({"source": cm_source(&src, "gone"), "destination": {"namespaces": [target]},
                  "sourceDeletionPolicy": "Orphan"}),
     )
@@ -487,10 +453,7 @@ async fn a_deleted_source_with_orphan_keeps_the_copies_but_a_veto_retracts_them(
     wait_ready(&env.projections(), "vetoed").await;
     wait_cluster(&cps, &name, "Ready with 1 copy", |s| ready_with(s, 1)).await;
 
-    sources
-        .delete("gone", &DeleteParams::default())
-        .await
-        .expect("delete the source");
+    delete(&sources, "gone").await;
     wait_condition(
         &env.projections(),
         "gone",
@@ -559,24 +522,10 @@ async fn adoption_needs_the_exact_cr_named_by_the_owner() {
                "data": {"a": "hand-made"}}),
     )
     .await;
-    create(
-        &env.projections(),
-        projection(
-            "p",
-            cm_source(&src, "cfg"),
-            json!({"destination": {"name": "adopted"}}),
-        ),
-    )
-    .await;
-    create(
-        &env.projections(),
-        projection(
-            "q",
-            cm_source(&src, "cfg"),
-            json!({"destination": {"name": "refused"}}),
-        ),
-    )
-    .await;
+    env.project_configmap("p", "cfg", json!({"destination": {"name": "adopted"}}))
+        .await;
+    env.project_configmap("q", "cfg", json!({"destination": {"name": "refused"}}))
+        .await;
 
     wait_ready(&env.projections(), "p").await;
     let adopted = copies.get("adopted").await.expect("adopted");
@@ -707,32 +656,26 @@ async fn apply_once_creates_each_copy_once_and_reconcile_takes_them_over_again()
     let deleted = namespaces
         .create(&client, "deleted", &[("lifecycle-once", "yes")])
         .await;
-    let cm = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
-    source_configmap(&cm(&source), "cfg", json!({"a": "1"})).await;
     let cps: Api<ClusterProjection> = Api::all(client.clone());
-    let name = namespaces.name("cp");
-    create_cluster_projection(
+    let name = cluster_project_new_configmap(
         &cps,
-        &name,
-        json!({"source": cm_source(&source, "cfg"), "syncPolicy": "ApplyOnce",
+        &namespaces,
+        &source,
+        json!({"syncPolicy": "ApplyOnce",
                  "destination": {"namespaceSelector": {"matchLabels": {"lifecycle-once": "yes"}}}}),
     )
     .await;
+    let cm = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
     let status = wait_cluster(&cps, &name, "Ready with 2 copies", |cp| ready_with(cp, 2)).await;
     let record = status.applied_once.expect("the record of created copies");
     assert_eq!(record.count, 2);
 
     // A hand edit stays, a deleted copy is not created again, a source edit reaches no copy.
     merge(&cm(&edited), "cfg", json!({"data": {"a": "by-hand"}})).await;
-    let deleted_at = k8s_openapi::jiff::Timestamp::now();
-    cm(&deleted)
-        .delete("cfg", &DeleteParams::default())
-        .await
-        .expect("delete a copy");
-    wait_reconciled_after(&controller, &name, deleted_at).await;
-    let edited_at = k8s_openapi::jiff::Timestamp::now();
-    merge(&cm(&source), "cfg", json!({"data": {"a": "2"}})).await;
-    wait_reconciled_after(&controller, &name, edited_at).await;
+    change_and_wait_reconciled(&controller, &name, delete(&cm(&deleted), "cfg")).await;
+    let sources = cm(&source);
+    let edit = merge(&sources, "cfg", json!({"data": {"a": "2"}}));
+    change_and_wait_reconciled(&controller, &name, edit).await;
     assert_eq!(
         data_of(&cm(&edited).get("cfg").await.expect("copy")),
         json!({"a": "by-hand"})
@@ -786,31 +729,21 @@ async fn an_apply_once_projection_leaves_its_copy_alone() {
     let (src, dst) = env.names();
     let sources = env.api::<ConfigMap>(&src);
     let copies = env.api::<ConfigMap>(&dst);
-    source_configmap(&sources, "cfg", json!({"a": "1"})).await;
-    create(
-        &env.projections(),
-        projection("p", cm_source(&src, "cfg"), json!({"syncPolicy": "ApplyOnce"})),
-    )
-    .await;
+    env.project_new_configmap("p", "cfg", json!({"a": "1"}), json!({"syncPolicy": "ApplyOnce"}))
+        .await;
     wait_ready(&env.projections(), "p").await;
-    let edited_at = k8s_openapi::jiff::Timestamp::now();
-    merge(&sources, "cfg", json!({"data": {"a": "2"}})).await;
-    wait_reconciled_after(&controller, &format!("{dst}/p"), edited_at).await;
+    let edit = merge(&sources, "cfg", json!({"data": {"a": "2"}}));
+    change_and_wait_reconciled(&controller, &format!("{dst}/p"), edit).await;
     assert_eq!(
         data_of(&copies.get("cfg").await.expect("copy")),
         json!({"a": "1"})
     );
-    copies
-        .delete("cfg", &DeleteParams::default())
-        .await
-        .expect("delete the copy");
+    delete(&copies, "cfg").await;
     let written = wait_condition(&env.projections(), "p", "DestinationWritten", "True", None).await;
     let message = written["message"].as_str().unwrap_or_default().to_owned();
     wait_for("the deleted copy reported", TIMEOUT, || async {
         let status = projection_status(&env.projections(), "p").await;
-        let message = condition(&status.conditions, "DestinationWritten")
-            .map(|c| c.message.clone())
-            .unwrap_or_default();
+        let message = condition_message(&status.conditions, "DestinationWritten");
         if message.contains(&format!("deleted since, not created again: {dst}")) {
             Ok(())
         } else {

@@ -142,16 +142,8 @@ async fn source_edits_propagate_and_other_writers_are_left_alone() {
     let (src, dst) = env.names();
     let sources = env.api::<ConfigMap>(&src);
     let copies = env.api::<ConfigMap>(&dst);
-    create(
-        &sources,
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1", "b": "2"}}),
-    )
-    .await;
-    create(
-        &env.projections(),
-        projection("cfg", cm_source(&src, "cfg"), json!({})),
-    )
-    .await;
+    env.project_new_configmap("cfg", "cfg", json!({"a": "1", "b": "2"}), json!({}))
+        .await;
     wait_ready(&env.projections(), "cfg").await;
 
     // Someone else labels the copy and adds a key of their own: both survive our updates.
@@ -176,16 +168,12 @@ async fn source_edits_propagate_and_other_writers_are_left_alone() {
     // and the watch has delivered everything after our write (a probe of the other kind follows
     // an edit of its source).
     let probe = format!("probe-{dst}");
-    create(
-        &sources,
-        json!({"metadata": {"name": "probe", "annotations": opted_in()}, "data": {"barrier": "0"}}),
-    )
-    .await;
+    source_configmap(&sources, "probe", json!({"barrier": "0"})).await;
     let probes: Api<ClusterProjection> = Api::all(env.client.clone());
-    create(
+    create_cluster_projection(
         &probes,
-        json!({"apiVersion": "projection.sh/v1", "kind": "ClusterProjection", "metadata": {"name": probe},
-               "spec": {"source": cm_source(&src, "probe"), "destination": {"namespaces": [dst]}}}),
+        &probe,
+        json!({"source": cm_source(&src, "probe"), "destination": {"namespaces": [dst]}}),
     )
     .await;
     wait_object(&copies, "probe", "the probe's copy", |_| true).await;
@@ -221,10 +209,7 @@ async fn source_edits_propagate_and_other_writers_are_left_alone() {
         rv,
         "no write when nothing changed"
     );
-    probes
-        .delete(&probe, &DeleteParams::default())
-        .await
-        .expect("probe deleted");
+    delete(&probes, &probe).await;
     wait_absent(&probes, &probe, "the probe gone").await;
     env.finish().await;
 }
@@ -233,25 +218,14 @@ async fn source_edits_propagate_and_other_writers_are_left_alone() {
 async fn a_copy_deleted_or_edited_by_hand_is_restored() {
     let env = env("heal").await;
     let _controller = controller(&[]).await;
-    let (src, dst) = env.names();
+    let (_, dst) = env.names();
     let copies = env.api::<ConfigMap>(&dst);
-    create(
-        &env.api::<ConfigMap>(&src),
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
-    )
-    .await;
-    create(
-        &env.projections(),
-        projection("cfg", cm_source(&src, "cfg"), json!({})),
-    )
-    .await;
+    env.project_new_configmap("cfg", "cfg", json!({"a": "1"}), json!({}))
+        .await;
     wait_ready(&env.projections(), "cfg").await;
     let original = copies.get("cfg").await.expect("copy").uid();
 
-    copies
-        .delete("cfg", &DeleteParams::default())
-        .await
-        .expect("deleted by hand");
+    delete(&copies, "cfg").await;
     let restored = wait_object(&copies, "cfg", "copy restored", |c| c.uid() != original).await;
     assert_eq!(data_of(&restored), json!({"a": "1"}));
 
@@ -577,9 +551,7 @@ async fn a_crd_deleted_and_created_again_resumes_at_once_and_unread_kinds_are_no
 
     // The CRD goes (and every Widget with it): its watches stop instead of retrying a 404.
     let crds = Api::<CustomResourceDefinition>::all(env.client.clone());
-    crds.delete(&crd, &DeleteParams::default())
-        .await
-        .expect("CRD deleted");
+    delete(&crds, &crd).await;
     wait_for("the CRD to be gone", Duration::from_secs(60), || async {
         match crds.get_opt(&crd).await {
             Ok(None) => Ok(()),
@@ -614,10 +586,7 @@ async fn a_crd_deleted_and_created_again_resumes_at_once_and_unread_kinds_are_no
     assert_eq!(watched_kinds(&controller), (kinds, copy_kinds));
 
     // The last Projection reading the kind goes: nothing watches it any more.
-    env.projections()
-        .delete("w", &DeleteParams::default())
-        .await
-        .expect("Projection deleted");
+    delete(&env.projections(), "w").await;
     wait_for("the Projection to be gone", Duration::from_secs(30), || async {
         match env.projections().get_opt("w").await {
             Ok(None) => Ok(()),
@@ -648,14 +617,7 @@ async fn cluster_scoped_kinds_are_refused() {
         ),
     )
     .await;
-    let c = wait_condition(
-        &env.projections(),
-        "ns",
-        "Ready",
-        "False",
-        Some("SourceResolutionFailed"),
-    )
-    .await;
+    let c = wait_not_ready(&env.projections(), "ns", "SourceResolutionFailed").await;
     assert_eq!(
         c["message"],
         "v1/Namespace is cluster-scoped; projection only mirrors namespaced resources"
@@ -669,29 +631,14 @@ async fn a_stranger_is_never_touched_and_its_departure_is_noticed_at_once() {
     let env = env("conflict").await;
     let _controller = controller(&[]).await;
     let (src, dst) = env.names();
-    create(
-        &env.api::<ConfigMap>(&src),
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
-    )
-    .await;
+    source_configmap(&env.api::<ConfigMap>(&src), "cfg", json!({"a": "1"})).await;
     create(
         &env.api::<ConfigMap>(&dst),
         json!({"metadata": {"name": "cfg"}, "data": {"mine": "do not touch"}}),
     )
     .await;
-    create(
-        &env.projections(),
-        projection("cfg", cm_source(&src, "cfg"), json!({})),
-    )
-    .await;
-    let c = wait_condition(
-        &env.projections(),
-        "cfg",
-        "Ready",
-        "False",
-        Some("DestinationConflict"),
-    )
-    .await;
+    env.project_configmap("cfg", "cfg", json!({})).await;
+    let c = wait_not_ready(&env.projections(), "cfg", "DestinationConflict").await;
     assert_eq!(
         c["message"],
         format!("destination {dst}/cfg exists and is not owned by this Projection")
@@ -704,10 +651,7 @@ async fn a_stranger_is_never_touched_and_its_departure_is_noticed_at_once() {
         "the stranger was not modified"
     );
 
-    env.api::<ConfigMap>(&dst)
-        .delete("cfg", &DeleteParams::default())
-        .await
-        .expect("stranger deleted");
+    delete(&env.api::<ConfigMap>(&dst), "cfg").await;
     // The retry cap is 5 minutes: recovering within the timeout proves a watch woke us.
     wait_ready(&env.projections(), "cfg").await;
     assert_eq!(
@@ -726,14 +670,7 @@ async fn a_stranger_is_never_touched_and_its_departure_is_noticed_at_once() {
         projection("self", cm_source(&dst, "self"), json!({})),
     )
     .await;
-    let c = wait_condition(
-        &env.projections(),
-        "self",
-        "Ready",
-        "False",
-        Some("DestinationConflict"),
-    )
-    .await;
+    let c = wait_not_ready(&env.projections(), "self", "DestinationConflict").await;
     assert!(
         c["message"]
             .as_str()
@@ -755,21 +692,10 @@ async fn allowlist_permissive_and_veto() {
         json!({"metadata": {"name": "plain"}, "data": {"a": "1"}}),
     )
     .await;
-    create(
-        &env.projections(),
-        projection("plain", cm_source(&src, "plain"), json!({})),
-    )
-    .await;
+    env.project_configmap("plain", "plain", json!({})).await;
     {
         let _allowlist = controller(&[]).await;
-        let c = wait_condition(
-            &env.projections(),
-            "plain",
-            "Ready",
-            "False",
-            Some("SourceNotProjectable"),
-        )
-        .await;
+        let c = wait_not_ready(&env.projections(), "plain", "SourceNotProjectable").await;
         assert_eq!(
             c["message"],
             format!(
@@ -791,14 +717,7 @@ async fn allowlist_permissive_and_veto() {
             json!({"metadata": {"annotations": {"projection.sh/projectable": null}}}),
         )
         .await;
-        wait_condition(
-            &env.projections(),
-            "plain",
-            "Ready",
-            "False",
-            Some("SourceNotProjectable"),
-        )
-        .await;
+        wait_not_ready(&env.projections(), "plain", "SourceNotProjectable").await;
         wait_absent(
             &copies,
             "plain",
@@ -817,14 +736,7 @@ async fn allowlist_permissive_and_veto() {
             json!({"metadata": {"annotations": {"projection.sh/projectable": "false"}}}),
         )
         .await;
-        let c = wait_condition(
-            &env.projections(),
-            "plain",
-            "Ready",
-            "False",
-            Some("SourceOptedOut"),
-        )
-        .await;
+        let c = wait_not_ready(&env.projections(), "plain", "SourceOptedOut").await;
         assert_eq!(
             c["message"],
             format!(
@@ -846,43 +758,21 @@ async fn a_deleted_source_takes_its_copy_and_a_recreated_one_brings_it_back() {
     let (src, dst) = env.names();
     let sources = env.api::<ConfigMap>(&src);
     let copies = env.api::<ConfigMap>(&dst);
-    create(
-        &env.projections(),
-        projection("cfg", cm_source(&src, "cfg"), json!({})),
-    )
-    .await;
-    let c = wait_condition(
-        &env.projections(),
-        "cfg",
-        "Ready",
-        "False",
-        Some("SourceNotFound"),
-    )
-    .await;
+    env.project_configmap("cfg", "cfg", json!({})).await;
+    let c = wait_not_ready(&env.projections(), "cfg", "SourceNotFound").await;
     assert_eq!(c["message"], format!("source {src}/cfg not found"));
 
-    create(
-        &sources,
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
-    )
-    .await;
+    source_configmap(&sources, "cfg", json!({"a": "1"})).await;
     wait_ready(&env.projections(), "cfg").await;
-    sources
-        .delete("cfg", &DeleteParams::default())
-        .await
-        .expect("source deleted");
-    let c = wait_condition(&env.projections(), "cfg", "Ready", "False", Some("SourceDeleted")).await;
+    delete(&sources, "cfg").await;
+    let c = wait_not_ready(&env.projections(), "cfg", "SourceDeleted").await;
     assert_eq!(c["message"], format!("source {src}/cfg has been deleted"));
     wait_absent(&copies, "cfg", "copy removed with its source").await;
     wait_for_event(&env.client, &dst, "cfg", "SourceDeleted").await;
     let note = wait_for_event(&env.client, &dst, "cfg", "DestinationDeleted").await;
     assert_eq!(note, format!("{dst}/cfg"));
 
-    create(
-        &sources,
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "2"}}),
-    )
-    .await;
+    source_configmap(&sources, "cfg", json!({"a": "2"})).await;
     wait_ready(&env.projections(), "cfg").await;
     assert_eq!(
         data_of(&copies.get("cfg").await.expect("copy back")),
@@ -896,16 +786,8 @@ async fn renames_and_source_changes_leave_no_orphan() {
     let env = env("orphans").await;
     let _controller = controller(&[]).await;
     let (src, dst) = env.names();
-    create(
-        &env.api::<ConfigMap>(&src),
-        json!({"metadata": {"name": "one", "annotations": opted_in()}, "data": {"n": "1"}}),
-    )
-    .await;
-    create(
-        &env.api::<ConfigMap>(&src),
-        json!({"metadata": {"name": "two", "annotations": opted_in()}, "data": {"n": "2"}}),
-    )
-    .await;
+    source_configmap(&env.api::<ConfigMap>(&src), "one", json!({"n": "1"})).await;
+    source_configmap(&env.api::<ConfigMap>(&src), "two", json!({"n": "2"})).await;
     create(
         &env.api::<Secret>(&src),
         json!({"metadata": {"name": "two", "annotations": opted_in()}, "stringData": {"n": "2"}}),
@@ -913,7 +795,7 @@ async fn renames_and_source_changes_leave_no_orphan() {
     .await;
     let projections = env.projections();
     let cms = env.api::<ConfigMap>(&dst);
-    create(&projections, projection("p", cm_source(&src, "one"), json!({}))).await;
+    env.project_configmap("p", "one", json!({})).await;
     wait_ready(&projections, "p").await;
 
     merge(
@@ -962,40 +844,19 @@ async fn deleting_the_projection_removes_its_copy_unless_the_copy_was_claimed() 
     let env = env("delete").await;
     let _controller = controller(&[]).await;
     let (src, dst) = env.names();
-    create(
-        &env.api::<ConfigMap>(&src),
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()}, "data": {"a": "1"}}),
-    )
-    .await;
+    source_configmap(&env.api::<ConfigMap>(&src), "cfg", json!({"a": "1"})).await;
     let projections = env.projections();
     let copies = env.api::<ConfigMap>(&dst);
-    create(
-        &projections,
-        projection(
-            "owned",
-            cm_source(&src, "cfg"),
-            json!({"destination": {"name": "owned"}}),
-        ),
-    )
-    .await;
-    create(
-        &projections,
-        projection(
-            "claimed",
-            cm_source(&src, "cfg"),
-            json!({"destination": {"name": "claimed"}}),
-        ),
-    )
-    .await;
+    env.project_configmap("owned", "cfg", json!({"destination": {"name": "owned"}}))
+        .await;
+    env.project_configmap("claimed", "cfg", json!({"destination": {"name": "claimed"}}))
+        .await;
     wait_ready(&projections, "owned").await;
     wait_ready(&projections, "claimed").await;
     let finalizers = projections.get("owned").await.expect("p").finalizers().to_vec();
     assert_eq!(finalizers, ["projection.sh/finalizer"]);
 
-    projections
-        .delete("owned", &DeleteParams::default())
-        .await
-        .expect("deleted");
+    delete(&projections, "owned").await;
     wait_absent(&projections, "owned", "projection gone").await;
     wait_absent(&copies, "owned", "its copy gone").await;
 
@@ -1006,10 +867,7 @@ async fn deleting_the_projection_removes_its_copy_unless_the_copy_was_claimed() 
         json!({"metadata": {"annotations": {"projection.sh/owned-by-projection": null}}}),
     )
     .await;
-    projections
-        .delete("claimed", &DeleteParams::default())
-        .await
-        .expect("deleted");
+    delete(&projections, "claimed").await;
     wait_absent(&projections, "claimed", "projection gone").await;
     assert!(
         copies.get_opt("claimed").await.expect("get").is_some(),
@@ -1027,16 +885,8 @@ async fn an_immutable_copy_is_recreated_when_its_source_changes() {
     let (src, dst) = env.names();
     // A copy made immutable by someone else cannot take the next source edit in place.
     let configmaps = env.api::<ConfigMap>(&src);
-    create(
-        &configmaps,
-        json!({"metadata": {"name": "m", "annotations": opted_in()}, "data": {"v": "1"}}),
-    )
-    .await;
-    create(
-        &env.projections(),
-        projection("m", cm_source(&src, "m"), json!({})),
-    )
-    .await;
+    env.project_new_configmap("m", "m", json!({"v": "1"}), json!({}))
+        .await;
     wait_ready(&env.projections(), "m").await;
     let copies = env.api::<ConfigMap>(&dst);
     let first = copies.get("m").await.expect("copy").uid();
@@ -1073,10 +923,7 @@ async fn an_immutable_copy_is_recreated_when_its_source_changes() {
         )
         .await;
         wait_ready(&env.projections(), name).await;
-        secrets
-            .delete(name, &DeleteParams::default())
-            .await
-            .expect("deleted");
+        delete(&secrets, name).await;
         create(
             &secrets,
             json!({"metadata": {"name": name, "annotations": opted_in()}, "type": second_type,
@@ -1109,15 +956,8 @@ async fn a_chained_projection_stays_stable() {
     )
     .await;
     // first: src/root -> dst/mid; second: dst/mid (a copy) -> src/leaf
-    create(
-        &env.projections(),
-        projection(
-            "first",
-            cm_source(&src, "root"),
-            json!({"destination": {"name": "mid"}}),
-        ),
-    )
-    .await;
+    env.project_configmap("first", "root", json!({"destination": {"name": "mid"}}))
+        .await;
     wait_ready(&env.projections(), "first").await;
     create(
         &env.api::<Projection>(&src),
@@ -1179,16 +1019,8 @@ async fn a_chained_projection_stays_stable() {
 async fn metrics_and_probes_are_served() {
     let env = env("metrics").await;
     let controller = controller(&[]).await;
-    create(
-        &env.api::<ConfigMap>(env.source.name()),
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()}}),
-    )
-    .await;
-    create(
-        &env.projections(),
-        projection("cfg", cm_source(env.source.name(), "cfg"), json!({})),
-    )
-    .await;
+    env.project_new_configmap("cfg", "cfg", Value::Null, json!({}))
+        .await;
     wait_ready(&env.projections(), "cfg").await;
     let text = controller.metrics();
     for family in [
@@ -1218,16 +1050,8 @@ async fn metrics_and_probes_are_served() {
 async fn metrics_answer_both_formats_with_the_controller_runtime_names() {
     let env = env("metrics-formats").await;
     let controller = controller(&[]).await;
-    create(
-        &env.api::<ConfigMap>(env.source.name()),
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()}}),
-    )
-    .await;
-    create(
-        &env.projections(),
-        projection("cfg", cm_source(env.source.name(), "cfg"), json!({})),
-    )
-    .await;
+    env.project_new_configmap("cfg", "cfg", Value::Null, json!({}))
+        .await;
     wait_ready(&env.projections(), "cfg").await;
     let port = controller.metrics_port;
     let (code, content_type, classic) =
@@ -1388,7 +1212,7 @@ async fn leader_election_hands_over_when_the_leader_dies() {
 #[tokio::test]
 async fn apiserver_refusals_read_as_the_apiservers_own_message() {
     let env = env("apimsg").await;
-    let (src, dst) = env.names();
+    let (_, dst) = env.names();
     let copies = env.api::<ConfigMap>(&dst);
     let policy = format!("deny-{dst}");
     let _policy = DenyPolicy::create(
@@ -1412,24 +1236,9 @@ async fn apiserver_refusals_read_as_the_apiservers_own_message() {
     )
     .await;
     let controller = controller(&[]).await;
-    create(
-        &env.api::<ConfigMap>(&src),
-        json!({"metadata": {"name": "blocked", "annotations": opted_in()}}),
-    )
-    .await;
-    create(
-        &env.projections(),
-        projection("blocked", cm_source(&src, "blocked"), json!({})),
-    )
-    .await;
-    let ready = wait_condition(
-        &env.projections(),
-        "blocked",
-        "Ready",
-        "False",
-        Some("DestinationCreateFailed"),
-    )
-    .await;
+    env.project_new_configmap("blocked", "blocked", Value::Null, json!({}))
+        .await;
+    let ready = wait_not_ready(&env.projections(), "blocked", "DestinationCreateFailed").await;
     let message = ready["message"].as_str().unwrap_or_default().to_owned();
     assert!(
         message.starts_with(r#"configmaps "blocked" is forbidden: "#)
@@ -1468,15 +1277,11 @@ async fn apiserver_refusals_read_as_the_apiservers_own_message() {
 #[tokio::test]
 async fn a_refused_finalizer_removal_is_retried_with_backoff() {
     let env = env("finrm").await;
-    let (src, dst) = env.names();
+    let (_, dst) = env.names();
     let controller = controller(&[]).await;
-    create(
-        &env.api::<ConfigMap>(&src),
-        json!({"metadata": {"name": "cfg", "annotations": opted_in()}}),
-    )
-    .await;
+    env.project_new_configmap("cfg", "cfg", Value::Null, json!({}))
+        .await;
     let projections = env.projections();
-    create(&projections, projection("cfg", cm_source(&src, "cfg"), json!({}))).await;
     wait_ready(&projections, "cfg").await;
 
     // The apiserver refuses to let the finalizer go, as when an admission webhook is down.
@@ -1506,10 +1311,7 @@ async fn a_refused_finalizer_removal_is_retried_with_backoff() {
         remove_finalizer,
     )
     .await;
-    projections
-        .delete("cfg", &DeleteParams::default())
-        .await
-        .expect("delete");
+    delete(&projections, "cfg").await;
     wait_absent(
         &env.api::<ConfigMap>(&dst),
         "cfg",

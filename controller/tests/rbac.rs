@@ -40,11 +40,7 @@ async fn a_kind_outside_the_controllers_rbac_is_reported_at_once() {
         json!({"metadata": {"name": "tls", "annotations": opted_in()}, "stringData": {"key": "v"}}),
     )
     .await;
-    create(
-        &env.api::<ConfigMap>(&src),
-        json!({"metadata": {"name": "settings", "annotations": opted_in()}, "data": {"a": "1"}}),
-    )
-    .await;
+    source_configmap(&env.api::<ConfigMap>(&src), "settings", json!({"a": "1"})).await;
     let projections = env.projections();
     let started = std::time::Instant::now();
     create(
@@ -56,13 +52,9 @@ async fn a_kind_outside_the_controllers_rbac_is_reported_at_once() {
         ),
     )
     .await;
-    create(
-        &projections,
-        projection("settings", cm_source(&src, "settings"), json!({})),
-    )
-    .await;
+    env.project_configmap("settings", "settings", json!({})).await;
 
-    let ready = wait_condition(&projections, "tls", "Ready", "False", Some("SourceForbidden")).await;
+    let ready = wait_not_ready(&projections, "tls", "SourceForbidden").await;
     let elapsed = started.elapsed();
     let message = ready["message"].as_str().unwrap_or_default().to_owned();
     for part in [
@@ -132,7 +124,7 @@ async fn a_kind_outside_the_controllers_rbac_is_reported_at_once() {
         json!({"stringData": {"key": "v2"}}),
     )
     .await;
-    let refused = wait_condition(&projections, "tls", "Ready", "False", Some("SourceForbidden")).await;
+    let refused = wait_not_ready(&projections, "tls", "SourceForbidden").await;
     assert!(
         refused["message"]
             .as_str()

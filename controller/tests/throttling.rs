@@ -151,10 +151,7 @@ async fn squeezed_by_api_priority_and_fairness_the_controller_backs_off_and_conv
     );
 
     // Lifted: the next value goes through at the normal pace, same process.
-    schemas
-        .delete(&level, &DeleteParams::default())
-        .await
-        .expect("flow schema deleted");
+    delete(&schemas, &level).await;
     merge(
         &env.api::<ConfigMap>(&src),
         "settings",

@@ -2,22 +2,16 @@
 //! the exact errors expected, `good.yaml` specs that must pass. The webhook's integration test
 //! applies the same cases through the apiserver.
 
-use serde::Deserialize;
-use serde_json::Value;
 use shared::validation::{Invalid, check_cluster_projection, check_projection};
 use std::path::Path;
 
+mod common {
+    pub mod validation_case;
+}
+use common::validation_case::Case;
+
 /// The namespace every fixture Projection lives in.
 const NAMESPACE: &str = "tenant";
-
-#[derive(Deserialize)]
-struct Case {
-    description: String,
-    kind: String,
-    spec: Value,
-    #[serde(default)]
-    errors: Vec<String>,
-}
 
 fn cases(file: &str) -> Vec<Case> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -7,7 +7,7 @@
 
 use projection_tests::{
     TestNamespace,
-    chart::{Release, can, can_named},
+    chart::{Release, can},
     client, exclusive, install_crds, kubectl_ok, wait_for,
 };
 use serde_json::json;
@@ -82,7 +82,7 @@ async fn rbac_matrix_through_subject_access_reviews() {
     wait_for("the Projection roles to be aggregated", TIMEOUT, || async {
         let all = [&editor, &viewer, &admin]
             .iter()
-            .all(|u| can(u, &users, "list", "projection.sh", "projections", Some(a)));
+            .all(|u| can(u, &users, "list", "projection.sh", "projections", Some(a), None));
         if all { Ok(()) } else { Err("not yet".to_owned()) }
     })
     .await;
@@ -121,7 +121,7 @@ async fn rbac_matrix_through_subject_access_reviews() {
     ];
     let mut wrong = Vec::new();
     for (user, verb, resource, namespace, expected) in people {
-        if can(user, &users, verb, p, resource, namespace) != expected {
+        if can(user, &users, verb, p, resource, namespace, None) != expected {
             wrong.push(format!(
                 "{user} {verb} {resource} in {namespace:?}: expected {expected}"
             ));
@@ -161,7 +161,7 @@ async fn rbac_matrix_through_subject_access_reviews() {
         (&webhook, "create", "events.k8s.io", "events", Some(b), false),
     ];
     for (user, verb, group, resource, namespace, expected) in services {
-        if can(user, &sa_groups, verb, group, resource, namespace) != expected {
+        if can(user, &sa_groups, verb, group, resource, namespace, None) != expected {
             wrong.push(format!(
                 "{user} {verb} {group}/{resource} in {namespace:?}: expected {expected}"
             ));
@@ -169,7 +169,7 @@ async fn rbac_matrix_through_subject_access_reviews() {
     }
     // Name-scoped grants: its own Secret and webhook configurations only.
     for (name, expected) in [("projection-rbac-webhook-tls", true), ("someone-elses", false)] {
-        if can_named(
+        if can(
             &webhook,
             &sa_groups,
             "update",
@@ -184,7 +184,7 @@ async fn rbac_matrix_through_subject_access_reviews() {
     }
     for (name, expected) in [("projection-rbac-webhook", true), ("someone-elses", false)] {
         for resource in ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"] {
-            let allowed = can_named(
+            let allowed = can(
                 &webhook,
                 &sa_groups,
                 "patch",

@@ -281,20 +281,9 @@ pub fn self_signed(work_dir: &Path, dns_names: &[String]) -> (String, String) {
 }
 
 /// Whether `user` (with `groups`) may `verb` `resource` (`plural` or `plural/subresource`,
-/// optionally in `namespace`), as the apiserver's authorizer answers a SubjectAccessReview.
+/// optionally in `namespace`, and only the object `name` when given, for RBAC `resourceNames`), as
+/// the apiserver's authorizer answers a SubjectAccessReview.
 pub fn can(
-    user: &str,
-    groups: &[&str],
-    verb: &str,
-    group: &str,
-    resource: &str,
-    namespace: Option<&str>,
-) -> bool {
-    can_named(user, groups, verb, group, resource, namespace, None)
-}
-
-/// Like [`can`], for one object by name (RBAC `resourceNames`).
-pub fn can_named(
     user: &str,
     groups: &[&str],
     verb: &str,

@@ -10,7 +10,6 @@ use projection_tests::{
     http_get, install_crds, kubeconfig_path, kubectl, kubectl_ok, kubectl_stdin, metric_value, repo_root,
     testenv_dir, wait_for,
 };
-use serde::Deserialize;
 use serde_json::{Value, json};
 use std::{
     path::{Path, PathBuf},
@@ -18,6 +17,11 @@ use std::{
     sync::atomic::{AtomicU32, Ordering},
     time::{Duration, Instant},
 };
+
+/// The validation fixtures' case, shared with `shared`'s own fixture test.
+#[path = "../../shared/tests/common/validation_case.rs"]
+mod validation_case;
+use validation_case::Case;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -260,15 +264,6 @@ async fn configmap(namespace: &str, name: &str, projectable: Option<&str>) {
         .create(&PostParams::default(), &cm)
         .await
         .expect("create configmap");
-}
-
-#[derive(Deserialize)]
-struct Case {
-    description: String,
-    kind: String,
-    spec: Value,
-    #[serde(default)]
-    errors: Vec<String>,
 }
 
 /// The validation fixtures of `shared`, with their namespace `tenant` replaced by `namespace`.

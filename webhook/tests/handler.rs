@@ -18,11 +18,14 @@ use tower::ServiceExt;
 use webhook::{
     cluster_view::{ClusterView, KindScope, UserInfo},
     error::PolicyError,
-    handler::{App, MAX_BODY_BYTES, router},
+    handler::MAX_BODY_BYTES,
     metrics::Metrics,
     policy::PolicySettings,
     review::ReviewSettings,
 };
+
+mod common;
+use common::{admission_router, default_settings};
 
 /// A cluster with fixed answers: ConfigMaps and Secrets are namespaced, Namespaces cluster-scoped,
 /// anything else unknown; `sources` maps `namespace/name` to annotations; only alice (group tenants)
@@ -81,26 +84,12 @@ impl ClusterView for FixedCluster {
     }
 }
 
-fn settings(tenant_mode: bool) -> ReviewSettings {
-    ReviewSettings {
-        tenant_mode,
-        policy: PolicySettings {
-            source_mode: SourceMode::Allowlist,
-            check_source_access: true,
-        },
-    }
-}
-
 fn projectable(value: &str) -> BTreeMap<String, String> {
     BTreeMap::from([("projection.sh/projectable".to_owned(), value.to_owned())])
 }
 
 fn app_with(cluster: FixedCluster, settings: ReviewSettings) -> Router {
-    router(Arc::new(App {
-        settings,
-        cluster,
-        metrics: Arc::new(Metrics::unregistered()),
-    }))
+    admission_router(cluster, settings, Arc::new(Metrics::unregistered()))
 }
 
 /// The standard cluster: platform/shared-settings exists and opted in.
@@ -109,7 +98,7 @@ fn app() -> Router {
         sources: BTreeMap::from([("platform/shared-settings".to_owned(), projectable("true"))]),
         ..Default::default()
     };
-    app_with(cluster, settings(false))
+    app_with(cluster, default_settings(false))
 }
 
 fn fixture() -> Value {
@@ -223,7 +212,7 @@ async fn source_policy_runs_only_when_the_source_changes() {
     review["request"]["operation"] = json!("UPDATE");
     review["request"]["oldObject"] = review["request"]["object"].clone();
     review["request"]["object"]["spec"]["overlay"] = json!({"labels": {"a": "b"}});
-    let response = post(&app_with(cluster, settings(false)), "/validate", &review).await;
+    let response = post(&app_with(cluster, default_settings(false)), "/validate", &review).await;
     assert_eq!(response["allowed"], true);
     assert!(response.get("warnings").is_none(), "no source check: {response}");
 }
@@ -262,7 +251,7 @@ async fn source_policy_verdicts() {
         with_spec(json!({"source": {"kind": kind, "namespace": "platform", "name": name}}))
     };
 
-    let app = app_with(cluster(), settings(false));
+    let app = app_with(cluster(), default_settings(false));
     let vetoed = post(&app, "/validate", &source("ConfigMap", "vetoed")).await;
     assert_eq!(
         denial(&vetoed),
@@ -350,7 +339,7 @@ async fn tenant_mode_denies_cluster_projection_writes_only() {
             sources: BTreeMap::from([("platform/shared-settings".to_owned(), projectable("true"))]),
             ..Default::default()
         },
-        settings(true),
+        default_settings(true),
     );
     let create = post(&tenant, "/validate", &cluster_projection_review("CREATE")).await;
     assert!(
@@ -774,11 +763,7 @@ fn patch_of(response: &Value) -> Value {
 #[tokio::test]
 async fn a_source_the_webhook_cannot_read_is_denied_saying_why_and_counted() {
     let metrics = Arc::new(Metrics::unregistered());
-    let app = router(Arc::new(App {
-        settings: settings(false),
-        cluster: FixedCluster::default(),
-        metrics: metrics.clone(),
-    }));
+    let app = admission_router(FixedCluster::default(), default_settings(false), metrics.clone());
     let source = |name: &str| {
         with_spec(json!({"source": {"kind": "ConfigMap", "namespace": "platform", "name": name}}))
     };

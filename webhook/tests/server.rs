@@ -12,7 +12,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use kube::discovery::ApiResource;
 use rustls::pki_types::ServerName;
 use serde_json::Value;
-use shared::{crd::SourceRef, projectable::SourceMode};
+use shared::crd::SourceRef;
 use std::{
     collections::BTreeMap,
     net::SocketAddr,
@@ -27,13 +27,14 @@ use tokio_rustls::TlsConnector;
 use webhook::{
     cluster_view::{ClusterView, KindScope, UserInfo},
     error::PolicyError,
-    handler::{App, MAX_BODY_BYTES, router},
+    handler::MAX_BODY_BYTES,
     metrics::Metrics,
-    policy::PolicySettings,
-    review::ReviewSettings,
     server::serve_tls,
     tls::CertStore,
 };
+
+mod common;
+use common::{admission_router, default_settings};
 
 /// A cluster that knows nothing: the bodies here never get as far as asking it.
 struct EmptyCluster;
@@ -69,17 +70,7 @@ async fn start_server(alpn: &[u8]) -> (SocketAddr, TlsConnector) {
             generated.signing_key.serialize_pem().as_bytes(),
         )
         .expect("the generated pair installs");
-    let app = router(Arc::new(App {
-        settings: ReviewSettings {
-            tenant_mode: false,
-            policy: PolicySettings {
-                source_mode: SourceMode::Allowlist,
-                check_source_access: true,
-            },
-        },
-        cluster: EmptyCluster,
-        metrics,
-    }));
+    let app = admission_router(EmptyCluster, default_settings(false), metrics);
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("address");
     let tls = store.server_config().expect("server TLS config");

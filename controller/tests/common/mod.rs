@@ -12,7 +12,7 @@ use kube::{
 use projection_tests::{ServiceProcess, TestNamespace, client, exclusive, install_crds, wait_for};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use shared::crd::Projection;
+use shared::crd::{ClusterProjection, Projection};
 use std::{fmt::Debug, path::Path, time::Duration};
 
 pub const TIMEOUT: Duration = Duration::from_secs(20);
@@ -94,6 +94,23 @@ impl Env {
     pub fn projections(&self) -> Api<Projection> {
         self.api(self.dest.name())
     }
+
+    /// Creates the Projection `name` (in the destination namespace) of the source namespace's
+    /// ConfigMap `source`, with the spec fields `extra`: most tests project a ConfigMap this way.
+    pub async fn project_configmap(&self, name: &str, source: &str, extra: Value) -> Projection {
+        create(
+            &self.projections(),
+            projection(name, cm_source(self.source.name(), source), extra),
+        )
+        .await
+    }
+
+    /// Creates the opted-in ConfigMap `source` with `data` in the source namespace and the
+    /// Projection `name` of it: the opening most tests share.
+    pub async fn project_new_configmap(&self, name: &str, source: &str, data: Value, extra: Value) {
+        source_configmap(&self.api(self.source.name()), source, data).await;
+        self.project_configmap(name, source, extra).await;
+    }
 }
 
 pub async fn create<K>(api: &Api<K>, value: Value) -> K
@@ -104,6 +121,17 @@ where
     api.create(&PostParams::default(), &object)
         .await
         .unwrap_or_else(|e| panic!("create failed: {e}"))
+}
+
+/// Deletes `name`, panicking with the apiserver's answer if it refuses: the deletions a test makes,
+/// which must go through.
+pub async fn delete<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug,
+{
+    api.delete(name, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete {name} failed: {e}"));
 }
 
 pub async fn merge<K>(api: &Api<K>, name: &str, patch: Value) -> K
@@ -119,16 +147,63 @@ pub fn opted_in() -> Value {
     json!({"projection.sh/projectable": "true"})
 }
 
-pub fn projection(name: &str, source: Value, extra: Value) -> Value {
+/// Creates the ConfigMap `name` opted in to projection, with `data` (`Value::Null` for none): the
+/// source most tests project.
+pub async fn source_configmap(api: &Api<ConfigMap>, name: &str, data: Value) -> ConfigMap {
+    create(
+        api,
+        json!({"metadata": {"name": name, "annotations": opted_in()}, "data": data}),
+    )
+    .await
+}
+
+/// Creates the ClusterProjection `name` with `spec`, so tests write only the spec and not the
+/// object around it.
+pub async fn create_cluster_projection(
+    api: &Api<ClusterProjection>,
+    name: &str,
+    spec: Value,
+) -> ClusterProjection {
+    create(
+        api,
+        json!({"apiVersion": "projection.sh/v1", "kind": "ClusterProjection",
+               "metadata": {"name": name}, "spec": spec}),
+    )
+    .await
+}
+
+/// The spec `{"source": source}` with the fields of `extra` added: a Projection's or a
+/// ClusterProjection's, as tests write them.
+pub fn spec_of(source: Value, extra: Value) -> Value {
     let mut spec = json!({"source": source});
     for (k, v) in extra.as_object().into_iter().flatten() {
         spec[k] = v.clone();
     }
+    spec
+}
+
+pub fn projection(name: &str, source: Value, extra: Value) -> Value {
+    let spec = spec_of(source, extra);
     json!({"apiVersion": "projection.sh/v1", "kind": "Projection", "metadata": {"name": name}, "spec": spec})
 }
 
 pub fn cm_source(namespace: &str, name: &str) -> Value {
     json!({"version": "v1", "kind": "ConfigMap", "namespace": namespace, "name": name})
+}
+
+/// The condition `type_` among `conditions` (of either kind's status), if it is there.
+pub fn condition<'a>(
+    conditions: &'a [shared::crd::Condition],
+    type_: &str,
+) -> Option<&'a shared::crd::Condition> {
+    conditions.iter().find(|c| c.r#type == type_)
+}
+
+/// The message of the condition `type_` among `conditions`; empty when there is none.
+pub fn condition_message(conditions: &[shared::crd::Condition], type_: &str) -> String {
+    condition(conditions, type_)
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
 }
 
 /// Waits until the Projection's condition `type_` has `status` (and, if given, `reason`) for its
@@ -151,7 +226,7 @@ pub async fn wait_condition(
                 .as_ref()
                 .map(|s| s.conditions.clone())
                 .unwrap_or_default();
-            let found = conditions.iter().find(|c| c.r#type == type_).cloned();
+            let found = condition(&conditions, type_).cloned();
             match found {
                 Some(c)
                     if c.status == status
@@ -165,6 +240,12 @@ pub async fn wait_condition(
         },
     )
     .await
+}
+
+/// Waits until the Projection's `Ready` is `False` for `reason`, the way most failures show;
+/// returns the condition.
+pub async fn wait_not_ready(api: &Api<Projection>, name: &str, reason: &str) -> Value {
+    wait_condition(api, name, "Ready", "False", Some(reason)).await
 }
 
 pub async fn wait_ready(api: &Api<Projection>, name: &str) {
@@ -324,6 +405,19 @@ pub async fn wait_reconciled_after(
         },
     )
     .await;
+}
+
+/// Makes `change` (an edit, a deletion) and waits until the controller has reconciled `name` after
+/// it began: how a test knows the change was looked at, also when nothing should come of it.
+pub async fn change_and_wait_reconciled<T>(
+    controller: &ServiceProcess,
+    name: &str,
+    change: impl std::future::Future<Output = T>,
+) -> T {
+    let started = k8s_openapi::jiff::Timestamp::now();
+    let outcome = change.await;
+    wait_reconciled_after(controller, name, started).await;
+    outcome
 }
 
 /// A barrier on the controller's watch of ConfigMaps: edits the source of a probe (a CR of the
