@@ -11,8 +11,8 @@ use crate::{
     error::Error,
     index::{CrRef, ObjectKey},
     reconcile::{
-        ProjectionKind, Source, conclude, conclude_suspended, copies_remain, gvk_display, observe_first_copy,
-        read_or_withdraw, resolved_kind, spec_fields, written_destination,
+        ProjectionKind, Source, conclude, conclude_suspended, gvk_display, observe_first_copy,
+        read_or_withdraw, spec_fields, written_destination,
     },
     watches::Tier,
     writer::{Existing, Removed, WriteError, Written, recorded_resource, release_known, write_copy},
@@ -31,10 +31,7 @@ use shared::{
     destination::Target,
     fan_out::{CopyWrite, EventNote, Tally, name_first, pass_events, verdict},
     keys::CLUSTER_PROJECTION_FINALIZER,
-    lifecycle::{
-        Release, handled_request, is_suspended, on_cr_deletion, requested_at, stamp_request,
-        suspended_conditions,
-    },
+    lifecycle::{Release, handled_request, is_suspended, requested_at, stamp_request, suspended_conditions},
     ownership::Owner,
     reason::{Reason, Retry},
     source::GroupKind,
@@ -51,6 +48,8 @@ impl ProjectionKind for ClusterProjection {
     const FINALIZER: &'static str = CLUSTER_PROJECTION_FINALIZER;
     const TIER: Tier = Tier::Cluster;
 
+    spec_fields!();
+
     fn waker(&self) -> CrRef {
         CrRef::Cluster(ObjectRef::from_obj(self))
     }
@@ -62,7 +61,9 @@ impl ProjectionKind for ClusterProjection {
         }
     }
 
-    spec_fields!();
+    fn api(&self, client: kube::Client) -> Api<Self> {
+        Api::all(client)
+    }
 
     fn runtime_metrics(
         metrics: &crate::runtime_metrics::RuntimeMetrics,
@@ -70,16 +71,9 @@ impl ProjectionKind for ClusterProjection {
         &metrics.cluster
     }
 
-    fn api(&self, client: kube::Client) -> Api<Self> {
-        Api::all(client)
-    }
-
-    fn apply(&self, ctx: &Context) -> impl std::future::Future<Output = Result<Action, Error>> + Send {
-        apply(self, ctx)
-    }
-
-    fn cleanup(&self, ctx: &Context) -> impl std::future::Future<Output = Result<Action, Error>> + Send {
-        cleanup(self, ctx)
+    fn forget(&self, ctx: &Context) {
+        ctx.namespaces.forget(&ObjectRef::from_obj(self));
+        ctx.watches.forget(&self.waker());
     }
 }
 
@@ -174,17 +168,7 @@ async fn fan_out(
     let ever_projected = current.destination_name.is_some() || recorded.is_some();
 
     // Read: the source, then the target namespaces.
-    let read = read_or_withdraw(
-        ctx,
-        cp,
-        recorded.as_ref(),
-        ever_projected,
-        |kind, resource, release| {
-            let (owner, about, recorded) = (&owner, &about, recorded.as_ref());
-            async move { sweep(ctx, (owner, about), recorded, Some((&kind, &resource)), release).await }
-        },
-    )
-    .await?;
+    let read = read_or_withdraw(ctx, cp, recorded.as_ref(), ever_projected).await?;
     let resolved = read.resolved_message.clone();
     let failed = |reason, message| destination_failure(&resolved, reason, message, recorded.clone());
     let rule = match TargetRule::of(&cp.spec.destination) {
@@ -239,7 +223,7 @@ async fn fan_out(
         .collect();
     ctx.watches.set_waiting(&cp.waker(), waiting);
     let earlier = earlier_kind(recorded.as_ref(), &written);
-    let cleaned = remove_unwanted(ctx, &owner, &about, &read, &targets.keep(), &name, earlier).await;
+    let cleaned = remove_unwanted(cp, ctx, &read, &targets.keep(), &name, earlier).await;
 
     // Report.
     if tally.first_copy(current.destination_name.is_some()) {
@@ -320,14 +304,14 @@ async fn write_all(
 /// Removes the copies of the current kind outside `keep` or under another name than `name`, and
 /// every copy of an `earlier` kind. Returns whether all are gone.
 async fn remove_unwanted(
+    cp: &ClusterProjection,
     ctx: &Context,
-    owner: &Owner,
-    about: &ObjectReference,
     read: &Source,
     keep: &BTreeSet<String>,
     name: &str,
     earlier: Option<WrittenDestination>,
 ) -> bool {
+    let (owner, about) = (&cp.owner(), &cp.object_ref(&()));
     let unwanted: Vec<Arc<DynamicObject>> = read
         .copies
         .state()
@@ -347,7 +331,7 @@ async fn remove_unwanted(
     )
     .await;
     if let Some(old) = earlier {
-        cleaned &= sweep(ctx, (owner, about), Some(&old), None, Release::Delete).await;
+        cleaned &= withdraw_copies(cp, ctx, Some(&old), None, Release::Delete).await;
     }
     cleaned
 }
@@ -369,13 +353,14 @@ fn copy_write(written: Result<Written, WriteError>) -> CopyWrite {
 
 /// Releases (deletes or orphans, as `release` says) every copy of `owner` of the recorded kind and
 /// of the current kind, in every namespace. Returns whether all are out of our hands.
-async fn sweep(
+async fn withdraw_copies(
+    cp: &ClusterProjection,
     ctx: &Context,
-    (owner, about): (&Owner, &ObjectReference),
     recorded: Option<&WrittenDestination>,
     current: Option<(&GroupKind, &ApiResource)>,
     release: Release,
 ) -> bool {
+    let (owner, about) = (&cp.owner(), &cp.object_ref(&()));
     let mut kinds: Vec<(GroupKind, ApiResource)> = current
         .map(|(gk, r)| (gk.clone(), r.clone()))
         .into_iter()
@@ -482,29 +467,4 @@ async fn remove_all(
     }
     ctx.events.publish_all(about, events).await;
     all_gone
-}
-
-/// Deletion of the ClusterProjection: every copy it owns goes first across the cluster, or is
-/// orphaned with `deletionPolicy: Orphan`.
-async fn cleanup(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error> {
-    let owner = cp.owner();
-    let about = cp.object_ref(&());
-    let recorded = cp.status.as_ref().and_then(|s| s.written_destination.clone());
-    let current = resolved_kind(ctx, &cp.spec.source).await;
-    let all_gone = sweep(
-        ctx,
-        (&owner, &about),
-        recorded.as_ref(),
-        current.as_ref().map(|(gk, r)| (gk, r)),
-        on_cr_deletion(cp.spec.controls.deletion_policy),
-    )
-    .await;
-    if !all_gone {
-        return Err(copies_remain());
-    }
-    let cp_ref = ObjectRef::from_obj(cp);
-    ctx.namespaces.forget(&cp_ref);
-    ctx.watches.forget(&CrRef::Cluster(cp_ref));
-    // The backoff is reset by `reconcile` once the finalizer is removed too.
-    Ok(Action::await_change())
 }

@@ -8,8 +8,8 @@ use crate::{
     error::Error,
     index::{CrRef, ObjectKey},
     reconcile::{
-        ProjectionKind, conclude, conclude_suspended, copies_remain, gvk_display, observe_first_copy,
-        read_or_withdraw, resolved_kind, spec_fields, written_destination,
+        ProjectionKind, conclude, conclude_suspended, gvk_display, observe_first_copy, read_or_withdraw,
+        spec_fields, written_destination,
     },
     watches::Tier,
     writer::{Existing, Removed, Written, release_copy, write_copy},
@@ -26,10 +26,7 @@ use shared::{
     crd::{AppliedOnce, Projection, ProjectionStatus, WrittenDestination},
     destination::Target,
     keys::PROJECTION_FINALIZER,
-    lifecycle::{
-        Release, handled_request, is_suspended, on_cr_deletion, requested_at, stamp_request,
-        suspended_conditions,
-    },
+    lifecycle::{Release, handled_request, is_suspended, requested_at, stamp_request, suspended_conditions},
     ownership::Owner,
     reason::{Reason, Retry},
     self_copy::self_copy,
@@ -45,6 +42,8 @@ impl ProjectionKind for Projection {
     const FINALIZER: &'static str = PROJECTION_FINALIZER;
     const TIER: Tier = Tier::Projection;
 
+    spec_fields!();
+
     fn waker(&self) -> CrRef {
         CrRef::Projection(ObjectRef::from_obj(self))
     }
@@ -57,7 +56,9 @@ impl ProjectionKind for Projection {
         }
     }
 
-    spec_fields!();
+    fn api(&self, client: kube::Client) -> Api<Self> {
+        Api::namespaced(client, &self.namespace().unwrap_or_default())
+    }
 
     fn runtime_metrics(
         metrics: &crate::runtime_metrics::RuntimeMetrics,
@@ -65,16 +66,8 @@ impl ProjectionKind for Projection {
         &metrics.projection
     }
 
-    fn api(&self, client: kube::Client) -> Api<Self> {
-        Api::namespaced(client, &self.namespace().unwrap_or_default())
-    }
-
-    fn apply(&self, ctx: &Context) -> impl std::future::Future<Output = Result<Action, Error>> + Send {
-        apply(self, ctx)
-    }
-
-    fn cleanup(&self, ctx: &Context) -> impl std::future::Future<Output = Result<Action, Error>> + Send {
-        cleanup(self, ctx)
+    fn forget(&self, ctx: &Context) {
+        ctx.watches.forget(&self.waker());
     }
 }
 
@@ -171,27 +164,7 @@ async fn project(
     let source = &p.spec.source;
     let recorded = status.written_destination.clone();
     let ever_projected = status.destination_name.is_some() || recorded.is_some();
-    let read = read_or_withdraw(
-        ctx,
-        p,
-        recorded.as_ref(),
-        ever_projected,
-        |kind, resource, release| {
-            let (owner, about, recorded) = (&owner, &about, recorded.as_ref());
-            async move {
-                retract(
-                    p,
-                    ctx,
-                    (owner, about),
-                    recorded,
-                    Some((&kind, &resource)),
-                    release,
-                )
-                .await
-            }
-        },
-    )
-    .await?;
+    let read = read_or_withdraw(ctx, p, recorded.as_ref(), ever_projected).await?;
 
     let target = target_of(p);
     let failed =
@@ -335,14 +308,14 @@ async fn project(
 
 /// Releases (deletes or orphans, as `release` says) every copy this Projection may have written: the
 /// recorded one and the one at the current coordinates. Returns whether all are out of our hands.
-async fn retract(
+async fn withdraw_copies(
     p: &Projection,
     ctx: &Context,
-    (owner, about): (&Owner, &ObjectReference),
     recorded: Option<&WrittenDestination>,
     current: Option<(&GroupKind, &ApiResource)>,
     release: Release,
 ) -> bool {
+    let (owner, about) = (&p.owner(), &p.object_ref(&()));
     let mut all_gone = true;
     if let Some(old) = recorded {
         all_gone &= remove_recorded(p, ctx, (owner, about), old, release)
@@ -409,28 +382,4 @@ async fn remove_recorded(
         }
     }
     Ok(())
-}
-
-/// Deletion of the Projection: its copies go first, or are orphaned with `deletionPolicy: Orphan`
-/// (the finalizer holds it until then; a suspended Projection follows its policy too).
-async fn cleanup(p: &Projection, ctx: &Context) -> Result<Action, Error> {
-    let owner = p.owner();
-    let about = p.object_ref(&());
-    let recorded = p.status.as_ref().and_then(|s| s.written_destination.clone());
-    let current = resolved_kind(ctx, &p.spec.source).await;
-    let all_gone = retract(
-        p,
-        ctx,
-        (&owner, &about),
-        recorded.as_ref(),
-        current.as_ref().map(|(gk, r)| (gk, r)),
-        on_cr_deletion(p.spec.controls.deletion_policy),
-    )
-    .await;
-    if !all_gone {
-        return Err(copies_remain());
-    }
-    ctx.watches.forget(&CrRef::Projection(ObjectRef::from_obj(p)));
-    // The backoff is reset by `reconcile` once the finalizer is removed too.
-    Ok(Action::await_change())
 }

@@ -24,7 +24,7 @@ use kube::{
 use serde::{Serialize, de::DeserializeOwned};
 use shared::{
     crd::{CopyControls, SourceRef, WrittenDestination},
-    lifecycle::{Release, on_source_loss},
+    lifecycle::{Release, on_cr_deletion, on_source_loss},
     ownership::Owner,
     projectable::check_projectable,
     reason::{Reason, Retry},
@@ -173,23 +173,16 @@ pub async fn read_source(
     })
 }
 
-/// Reads the source of `cr` as [`read_source`] does. When there is nothing to project, the copies
-/// are withdrawn with `withdraw` (given the source's kind and resource, and whether
-/// `sourceDeletionPolicy` and the problem's reason call for deleting or orphaning them) if the
-/// problem calls for it, and the problem is reported. `recorded` is the copy the status last
-/// recorded; `ever_projected` whether any pass ever wrote one.
-pub async fn read_or_withdraw<K, W, F>(
+/// Reads the source of `cr` as [`read_source`] does. When there is nothing to project and the
+/// problem calls for it, the copies are withdrawn (deleted or orphaned, as `sourceDeletionPolicy`
+/// and the problem's reason decide), and the problem is reported. `recorded` is the copy the status
+/// last recorded; `ever_projected` whether any pass ever wrote one.
+pub async fn read_or_withdraw<K: ProjectionKind>(
     ctx: &Context,
     cr: &K,
     recorded: Option<&WrittenDestination>,
     ever_projected: bool,
-    withdraw: W,
-) -> Result<Source, Failure>
-where
-    K: ProjectionKind,
-    W: FnOnce(GroupKind, ApiResource, Release) -> F,
-    F: Future<Output = bool>,
-{
+) -> Result<Source, Failure> {
     let source = cr.source();
     match read_source(ctx, source, &cr.waker(), K::TIER, ever_projected).await {
         Ok(read) => Ok(read),
@@ -197,7 +190,9 @@ where
             let withdrawn = match &problem {
                 Problem::Withdraw { resource, reason, .. } => {
                     let release = on_source_loss(cr.controls().source_deletion_policy, *reason);
-                    withdraw(source.group_kind(), resource.clone(), release).await
+                    let current = (source.group_kind(), resource);
+                    cr.withdraw(ctx, recorded, Some((&current.0, current.1)), release)
+                        .await
                 }
                 Problem::Report { .. } => false,
             };
@@ -206,6 +201,20 @@ where
                 .await)
         }
     }
+}
+
+/// Deletion of a CR: its copies go first, or are orphaned with `deletionPolicy: Orphan` (the
+/// finalizer holds the CR until then; a suspended CR follows its policy too).
+async fn cleanup<K: ProjectionKind>(cr: &K, ctx: &Context) -> Result<Action, Error> {
+    let current = resolved_kind(ctx, cr.source()).await;
+    let release = on_cr_deletion(cr.controls().deletion_policy);
+    let current = current.as_ref().map(|(gk, r)| (gk, r));
+    if !cr.withdraw(ctx, cr.recorded(), current, release).await {
+        return Err(copies_remain());
+    }
+    cr.forget(ctx);
+    // The backoff is reset by `reconcile` once the finalizer is removed too.
+    Ok(Action::await_change())
 }
 
 impl Problem {
@@ -349,12 +358,25 @@ pub trait ProjectionKind:
     fn runtime_metrics(metrics: &RuntimeMetrics) -> &ControllerMetrics;
     /// Puts the copies in place and reports.
     fn apply(&self, ctx: &Context) -> impl Future<Output = Result<Action, Error>> + Send;
-    /// Removes every copy before the CR goes.
-    fn cleanup(&self, ctx: &Context) -> impl Future<Output = Result<Action, Error>> + Send;
+    /// Releases (deletes or orphans, as `release` says) every copy this CR may have written, of
+    /// the `recorded` kind and of the `current` one; true when none is left in our hands.
+    fn withdraw(
+        &self,
+        ctx: &Context,
+        recorded: Option<&WrittenDestination>,
+        current: Option<(&GroupKind, &ApiResource)>,
+        release: Release,
+    ) -> impl Future<Output = bool> + Send;
+    /// Drops what the indexes keep about this CR, once its copies are gone.
+    fn forget(&self, ctx: &Context);
+    /// The kind and name of the copies the status last recorded.
+    fn recorded(&self) -> Option<&WrittenDestination>;
 }
 
-/// [`ProjectionKind::source`] and [`ProjectionKind::controls`], alike for both kinds because both
-/// specs name these fields the same.
+/// [`ProjectionKind::source`], [`ProjectionKind::controls`], [`ProjectionKind::recorded`],
+/// [`ProjectionKind::apply`] and [`ProjectionKind::withdraw`] (the module's own `apply` and
+/// `withdraw_copies`), alike for both kinds because their specs and statuses name these fields the
+/// same.
 macro_rules! spec_fields {
     () => {
         fn source(&self) -> &shared::crd::SourceRef {
@@ -363,6 +385,26 @@ macro_rules! spec_fields {
 
         fn controls(&self) -> &shared::crd::CopyControls {
             &self.spec.controls
+        }
+
+        fn recorded(&self) -> Option<&shared::crd::WrittenDestination> {
+            self.status
+                .as_ref()
+                .and_then(|s| s.written_destination.as_ref())
+        }
+
+        fn apply(&self, ctx: &Context) -> impl Future<Output = Result<Action, Error>> + Send {
+            apply(self, ctx)
+        }
+
+        fn withdraw(
+            &self,
+            ctx: &Context,
+            recorded: Option<&shared::crd::WrittenDestination>,
+            current: Option<(&shared::source::GroupKind, &kube::api::ApiResource)>,
+            release: shared::lifecycle::Release,
+        ) -> impl Future<Output = bool> + Send {
+            withdraw_copies(self, ctx, recorded, current, release)
         }
     };
 }
@@ -380,7 +422,7 @@ pub async fn reconcile<K: ProjectionKind>(object: Arc<K>, ctx: Arc<Context>) -> 
     let result = finalizer(&api, K::FINALIZER, object, |event| async {
         match event {
             Finalizer::Apply(o) => o.apply(&ctx).await,
-            Finalizer::Cleanup(o) => o.cleanup(&ctx).await,
+            Finalizer::Cleanup(o) => cleanup(o.as_ref(), &ctx).await,
         }
     })
     .await
