@@ -429,12 +429,18 @@ impl ServiceProcess {
     /// Like [`ServiceProcess::start`], with `/metrics` on a port of its own (a controller-runtime
     /// manager, such as the Go operator's, cannot serve metrics and probes on one port).
     pub fn start_split(binary: &Path, args: &[&str]) -> Self {
+        Self::start_split_as(binary, args, &kubeconfig_path(), &[])
+    }
+
+    /// [`ServiceProcess::start_split`] with [`ServiceProcess::start_as`]'s kubeconfig and
+    /// environment: what a harness uses when the binary may be any controller.
+    pub fn start_split_as(binary: &Path, args: &[&str], kubeconfig: &Path, env: &[(&str, &str)]) -> Self {
         let http_port = free_port();
         let mut metrics_port = free_port();
         while metrics_port == http_port {
             metrics_port = free_port();
         }
-        Self::start_on(binary, args, &kubeconfig_path(), &[], http_port, metrics_port)
+        Self::start_on(binary, args, kubeconfig, env, http_port, metrics_port)
     }
 
     fn start_on(

@@ -38,7 +38,7 @@ pub async fn black_hole(
     let sources = create_source(client, &source_ns).await?;
     let (copies, owner) = create_projection(client, run, &source_ns, &dest_ns).await?;
     let args: Vec<&str> = controller_args.iter().map(String::as_str).collect();
-    let mut controller = ServiceProcess::start_as(binary, &args, &kubeconfig, &[]);
+    let mut controller = ServiceProcess::start_split_as(binary, &args, &kubeconfig, &[]);
     controller.wait_ready().await;
     let pid = controller.pid();
 

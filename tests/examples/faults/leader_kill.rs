@@ -36,6 +36,7 @@ pub async fn leader_kill(
     plan: &Plan,
     random: &mut Random,
     binary: &Path,
+    extra_args: &[String],
 ) -> anyhow::Result<Value> {
     let home = format!("{run}-lease");
     create_namespace(client, &home, BTreeMap::new(), run).await?;
@@ -83,16 +84,20 @@ pub async fn leader_kill(
         }),
     );
 
-    let args = [
+    let args: Vec<String> = [
         "--leader-elect",
         "--leader-election-lease-duration",
         LEASE_SECONDS,
         "--leader-election-namespace",
         home.as_str(),
-    ];
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .chain(extra_args.iter().cloned())
+    .collect();
     let mut replicas = vec![
-        ServiceProcess::start(binary, &args),
-        ServiceProcess::start(binary, &args),
+        super::start_controller(binary, &args),
+        super::start_controller(binary, &args),
     ];
     for replica in &mut replicas {
         replica.wait_ready().await;

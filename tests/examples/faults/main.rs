@@ -50,9 +50,17 @@ const CONVERGE_LIMIT: Duration = Duration::from_secs(180);
 #[derive(Parser, Debug)]
 #[command(about = "Fault injection against a projection.sh/v1 controller on the local control plane")]
 struct Args {
-    /// The controller binary (started with the metrics and probe addresses and KUBECONFIG only).
+    /// The controller binary (started with the metrics and probe addresses, on two ports, and
+    /// KUBECONFIG, plus `--controller-arg`s).
     #[arg(long)]
     controller: PathBuf,
+    /// An extra flag for every controller the harness starts (repeatable), e.g. the Go operator's
+    /// `--controller-arg=--metrics-secure=false --controller-arg=--leader-elect=false`.
+    #[arg(long, allow_hyphen_values = true)]
+    controller_arg: Vec<String>,
+    /// Leave out the leader scenario (for a controller without our leader-election flags).
+    #[arg(long)]
+    no_leader: bool,
     /// short (CI: 100 namespaces, 3 kills, one apiserver restart) or full (1000 namespaces, 20
     /// kills, three apiserver restarts and one etcd restart).
     #[arg(long, default_value = "short")]
@@ -155,7 +163,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let mut random = Random(seed);
     let started = Instant::now();
-    let mut controller = Controller::start(&args.controller).await;
+    let mut controller = Controller::start(&args.controller, &args.controller_arg).await;
     let outcome = async {
         let kills = controller_kills(&client, &run, &plan, &mut random, &mut controller).await?;
         let restarts = control_plane_restarts(&client, &run, &plan, &mut controller).await?;
@@ -170,13 +178,22 @@ async fn main() -> anyhow::Result<()> {
     let outcome = async {
         let mut report = outcome?;
         if !plan.black_hole.is_zero() {
-            let controller_args = &args.black_hole_controller_arg;
+            let controller_args = [&args.controller_arg[..], &args.black_hole_controller_arg[..]].concat();
             report["black_hole"] =
-                black_hole::black_hole(&client, &run, &plan, &args.controller, controller_args).await?;
+                black_hole::black_hole(&client, &run, &plan, &args.controller, &controller_args).await?;
             cleanup(&client, &run).await;
         }
-        report["leader_kill"] =
-            leader_kill::leader_kill(&client, &run, &plan, &mut random, &args.controller).await?;
+        if !args.no_leader {
+            report["leader_kill"] = leader_kill::leader_kill(
+                &client,
+                &run,
+                &plan,
+                &mut random,
+                &args.controller,
+                &args.controller_arg,
+            )
+            .await?;
+        }
         anyhow::Ok(report)
     }
     .await;
@@ -205,17 +222,25 @@ async fn main() -> anyhow::Result<()> {
 /// The controller process under test, restarted after each kill.
 struct Controller {
     binary: PathBuf,
+    args: Vec<String>,
     process: ServiceProcess,
     logs: Vec<PathBuf>,
 }
 
+/// Starts `binary` with `args` against the test kubeconfig.
+fn start_controller(binary: &Path, args: &[String]) -> ServiceProcess {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ServiceProcess::start_split_as(binary, &args, &projection_tests::kubeconfig_path(), &[])
+}
+
 impl Controller {
-    async fn start(binary: &Path) -> Self {
-        let mut process = ServiceProcess::start(binary, &[]);
+    async fn start(binary: &Path, args: &[String]) -> Self {
+        let mut process = start_controller(binary, args);
         process.wait_ready().await;
         let logs = vec![process.log.clone()];
         Self {
             binary: binary.to_owned(),
+            args: args.to_vec(),
             process,
             logs,
         }
@@ -224,7 +249,7 @@ impl Controller {
     /// SIGKILL, then a new process (ready).
     async fn kill_and_restart(&mut self) {
         self.process.kill_hard();
-        let mut process = ServiceProcess::start(&self.binary, &[]);
+        let mut process = start_controller(&self.binary, &self.args);
         process.wait_ready().await;
         self.logs.push(process.log.clone());
         self.process = process;
