@@ -6,10 +6,16 @@
 //! Building the stack ourselves must not lose what `kube::Client::try_from` gives: socket timeouts,
 //! the retry of 429/503/504 (kube's own policy) and a trace span per request. On top of kube's
 //! defaults it bounds the wait for an answer, so a connection that accepts and never answers (a
-//! half-open path, a black-holed peer) fails the request instead of hanging it forever.
+//! half-open path, a black-holed peer) fails the request instead of hanging it forever, and it speaks
+//! HTTP/2 to the apiserver when offered (as client-go does), pinging a connection that stays
+//! silent: a dead path is noticed within the ping interval and timeout, not only when a watch's
+//! read timeout runs out.
 
 use hyper_timeout::TimeoutConnector;
-use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioExecutor};
+use hyper_util::{
+    client::legacy::connect::HttpConnector,
+    rt::{TokioExecutor, TokioTimer},
+};
 use kube::{
     Client, Config,
     client::{Body, ConfigExt, retry::RetryPolicy},
@@ -34,6 +40,12 @@ pub struct Timeouts {
     pub read: Duration,
     /// For a write to the socket to complete.
     pub write: Duration,
+    /// After this long without a frame from the apiserver, an HTTP/2 connection is pinged
+    /// (client-go: 30 s).
+    pub ping_interval: Duration,
+    /// How long a ping may go unanswered before the connection and every request and watch on it
+    /// fail (client-go: 15 s).
+    pub ping_timeout: Duration,
 }
 
 impl Timeouts {
@@ -44,6 +56,8 @@ impl Timeouts {
             response: Duration::from_secs(65),
             read: config.read_timeout.unwrap_or(Duration::from_secs(150)),
             write: config.write_timeout.unwrap_or(Duration::from_secs(295)),
+            ping_interval: Duration::from_secs(30),
+            ping_timeout: Duration::from_secs(15),
         }
     }
 }
@@ -60,14 +74,19 @@ pub fn client_with_timeouts(config: Config, timeouts: Timeouts) -> Result<Client
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
-    let mut connector = TimeoutConnector::new(config.rustls_https_connector_with_connector(tcp)?);
+    let mut connector = TimeoutConnector::new(https_connector(&config, tcp)?);
     connector.set_connect_timeout(Some(timeouts.connect));
     connector.set_read_timeout(Some(timeouts.read));
     connector.set_write_timeout(Some(timeouts.write));
     // Otherwise the time a pooled connection sat idle would count against the next request.
     connector.set_reset_reader_on_write(true);
     let http: hyper_util::client::legacy::Client<_, Body> =
-        hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(connector);
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .http2_keep_alive_interval(timeouts.ping_interval)
+            .http2_keep_alive_timeout(timeouts.ping_timeout)
+            .http2_keep_alive_while_idle(true)
+            .build(connector);
     // Failures are the callers' to report (with what they were doing): the trace layer logs them at
     // debug level only, like every request.
     let trace = TraceLayer::new_for_http()
@@ -89,6 +108,26 @@ pub fn client_with_timeouts(config: Config, timeouts: Timeouts) -> Result<Client
         .map_err(BoxError::from)
         .service(http);
     Ok(Client::new(service, config.default_namespace))
+}
+
+/// kube's TLS connector (its rustls configuration from the kubeconfig, its server name override),
+/// offering HTTP/2 as well as HTTP/1.1 in ALPN: kube's own offers HTTP/1.1 only.
+fn https_connector(
+    config: &Config,
+    tcp: HttpConnector,
+) -> Result<hyper_rustls::HttpsConnector<HttpConnector>, kube::Error> {
+    let builder = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config.rustls_client_config()?)
+        .https_or_http();
+    let builder = match &config.tls_server_name {
+        Some(name) => {
+            let name = rustls::pki_types::ServerName::try_from(name.clone())
+                .map_err(|e| kube::Error::Service(Box::new(e)))?;
+            builder.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name))
+        }
+        None => builder,
+    };
+    Ok(builder.enable_http1().enable_http2().wrap_connector(tcp))
 }
 
 /// The client from the environment (in-cluster ServiceAccount, `KUBECONFIG` or `~/.kube/config`).

@@ -21,6 +21,8 @@ const TIMEOUTS: Timeouts = Timeouts {
     response: Duration::from_secs(2),
     read: Duration::from_secs(2),
     write: Duration::from_secs(2),
+    ping_interval: Duration::from_secs(2),
+    ping_timeout: Duration::from_secs(2),
 };
 
 /// Far beyond every timeout above: reaching it means the client hangs.
@@ -28,6 +30,11 @@ const HANG: Duration = Duration::from_secs(30);
 
 /// A client that reaches the apiserver through a black-hole proxy.
 async fn client_through_proxy() -> (Client, BlackHoleProxy) {
+    client_through_proxy_with(TIMEOUTS).await
+}
+
+/// [`client_through_proxy`] with the given timeouts.
+async fn client_through_proxy_with(timeouts: Timeouts) -> (Client, BlackHoleProxy) {
     let mut config = test_config()
         .await
         .expect("the local control plane's kubeconfig (start it with tests/control-plane/up.sh)");
@@ -44,7 +51,7 @@ async fn client_through_proxy() -> (Client, BlackHoleProxy) {
         .expect("one address");
     let proxy = BlackHoleProxy::start(upstream).await.expect("proxy listens");
     config.cluster_url = format!("https://{}", proxy.addr()).parse().expect("URL");
-    let client = client_with_timeouts(config, TIMEOUTS).expect("client");
+    let client = client_with_timeouts(config, timeouts).expect("client");
     (client, proxy)
 }
 
@@ -84,9 +91,10 @@ async fn a_request_on_a_silent_path_fails_within_the_timeout_and_the_client_reco
     .await;
 }
 
-#[tokio::test]
-async fn a_watch_on_a_silent_path_ends_within_the_read_timeout() {
-    let (client, proxy) = client_through_proxy().await;
+/// Opens a watch through a proxy with `timeouts`, black-holes the path, and returns how long the
+/// watch took to end in an error (panicking if it did not end, or ended otherwise).
+async fn silent_watch_ends_after(timeouts: Timeouts) -> Duration {
+    let (client, proxy) = client_through_proxy_with(timeouts).await;
     let namespaces = Api::<Namespace>::all(client.clone());
     let version = namespaces
         .list(&ListParams::default().limit(1))
@@ -112,9 +120,35 @@ async fn a_watch_on_a_silent_path_ends_within_the_read_timeout() {
         next.is_err(),
         "a black-holed watch must end in an error, not {next:?}"
     );
+    waited
+}
+
+#[tokio::test]
+async fn a_watch_on_a_silent_path_ends_within_the_read_timeout() {
+    let waited = silent_watch_ends_after(TIMEOUTS).await;
     assert!(
         waited < Duration::from_secs(10),
         "the watch failed only after {waited:?}"
+    );
+}
+
+/// The client speaks HTTP/2 to the apiserver and pings a silent connection: a dead path ends a watch
+/// within the ping interval and timeout even when every other timeout is minutes long (as the
+/// read timeout is by default, above the apiserver's one-minute bookmarks). Over HTTP/1.1 this
+/// watch would wait the whole read timeout.
+#[tokio::test]
+async fn a_watch_on_a_silent_path_ends_within_the_ping_timeout() {
+    let long = Duration::from_secs(120);
+    let waited = silent_watch_ends_after(Timeouts {
+        response: long,
+        read: long,
+        write: long,
+        ..TIMEOUTS
+    })
+    .await;
+    assert!(
+        waited < Duration::from_secs(10),
+        "the watch failed only after {waited:?}: no ping ended the silent connection"
     );
 }
 
