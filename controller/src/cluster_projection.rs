@@ -11,7 +11,7 @@ use crate::{
     error::Error,
     index::{CrRef, ObjectKey},
     reconcile::{
-        ProjectionKind, Source, conclude, conclude_suspended, gvk_display, observe_first_copy,
+        ProjectionKind, Source, conclude, gvk_display, hold_if_suspended, observe_first_copy,
         read_or_withdraw, spec_fields, written_destination,
     },
     watches::Tier,
@@ -31,7 +31,7 @@ use shared::{
     destination::Target,
     fan_out::{CopyWrite, EventNote, Tally, name_first, pass_events, verdict},
     keys::CLUSTER_PROJECTION_FINALIZER,
-    lifecycle::{Release, handled_request, is_suspended, requested_at, stamp_request, suspended_conditions},
+    lifecycle::{Release, handled_request, requested_at, stamp_request},
     ownership::Owner,
     reason::{Reason, Retry},
     source::GroupKind,
@@ -47,6 +47,7 @@ impl ProjectionKind for ClusterProjection {
     const KIND: &'static str = KIND;
     const FINALIZER: &'static str = CLUSTER_PROJECTION_FINALIZER;
     const TIER: Tier = Tier::Cluster;
+    type Status = ClusterProjectionStatus;
 
     spec_fields!();
 
@@ -89,15 +90,8 @@ fn destination_name(cp: &ClusterProjection) -> String {
 async fn apply(cp: &ClusterProjection, ctx: &Context) -> Result<Action, Error> {
     let current = cp.status.clone().unwrap_or_default();
     let object = (cp.name_any(), cp.uid().unwrap_or_default());
-    if is_suspended(cp.spec.controls.suspend) {
-        // Nothing is read, written or deleted; the conditions and counts of the last pass stay.
-        let now = Time(Timestamp::now());
-        let next = ClusterProjectionStatus {
-            conditions: suspended_conditions(&current.conditions, cp.meta().generation, &now),
-            ..current.clone()
-        };
-        crate::reconcile::write_status(cp, ctx, &current, &next).await?;
-        return Ok(conclude_suspended(ctx, KIND, (&object.0, &object.1)));
+    if let Some(held) = hold_if_suspended(cp, ctx).await? {
+        return Ok(held);
     }
     let requested = requested_at(cp.meta().annotations.as_ref());
     let pass = fan_out(cp, ctx, &current, requested).await;

@@ -8,7 +8,7 @@ use crate::{
     error::Error,
     index::{CrRef, ObjectKey},
     reconcile::{
-        ProjectionKind, conclude, conclude_suspended, gvk_display, observe_first_copy, read_or_withdraw,
+        ProjectionKind, conclude, gvk_display, hold_if_suspended, observe_first_copy, read_or_withdraw,
         spec_fields, written_destination,
     },
     watches::Tier,
@@ -26,7 +26,7 @@ use shared::{
     crd::{AppliedOnce, Projection, ProjectionStatus, WrittenDestination},
     destination::Target,
     keys::PROJECTION_FINALIZER,
-    lifecycle::{Release, handled_request, is_suspended, requested_at, stamp_request, suspended_conditions},
+    lifecycle::{Release, handled_request, requested_at, stamp_request},
     ownership::Owner,
     reason::{Reason, Retry},
     self_copy::self_copy,
@@ -41,6 +41,7 @@ impl ProjectionKind for Projection {
     const KIND: &'static str = KIND;
     const FINALIZER: &'static str = PROJECTION_FINALIZER;
     const TIER: Tier = Tier::Projection;
+    type Status = ProjectionStatus;
 
     spec_fields!();
 
@@ -89,18 +90,8 @@ async fn apply(p: &Projection, ctx: &Context) -> Result<Action, Error> {
     let status = p.status.clone().unwrap_or_default();
     let name = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
     let uid = p.uid().unwrap_or_default();
-    if is_suspended(p.spec.controls.suspend) {
-        // Nothing is read, written or deleted; the conditions of the last pass stay.
-        let next = ProjectionStatus {
-            conditions: suspended_conditions(
-                &status.conditions,
-                p.meta().generation,
-                &Time(Timestamp::now()),
-            ),
-            ..status.clone()
-        };
-        crate::reconcile::write_status(p, ctx, &status, &next).await?;
-        return Ok(conclude_suspended(ctx, KIND, (&name, &uid)));
+    if let Some(held) = hold_if_suspended(p, ctx).await? {
+        return Ok(held);
     }
     let requested = requested_at(p.meta().annotations.as_ref());
     let mut applied_once = None;

@@ -11,7 +11,7 @@ use crate::{
     watches::{Tier, WatchError},
     writer::FIELD_MANAGER,
 };
-use k8s_openapi::{api::core::v1::ObjectReference, jiff::Timestamp};
+use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::{
     Api, Resource, ResourceExt,
     api::{ApiResource, DynamicObject, Patch, PatchParams},
@@ -24,7 +24,7 @@ use kube::{
 use serde::{Serialize, de::DeserializeOwned};
 use shared::{
     crd::{CopyControls, SourceRef, WrittenDestination},
-    lifecycle::{Release, on_cr_deletion, on_source_loss},
+    lifecycle::{Release, is_suspended, on_cr_deletion, on_source_loss},
     ownership::Owner,
     projectable::check_projectable,
     reason::{Reason, Retry},
@@ -203,6 +203,27 @@ pub async fn read_or_withdraw<K: ProjectionKind>(
     }
 }
 
+/// While `spec.suspend` is true nothing is read, written or deleted: the status keeps the last pass's
+/// conditions and counts, with `Suspended`, and the pass ends there (`Some`).
+pub async fn hold_if_suspended<K: ProjectionKind>(cr: &K, ctx: &Context) -> Result<Option<Action>, Error> {
+    if !is_suspended(cr.controls().suspend) {
+        return Ok(None);
+    }
+    let (current, next) = cr.suspended_statuses(&Time(Timestamp::now()));
+    write_status(cr, ctx, &current, &next).await?;
+    let uid = cr.uid().unwrap_or_default();
+    Ok(Some(conclude_suspended(ctx, K::KIND, (&queue_name(cr), &uid))))
+}
+
+/// How a CR is named in logs and metrics' bookkeeping: `namespace/name`, or `name` for a
+/// cluster-scoped one.
+fn queue_name<K: ProjectionKind>(cr: &K) -> String {
+    match cr.namespace() {
+        Some(namespace) => format!("{namespace}/{}", cr.name_any()),
+        None => cr.name_any(),
+    }
+}
+
 /// Deletion of a CR: its copies go first, or are orphaned with `deletionPolicy: Orphan` (the
 /// finalizer holds the CR until then; a suspended CR follows its policy too).
 async fn cleanup<K: ProjectionKind>(cr: &K, ctx: &Context) -> Result<Action, Error> {
@@ -344,6 +365,11 @@ pub trait ProjectionKind:
     const FINALIZER: &'static str;
     /// Which copy caches hold this kind's copies.
     const TIER: Tier;
+    /// The kind's status.
+    type Status: Serialize + PartialEq + Send + Sync;
+    /// The status as it is, and as it becomes while suspended: the last pass's, with the
+    /// `Suspended` condition (`now` its transition time when it is new).
+    fn suspended_statuses(&self, now: &Time) -> (Self::Status, Self::Status);
     /// How the watch indexes name this CR.
     fn waker(&self) -> CrRef;
     /// The owner stamped on this CR's copies.
@@ -385,6 +411,17 @@ macro_rules! spec_fields {
 
         fn controls(&self) -> &shared::crd::CopyControls {
             &self.spec.controls
+        }
+
+        fn suspended_statuses(
+            &self,
+            now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+        ) -> (Self::Status, Self::Status) {
+            let current = self.status.clone().unwrap_or_default();
+            let mut next = current.clone();
+            next.conditions =
+                shared::lifecycle::suspended_conditions(&current.conditions, self.meta().generation, now);
+            (current, next)
         }
 
         fn recorded(&self) -> Option<&shared::crd::WrittenDestination> {
