@@ -413,6 +413,17 @@ fn role_for(user: &str, namespace: &str, name: &str, rules: Value) -> String {
     .to_string()
 }
 
+/// Waits until `attempt` is admitted: RBAC changes reach the apiserver's authorizer through its
+/// informer, a moment after they are written.
+async fn wait_until_admitted(what: &str, attempt: impl Fn() -> Output) {
+    let attempt = &attempt;
+    wait_for(what, TIMEOUT, || async move {
+        let out = attempt();
+        out.status.success().then_some(()).ok_or_else(|| stderr(&out))
+    })
+    .await;
+}
+
 /// What a user needs to write Projections in `namespace`.
 fn projection_editor(user: &str, namespace: &str) -> String {
     role_for(
@@ -460,14 +471,9 @@ async fn a_user_who_cannot_read_the_source_cannot_project_it_until_granted() {
         "read-db-password",
         json!([{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["db-password"], "verbs": ["get"]}]),
     )));
-    // RBAC is read from the apiserver's informer cache: allow it a moment.
-    wait_for(
+    wait_until_admitted(
         "the projection to be admitted once alice may read the source",
-        TIMEOUT,
-        || async {
-            let out = apply_as(&user, &projection);
-            out.status.success().then_some(()).ok_or_else(|| stderr(&out))
-        },
+        || apply_as(&user, &projection),
     )
     .await;
 }
@@ -501,11 +507,7 @@ async fn a_revoked_read_access_is_refused_again_once_the_kept_grant_expires() {
             &projection,
         )
     };
-    wait_for("bob's projection to be admitted", TIMEOUT, || async {
-        let out = try_create();
-        out.status.success().then_some(()).ok_or_else(|| stderr(&out))
-    })
-    .await;
+    wait_until_admitted("bob's projection to be admitted", &try_create).await;
 
     kubectl_ok(&["delete", "rolebinding", "read-settings", "-n", src.name()]);
     let revoked = Instant::now();
