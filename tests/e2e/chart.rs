@@ -120,6 +120,11 @@ fn values_schema_rejects_typos_and_bad_values_naming_the_field() {
             "/networkPolicy/apiServer/ports",
         ),
         ("controller.extraArgs", json!(["-v"]), "extraArgs"),
+        (
+            "webhook.accessReviewCacheSeconds",
+            json!(3600),
+            "/webhook/accessReviewCacheSeconds",
+        ),
     ];
     for (key, value, expected) in cases {
         let err = render("projection", NS, &[(key, value.clone())])
@@ -228,6 +233,10 @@ fn deployments_are_hardened_and_probe_the_right_ports() {
         );
 
         let webhook = r.get("Deployment", "projection-webhook");
+        assert_eq!(
+            flag_value(webhook, "--access-review-cache-ttl").as_deref(),
+            Some("5s")
+        );
         let pod = &webhook["spec"]["template"]["spec"];
         assert_eq!(pod["serviceAccountName"], "projection-webhook");
         let anti = &pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0];

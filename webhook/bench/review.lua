@@ -5,6 +5,14 @@ wrk.body = f:read("*a")
 f:close()
 wrk.headers["Content-Type"] = "application/json"
 
+-- A fixed rate: each connection waits PAUSE_MS before each request (run.sh sets it from RATE).
+local pause = tonumber(os.getenv("PAUSE_MS") or "0")
+if pause > 0 then
+  function delay()
+    return pause
+  end
+end
+
 function done(summary, latency, requests)
   io.write(string.format("requests %d, errors %d (status %d, timeout %d), %.0f req/s\n",
     summary.requests, summary.errors.status + summary.errors.connect + summary.errors.read

@@ -97,6 +97,12 @@ pub struct Args {
           default_missing_value = "true")]
     pub check_source_access: bool,
 
+    /// How long a SubjectAccessReview that allowed a user to get a source is reused for the same
+    /// user, groups, extra and source; "0" asks the apiserver every time. Denials are never
+    /// reused. A revoked permission can still be used for at most this long.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub access_review_cache_ttl: Duration,
+
     /// Address of the Prometheus metrics endpoint; "0" disables it.
     #[arg(long, default_value = "0")]
     pub metrics_bind_address: String,
@@ -230,6 +236,7 @@ mod tests {
         assert_eq!(args.bind_address, "0.0.0.0:9443".parse().unwrap());
         assert!(!args.tenant_mode);
         assert!(args.check_source_access);
+        assert_eq!(args.access_review_cache_ttl, Duration::from_secs(5));
         assert_eq!(args.source_mode, SourceMode::Allowlist);
         assert_eq!(args.tls_reload_interval, Duration::from_secs(1));
         assert_eq!(args.self_managed_certificate_secret, None);
@@ -361,6 +368,14 @@ mod tests {
     }
 
     #[test]
+    fn the_access_review_cache_can_be_shortened_or_turned_off() {
+        let args = Args::parse_from(["projection-webhook", "--access-review-cache-ttl=0"]);
+        assert_eq!(args.access_review_cache_ttl, Duration::ZERO);
+        let args = Args::parse_from(["projection-webhook", "--access-review-cache-ttl", "500ms"]);
+        assert_eq!(args.access_review_cache_ttl, Duration::from_millis(500));
+    }
+
+    #[test]
     fn rejects_bad_values_naming_the_flag() {
         for bad in [
             vec!["--bind-address", "nowhere"],
@@ -368,6 +383,7 @@ mod tests {
             vec!["--shutdown-delay", "soon"],
             vec!["--certificate-validity", "a year"],
             vec!["--certificate-renew-before", "a fortnight"],
+            vec!["--access-review-cache-ttl", "a while"],
         ] {
             let err = Args::try_parse_from(std::iter::once("projection-webhook").chain(bad.clone()))
                 .expect_err("bad value must be refused");

@@ -2,7 +2,12 @@
 //! user may read the source, and the source's annotations. A trait, so the handler can be tested
 //! in-process with a fixed cluster; [`KubeCluster`] is the real one.
 
-use crate::{claim_watch::ClaimWatch, error::PolicyError};
+use crate::{
+    access_cache::{AccessQuestion, AllowedAnswers},
+    claim_watch::ClaimWatch,
+    error::PolicyError,
+    metrics::CacheLabels,
+};
 use arc_swap::ArcSwapOption;
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::{
@@ -11,11 +16,12 @@ use kube::{
     core::GroupVersionKind,
     discovery::{ApiResource, Scope},
 };
+use prometheus_client::metrics::{counter::Counter, family::Family};
 use shared::crd::SourceRef;
 use std::{
     collections::BTreeMap,
     future::Future,
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -83,17 +89,47 @@ pub struct KubeCluster {
     snapshot: ArcSwapOption<kube::Discovery>,
     last_refresh: tokio::sync::Mutex<Option<Instant>>,
     claims: std::sync::OnceLock<Arc<ClaimWatch>>,
+    /// SubjectAccessReview grants kept for a few seconds (see [`AllowedAnswers`]).
+    granted: Mutex<AllowedAnswers>,
+    /// Lookups in `granted`, by `hit` or `miss` (not counted when the cache is off).
+    granted_lookups: Family<CacheLabels, Counter>,
 }
 
 impl KubeCluster {
-    /// A cluster behind `client`, with no discovery snapshot yet (see [`Self::refresh`]).
-    pub fn new(client: Client) -> Arc<Self> {
+    /// A cluster behind `client`, with no discovery snapshot yet (see [`Self::refresh`]), keeping
+    /// SubjectAccessReview grants in `granted` and counting their lookups in `granted_lookups`.
+    pub fn new(
+        client: Client,
+        granted: AllowedAnswers,
+        granted_lookups: Family<CacheLabels, Counter>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             client,
             snapshot: ArcSwapOption::empty(),
             last_refresh: tokio::sync::Mutex::new(None),
             claims: std::sync::OnceLock::new(),
+            granted: Mutex::new(granted),
+            granted_lookups,
         })
+    }
+
+    /// Whether a kept grant answers `question` (`None`: the cache is off).
+    fn kept_grant(&self, question: &AccessQuestion) -> Option<bool> {
+        let granted = self
+            .granted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        granted
+            .enabled()
+            .then(|| granted.is_granted(question, Instant::now()))
+    }
+
+    fn keep_grant(&self, question: AccessQuestion) {
+        let mut granted = self
+            .granted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        granted.remember(question, Instant::now());
     }
 
     /// Gives admission the index of the other CRs (set once, at startup).
@@ -176,18 +212,33 @@ impl ClusterView for Arc<KubeCluster> {
         namespace: &str,
         name: &str,
     ) -> Result<bool, PolicyError> {
+        let question = AccessQuestion::new(user, resource, namespace, name, "get");
+        match self.kept_grant(&question) {
+            Some(true) => {
+                self.granted_lookups
+                    .get_or_create(&CacheLabels { result: "hit" })
+                    .inc();
+                return Ok(true);
+            }
+            Some(false) => {
+                self.granted_lookups
+                    .get_or_create(&CacheLabels { result: "miss" })
+                    .inc();
+            }
+            None => {}
+        }
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
-                user: user.username.clone(),
-                groups: user.groups.clone(),
-                uid: user.uid.clone(),
-                extra: user.extra.clone(),
+                user: question.user.clone(),
+                groups: question.groups.clone(),
+                uid: question.uid.clone(),
+                extra: question.extra.clone(),
                 resource_attributes: Some(ResourceAttributes {
-                    group: Some(resource.group.clone()),
-                    resource: Some(resource.plural.clone()),
-                    namespace: Some(namespace.to_owned()),
-                    name: Some(name.to_owned()),
-                    verb: Some("get".to_owned()),
+                    group: Some(question.group.clone()),
+                    resource: Some(question.resource.clone()),
+                    namespace: Some(question.namespace.clone()),
+                    name: Some(question.name.clone()),
+                    verb: Some(question.verb.clone()),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -198,7 +249,12 @@ impl ClusterView for Arc<KubeCluster> {
             .create(&PostParams::default(), &review)
             .await
             .map_err(PolicyError::AccessReview)?;
-        Ok(answer.status.is_some_and(|s| s.allowed))
+        let allowed = answer.status.is_some_and(|s| s.allowed);
+        // Only grants: a denial is asked again next time, so a new grant takes effect at once.
+        if allowed {
+            self.keep_grant(question);
+        }
+        Ok(allowed)
     }
 
     async fn annotations(

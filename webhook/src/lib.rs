@@ -1,6 +1,7 @@
 //! projection-webhook: the admission webhook for `projection.sh` resources, as a library so the
 //! handler can be tested in-process and benchmarked.
 
+pub mod access_cache;
 pub mod certs;
 pub mod claim_watch;
 pub mod cli;
@@ -26,6 +27,9 @@ use tokio_util::sync::CancellationToken;
 
 /// How often the discovery snapshot is refreshed in the background (misses refresh at once).
 const DISCOVERY_REFRESH: Duration = Duration::from_secs(60);
+
+/// At most this many SubjectAccessReview grants are kept (a few hundred bytes each).
+const ACCESS_REVIEW_CACHE_CAPACITY: usize = 10_000;
 
 /// Runs the webhook until SIGTERM/SIGINT: ready once the certificate is loaded (from the files, or
 /// in the self-managed mode from its Secret, which may take until the Secret is usable), discovery is warm
@@ -102,7 +106,11 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
         }
     }
 
-    let cluster = cluster_view::KubeCluster::new(client.clone());
+    let cluster = cluster_view::KubeCluster::new(
+        client.clone(),
+        access_cache::AllowedAnswers::new(args.access_review_cache_ttl, ACCESS_REVIEW_CACHE_CAPACITY),
+        metrics.access_review_cache_lookups_total.clone(),
+    );
     cluster.know_claims(claim_watch::ClaimWatch::start(
         client,
         stop_all.clone().cancelled_owned(),

@@ -34,6 +34,13 @@ pub struct ReloadLabels {
     pub result: &'static str,
 }
 
+/// Labels of the SubjectAccessReview cache's lookup counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabels {
+    /// `hit` (a kept grant answered) or `miss` (the apiserver was asked).
+    pub result: &'static str,
+}
+
 /// Labels of the self-managed certificate issue counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct IssueLabels {
@@ -63,6 +70,7 @@ pub struct Metrics {
     pub certificate_expiry_timestamp_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub certificates_issued_total: Family<IssueLabels, Counter>,
     pub self_managed_writes_total: Family<WriteLabels, Counter>,
+    pub access_review_cache_lookups_total: Family<CacheLabels, Counter>,
 }
 
 impl Metrics {
@@ -104,6 +112,11 @@ impl Metrics {
             "Writes of the self-managed certificate mode (Secret, caBundle patches), by target and result",
             metrics.self_managed_writes_total.clone(),
         );
+        registry.register(
+            "projection_webhook_access_review_cache_lookups",
+            "Lookups of SubjectAccessReview grants kept by --access-review-cache-ttl, by result (hit, miss)",
+            metrics.access_review_cache_lookups_total.clone(),
+        );
         registry.register_collector(Box::new(runtime::process_metrics::ProcessCollector::default()));
         metrics
     }
@@ -123,6 +136,7 @@ impl Metrics {
             certificate_expiry_timestamp_seconds: Gauge::default(),
             certificates_issued_total: Family::default(),
             self_managed_writes_total: Family::default(),
+            access_review_cache_lookups_total: Family::default(),
         }
     }
 }

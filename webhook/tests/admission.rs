@@ -400,6 +400,40 @@ async fn vetoed_and_not_opted_in_sources_are_denied_in_allowlist_mode() {
     assert_admitted(&apply(&projection("open")));
 }
 
+/// A Role with `rules` and its RoleBinding to `user`, both called `name`, as one kubectl list.
+fn role_for(user: &str, namespace: &str, name: &str, rules: Value) -> String {
+    json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": name, "namespace": namespace}, "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": name, "namespace": namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}
+    ]})
+    .to_string()
+}
+
+/// Waits until `attempt` is admitted: RBAC changes reach the apiserver's authorizer through its
+/// informer, a moment after they are written.
+async fn wait_until_admitted(what: &str, attempt: impl Fn() -> Output) {
+    let attempt = &attempt;
+    wait_for(what, TIMEOUT, || async move {
+        let out = attempt();
+        out.status.success().then_some(()).ok_or_else(|| stderr(&out))
+    })
+    .await;
+}
+
+/// What a user needs to write Projections in `namespace`.
+fn projection_editor(user: &str, namespace: &str) -> String {
+    role_for(
+        user,
+        namespace,
+        "projection-editor",
+        json!([{"apiGroups": ["projection.sh"], "resources": ["projections"], "verbs": ["get", "list", "create", "update", "patch"]}]),
+    )
+}
+
 #[tokio::test]
 async fn a_user_who_cannot_read_the_source_cannot_project_it_until_granted() {
     let (_serial, client) = serial_cluster().await;
@@ -412,23 +446,10 @@ async fn a_user_who_cannot_read_the_source_cannot_project_it_until_granted() {
     });
     assert_admitted(&apply(&secret.to_string()));
     let user = format!("alice-{}", std::process::id());
-    let rbac = |namespace: &str, name: &str, rules: Value| {
-        json!({"apiVersion": "v1", "kind": "List", "items": [
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-             "metadata": {"name": name, "namespace": namespace}, "rules": rules},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-             "metadata": {"name": name, "namespace": namespace},
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}
-        ]})
-        .to_string()
-    };
-    assert_admitted(&apply(&rbac(
-        tenant.name(),
-        "projection-editor",
-        json!([{"apiGroups": ["projection.sh"], "resources": ["projections"], "verbs": ["get", "list", "create", "update", "patch"]}]),
-    )));
-    let _webhook = Webhook::start(&[]).await;
+    assert_admitted(&apply(&projection_editor(&user, tenant.name())));
+    // Grants are kept for an hour, far longer than this test waits for the grant below: the
+    // denial must not have been kept.
+    let _webhook = Webhook::start(&["--access-review-cache-ttl", "1h"]).await;
     let projection = manifest(
         "Projection",
         "stolen",
@@ -444,21 +465,84 @@ async fn a_user_who_cannot_read_the_source_cannot_project_it_until_granted() {
         ),
     );
 
-    assert_admitted(&apply(&rbac(
+    assert_admitted(&apply(&role_for(
+        &user,
         src.name(),
         "read-db-password",
         json!([{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["db-password"], "verbs": ["get"]}]),
     )));
-    // RBAC is read from the apiserver's informer cache: allow it a moment.
-    wait_for(
+    wait_until_admitted(
         "the projection to be admitted once alice may read the source",
-        TIMEOUT,
+        || apply_as(&user, &projection),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_revoked_read_access_is_refused_again_once_the_kept_grant_expires() {
+    const CACHE_TTL: Duration = Duration::from_secs(5);
+    let (_serial, client) = serial_cluster().await;
+    let src = TestNamespace::create(&client, "webhook-revoke-src").await;
+    let tenant = TestNamespace::create(&client, "webhook-revoke-tenant").await;
+    configmap(src.name(), "settings", Some("true")).await;
+    let user = format!("bob-{}", std::process::id());
+    assert_admitted(&apply(&projection_editor(&user, tenant.name())));
+    assert_admitted(&apply(&role_for(
+        &user,
+        src.name(),
+        "read-settings",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["settings"], "verbs": ["get"]}]),
+    )));
+    let webhook = Webhook::start(&["--access-review-cache-ttl", "5s"]).await;
+    let projection = manifest(
+        "Projection",
+        "settings",
+        Some(tenant.name()),
+        json!({"source": {"kind": "ConfigMap", "namespace": src.name(), "name": "settings"}}),
+    );
+    // A server-side dry run is a CREATE every time, so every attempt is checked.
+    let try_create = || {
+        kubectl_stdin(
+            &["apply", "--dry-run=server", "--as", &user, "-f", "-"],
+            &projection,
+        )
+    };
+    wait_until_admitted("bob's projection to be admitted", &try_create).await;
+
+    kubectl_ok(&["delete", "rolebinding", "read-settings", "-n", src.name()]);
+    let revoked = Instant::now();
+    // The kept grant may still admit it until it expires; then the SubjectAccessReview is asked
+    // again and refuses (the RBAC informer's own delay included in the margin).
+    let denial = wait_for(
+        "bob's projection to be denied once the kept grant expires",
+        CACHE_TTL + Duration::from_secs(10),
         || async {
-            let out = apply_as(&user, &projection);
-            out.status.success().then_some(()).ok_or_else(|| stderr(&out))
+            let out = try_create();
+            let err = stderr(&out);
+            (!out.status.success() && err.contains("denied the request"))
+                .then_some(err.clone())
+                .ok_or(err)
         },
     )
     .await;
+    assert!(
+        denial.contains(&format!("{user} may not get configmaps {}/settings", src.name())),
+        "{denial}"
+    );
+    let metrics = webhook.process.metrics();
+    let lookups = |result: &str| {
+        metric_value(
+            &metrics,
+            &format!(r#"projection_webhook_access_review_cache_lookups_total{{result="{result}"}}"#),
+        )
+        .unwrap_or(0.0)
+    };
+    assert!(
+        lookups("miss") >= 2.0,
+        "asked at least before and after the revocation:\n{metrics}"
+    );
+    assert!(lookups("hit") >= 1.0, "the grant was kept and reused:\n{metrics}");
+    eprintln!("denied again {:?} after the revocation", revoked.elapsed());
 }
 
 #[tokio::test]
