@@ -190,9 +190,8 @@ pub async fn read_or_withdraw<K: ProjectionKind>(
             let withdrawn = match &problem {
                 Problem::Withdraw { resource, reason, .. } => {
                     let release = on_source_loss(cr.controls().source_deletion_policy, *reason);
-                    let current = (source.group_kind(), resource);
-                    cr.withdraw(ctx, recorded, Some((&current.0, current.1)), release)
-                        .await
+                    let kind = source.group_kind();
+                    cr.withdraw(ctx, recorded, Some((&kind, resource)), release).await
                 }
                 Problem::Report { .. } => false,
             };
@@ -212,16 +211,8 @@ pub async fn hold_if_suspended<K: ProjectionKind>(cr: &K, ctx: &Context) -> Resu
     let (current, next) = cr.suspended_statuses(&Time(Timestamp::now()));
     write_status(cr, ctx, &current, &next).await?;
     let uid = cr.uid().unwrap_or_default();
-    Ok(Some(conclude_suspended(ctx, K::KIND, (&queue_name(cr), &uid))))
-}
-
-/// How a CR is named in logs and metrics' bookkeeping: `namespace/name`, or `name` for a
-/// cluster-scoped one.
-fn queue_name<K: ProjectionKind>(cr: &K) -> String {
-    match cr.namespace() {
-        Some(namespace) => format!("{namespace}/{}", cr.name_any()),
-        None => cr.name_any(),
-    }
+    let name = queue_key(cr.meta().namespace.as_deref(), &cr.name_any());
+    Ok(Some(conclude_suspended(ctx, K::KIND, (&name, &uid))))
 }
 
 /// Deletion of a CR: its copies go first, or are orphaned with `deletionPolicy: Orphan` (the

@@ -10,10 +10,7 @@ use kube::{
 };
 use projection_tests::{black_hole::BlackHoleProxy, test_config, wait_for};
 use runtime::kube_client::{Timeouts, client_with_timeouts};
-use std::{
-    net::{SocketAddr, ToSocketAddrs},
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 /// Short enough for a test; the point is that there is one.
 const TIMEOUTS: Timeouts = Timeouts {
@@ -38,17 +35,9 @@ async fn client_through_proxy_with(timeouts: Timeouts) -> (Client, BlackHoleProx
     let mut config = test_config()
         .await
         .expect("the local control plane's kubeconfig (start it with tests/control-plane/up.sh)");
-    let authority = config
-        .cluster_url
-        .authority()
-        .expect("the cluster URL has a host")
-        .as_str()
-        .to_owned();
-    let upstream: SocketAddr = authority
-        .to_socket_addrs()
-        .expect("the apiserver's address resolves")
-        .next()
-        .expect("one address");
+    let upstream = projection_tests::apiserver_addr()
+        .await
+        .expect("the apiserver's address resolves");
     let proxy = BlackHoleProxy::start(upstream).await.expect("proxy listens");
     config.cluster_url = format!("https://{}", proxy.addr()).parse().expect("URL");
     let client = client_with_timeouts(config, timeouts).expect("client");

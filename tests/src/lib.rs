@@ -62,6 +62,18 @@ pub async fn client() -> Client {
         .unwrap_or_else(|e| panic!("no local control plane: {e:#}\n{HOW_TO_START}"))
 }
 
+/// The apiserver's socket address, from the test kubeconfig (for a proxy placed in front of it).
+pub async fn apiserver_addr() -> anyhow::Result<std::net::SocketAddr> {
+    use std::net::ToSocketAddrs as _;
+    let url = test_config().await?.cluster_url;
+    let host = url.host().context("the test kubeconfig's server has no host")?;
+    let port = url.port_u16().unwrap_or(443);
+    (host, port)
+        .to_socket_addrs()?
+        .next()
+        .context("the apiserver's address does not resolve")
+}
+
 /// The client configuration of the test kubeconfig (for tests that build a client of their own).
 pub async fn test_config() -> anyhow::Result<Config> {
     let path = kubeconfig_path();

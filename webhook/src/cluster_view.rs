@@ -213,19 +213,12 @@ impl ClusterView for Arc<KubeCluster> {
         name: &str,
     ) -> Result<bool, PolicyError> {
         let question = AccessQuestion::new(user, resource, namespace, name, "get");
-        match self.kept_grant(&question) {
-            Some(true) => {
-                self.granted_lookups
-                    .get_or_create(&CacheLabels { result: "hit" })
-                    .inc();
+        if let Some(kept) = self.kept_grant(&question) {
+            let result = if kept { "hit" } else { "miss" };
+            self.granted_lookups.get_or_create(&CacheLabels { result }).inc();
+            if kept {
                 return Ok(true);
             }
-            Some(false) => {
-                self.granted_lookups
-                    .get_or_create(&CacheLabels { result: "miss" })
-                    .inc();
-            }
-            None => {}
         }
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {

@@ -11,11 +11,10 @@ use super::{
 };
 use anyhow::{Context as _, ensure};
 use kube::config::Kubeconfig;
-use projection_tests::{ServiceProcess, black_hole::BlackHoleProxy, kubeconfig_path, test_config};
+use projection_tests::{ServiceProcess, black_hole::BlackHoleProxy, kubeconfig_path};
 use serde_json::{Value, json};
 use std::{
     collections::BTreeMap,
-    net::{SocketAddr, ToSocketAddrs as _},
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
@@ -30,7 +29,7 @@ pub async fn black_hole(
     binary: &Path,
     controller_args: &[String],
 ) -> anyhow::Result<Value> {
-    let proxy = BlackHoleProxy::start(apiserver_addr().await?).await?;
+    let proxy = BlackHoleProxy::start(projection_tests::apiserver_addr().await?).await?;
     let kubeconfig = kubeconfig_through(&proxy, run)?;
     let (source_ns, dest_ns) = (format!("{run}-bsrc"), format!("{run}-bdst"));
     create_namespace(client, &source_ns, BTreeMap::new(), run).await?;
@@ -93,17 +92,6 @@ pub async fn black_hole(
         "edit_after_seconds": round2(after),
         "controller_restarts": 0,
     }))
-}
-
-/// The apiserver's address, from the test kubeconfig.
-async fn apiserver_addr() -> anyhow::Result<SocketAddr> {
-    let url = test_config().await?.cluster_url;
-    let host = url.host().context("the test kubeconfig's server has no host")?;
-    let port = url.port_u16().unwrap_or(443);
-    (host, port)
-        .to_socket_addrs()?
-        .next()
-        .context("the apiserver's address does not resolve")
 }
 
 /// The test kubeconfig with its server moved to the proxy (the apiserver's certificate names
