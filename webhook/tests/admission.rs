@@ -400,6 +400,83 @@ async fn vetoed_and_not_opted_in_sources_are_denied_in_allowlist_mode() {
     assert_admitted(&apply(&projection("open")));
 }
 
+#[tokio::test]
+async fn an_opt_in_is_honoured_at_once_and_an_opt_out_once_the_kept_read_expires() {
+    const CACHE_TTL: Duration = Duration::from_secs(3);
+    let (_serial, client) = serial_cluster().await;
+    let src = TestNamespace::create(&client, "webhook-optin-src").await;
+    let dst = TestNamespace::create(&client, "webhook-optin-dst").await;
+    configmap(src.name(), "settings", None).await;
+    let webhook = Webhook::start(&["--source-metadata-cache-ttl", "3s"]).await;
+    let projection = manifest(
+        "Projection",
+        "settings",
+        Some(dst.name()),
+        json!({"source": {"kind": "ConfigMap", "namespace": src.name(), "name": "settings"}}),
+    );
+    // A server-side dry run is a CREATE every time, so every attempt is checked.
+    let try_create = || kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], &projection);
+    let annotate = |change: &str| {
+        kubectl_ok(&[
+            "annotate",
+            "configmap",
+            "settings",
+            "-n",
+            src.name(),
+            change,
+            "--overwrite",
+        ]);
+    };
+    let not_opted_in = format!(
+        r#"source-mode=allowlist requires annotation projection.sh/projectable="true" on source {}/settings"#,
+        src.name()
+    );
+
+    // A denial is never kept: the owner's opt-in counts from the very next request, as does a
+    // removal of an opt-in that was never read as allowing.
+    assert_denied(&try_create(), &not_opted_in);
+    annotate("projection.sh/projectable=true");
+    assert_admitted(&try_create());
+    assert_admitted(&try_create());
+    annotate("projection.sh/projectable-");
+    let opted_out = Instant::now();
+    // The read that allowed may be reused until it expires (the controller would refuse to copy
+    // meanwhile); then the source is read again and the request denied.
+    let denial = wait_for(
+        "the projection to be denied once the kept read expires",
+        CACHE_TTL + Duration::from_secs(10),
+        || async {
+            let out = try_create();
+            (!out.status.success())
+                .then(|| stderr(&out))
+                .ok_or_else(|| stderr(&out))
+        },
+    )
+    .await;
+    assert!(denial.contains(&not_opted_in), "{denial}");
+    eprintln!("denied again {:?} after the opt-out", opted_out.elapsed());
+    assert_denied(&try_create(), &not_opted_in);
+    annotate("projection.sh/projectable=true");
+    assert_admitted(&try_create());
+
+    let metrics = webhook.process.metrics();
+    let lookups = |result: &str| {
+        metric_value(
+            &metrics,
+            &format!(r#"projection_webhook_source_metadata_cache_lookups_total{{result="{result}"}}"#),
+        )
+        .unwrap_or(0.0)
+    };
+    assert!(
+        lookups("hit") >= 1.0,
+        "the allowing read was kept and reused:\n{metrics}"
+    );
+    assert!(
+        lookups("miss") >= 4.0,
+        "every denial and every first allow was read from the apiserver:\n{metrics}"
+    );
+}
+
 /// A Role with `rules` and its RoleBinding to `user`, both called `name`, as one kubectl list.
 fn role_for(user: &str, namespace: &str, name: &str, rules: Value) -> String {
     json!({"apiVersion": "v1", "kind": "List", "items": [
