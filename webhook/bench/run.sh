@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Admission latency and throughput of projection-webhook on loopback, for a valid Projection review
 # of an existing, opted-in source: without the SubjectAccessReview, with it asked every time
-# (--access-review-cache-ttl=0), and with it and its cache of grants (the default).
+# (--access-review-cache-ttl=0), and with it and its cache of grants (the default). Every run keeps
+# the default cache of source metadata reads (--source-metadata-cache-ttl=5s).
 #
 #   webhook/bench/run.sh [DURATION] [CONNECTIONS] [THREADS] [RATE]    # defaults: 20s 16 2 0
 #
