@@ -442,15 +442,10 @@ async fn an_opt_in_is_honoured_at_once_and_an_opt_out_once_the_kept_read_expires
     let opted_out = Instant::now();
     // The read that allowed may be reused until it expires (the controller would refuse to copy
     // meanwhile); then the source is read again and the request denied.
-    let denial = wait_for(
+    let denial = wait_until_denied(
         "the projection to be denied once the kept read expires",
         CACHE_TTL + Duration::from_secs(10),
-        || async {
-            let out = try_create();
-            (!out.status.success())
-                .then(|| stderr(&out))
-                .ok_or_else(|| stderr(&out))
-        },
+        &try_create,
     )
     .await;
     assert!(denial.contains(&not_opted_in), "{denial}");
@@ -460,13 +455,7 @@ async fn an_opt_in_is_honoured_at_once_and_an_opt_out_once_the_kept_read_expires
     assert_admitted(&try_create());
 
     let metrics = webhook.process.metrics();
-    let lookups = |result: &str| {
-        metric_value(
-            &metrics,
-            &format!(r#"projection_webhook_source_metadata_cache_lookups_total{{result="{result}"}}"#),
-        )
-        .unwrap_or(0.0)
-    };
+    let lookups = |result| cache_lookups(&metrics, "source_metadata", result);
     assert!(
         lookups("hit") >= 1.0,
         "the allowing read was kept and reused:\n{metrics}"
@@ -475,6 +464,15 @@ async fn an_opt_in_is_honoured_at_once_and_an_opt_out_once_the_kept_read_expires
         lookups("miss") >= 4.0,
         "every denial and every first allow was read from the apiserver:\n{metrics}"
     );
+}
+
+/// The count of `projection_webhook_<cache>_cache_lookups_total{result}` in `metrics` (0 if absent).
+fn cache_lookups(metrics: &str, cache: &str, result: &str) -> f64 {
+    metric_value(
+        metrics,
+        &format!(r#"projection_webhook_{cache}_cache_lookups_total{{result="{result}"}}"#),
+    )
+    .unwrap_or(0.0)
 }
 
 /// A Role with `rules` and its RoleBinding to `user`, both called `name`, as one kubectl list.
@@ -499,6 +497,19 @@ async fn wait_until_admitted(what: &str, attempt: impl Fn() -> Output) {
         out.status.success().then_some(()).ok_or_else(|| stderr(&out))
     })
     .await;
+}
+
+/// Waits until the webhook denies `attempt`, for at most `timeout`; returns kubectl's error output.
+async fn wait_until_denied(what: &str, timeout: Duration, attempt: impl Fn() -> Output) -> String {
+    let attempt = &attempt;
+    wait_for(what, timeout, || async move {
+        let out = attempt();
+        let err = stderr(&out);
+        (!out.status.success() && err.contains("denied the request"))
+            .then_some(err.clone())
+            .ok_or(err)
+    })
+    .await
 }
 
 /// What a user needs to write Projections in `namespace`.
@@ -590,16 +601,10 @@ async fn a_revoked_read_access_is_refused_again_once_the_kept_grant_expires() {
     let revoked = Instant::now();
     // The kept grant may still admit it until it expires; then the SubjectAccessReview is asked
     // again and refuses (the RBAC informer's own delay included in the margin).
-    let denial = wait_for(
+    let denial = wait_until_denied(
         "bob's projection to be denied once the kept grant expires",
         CACHE_TTL + Duration::from_secs(10),
-        || async {
-            let out = try_create();
-            let err = stderr(&out);
-            (!out.status.success() && err.contains("denied the request"))
-                .then_some(err.clone())
-                .ok_or(err)
-        },
+        &try_create,
     )
     .await;
     assert!(
@@ -607,13 +612,7 @@ async fn a_revoked_read_access_is_refused_again_once_the_kept_grant_expires() {
         "{denial}"
     );
     let metrics = webhook.process.metrics();
-    let lookups = |result: &str| {
-        metric_value(
-            &metrics,
-            &format!(r#"projection_webhook_access_review_cache_lookups_total{{result="{result}"}}"#),
-        )
-        .unwrap_or(0.0)
-    };
+    let lookups = |result| cache_lookups(&metrics, "access_review", result);
     assert!(
         lookups("miss") >= 2.0,
         "asked at least before and after the revocation:\n{metrics}"
