@@ -125,6 +125,11 @@ fn values_schema_rejects_typos_and_bad_values_naming_the_field() {
             json!(3600),
             "/webhook/accessReviewCacheSeconds",
         ),
+        (
+            "webhook.sourceMetadataCacheSeconds",
+            json!(-1),
+            "/webhook/sourceMetadataCacheSeconds",
+        ),
     ];
     for (key, value, expected) in cases {
         let err = render("projection", NS, &[(key, value.clone())])
@@ -235,6 +240,10 @@ fn deployments_are_hardened_and_probe_the_right_ports() {
         let webhook = r.get("Deployment", "projection-webhook");
         assert_eq!(
             flag_value(webhook, "--access-review-cache-ttl").as_deref(),
+            Some("5s")
+        );
+        assert_eq!(
+            flag_value(webhook, "--source-metadata-cache-ttl").as_deref(),
             Some("5s")
         );
         let pod = &webhook["spec"]["template"]["spec"];

@@ -103,6 +103,14 @@ pub struct Args {
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub access_review_cache_ttl: Duration,
 
+    /// How long a read of a source's metadata that let a projection in is reused for the same
+    /// source; "0" reads it from the apiserver every time. Only reads that allow are reused: a
+    /// source that is missing, not opted in or opted out is read again, so an opt-in takes effect
+    /// at once, while an opt-out lets Projections in for at most this long (the controller still
+    /// refuses to copy from it).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub source_metadata_cache_ttl: Duration,
+
     /// Address of the Prometheus metrics endpoint; "0" disables it.
     #[arg(long, default_value = "0")]
     pub metrics_bind_address: String,

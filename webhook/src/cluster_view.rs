@@ -1,12 +1,14 @@
 //! What admission needs to know about the cluster: a source kind's scope and resource, whether a
 //! user may read the source, and the source's annotations. A trait, so the handler can be tested
-//! in-process with a fixed cluster; [`KubeCluster`] is the real one.
+//! in-process with a fixed cluster; [`KubeCluster`] is the real one, which keeps SubjectAccessReview
+//! grants ([`AllowedAnswers`]) and allowing source reads ([`SourceMetadataCache`]) for a few seconds.
 
 use crate::{
     access_cache::{AccessQuestion, AllowedAnswers},
     claim_watch::ClaimWatch,
     error::PolicyError,
     metrics::CacheLabels,
+    source_cache::{SourceKey, SourceMetadataCache},
 };
 use arc_swap::ArcSwapOption;
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
@@ -53,7 +55,8 @@ pub trait ClusterView: Send + Sync + 'static {
         name: &str,
     ) -> impl Future<Output = Result<bool, PolicyError>> + Send;
 
-    /// The object's annotations, or `None` when it does not exist.
+    /// The object's annotations (at least `projection.sh/projectable`, the one admission decides
+    /// on), or `None` when it does not exist.
     fn annotations(
         &self,
         resource: &ApiResource,
@@ -93,15 +96,22 @@ pub struct KubeCluster {
     granted: Mutex<AllowedAnswers>,
     /// Lookups in `granted`, by `hit` or `miss` (not counted when the cache is off).
     granted_lookups: Family<CacheLabels, Counter>,
+    /// Source metadata reads that allowed, kept for a few seconds (see [`SourceMetadataCache`]).
+    sources: SourceMetadataCache,
+    /// Lookups in `sources`, by `hit` or `miss` (not counted when the cache is off).
+    source_lookups: Family<CacheLabels, Counter>,
 }
 
 impl KubeCluster {
     /// A cluster behind `client`, with no discovery snapshot yet (see [`Self::refresh`]), keeping
-    /// SubjectAccessReview grants in `granted` and counting their lookups in `granted_lookups`.
+    /// SubjectAccessReview grants in `granted` and allowing source reads in `sources`, and counting
+    /// their lookups in `granted_lookups` and `source_lookups`.
     pub fn new(
         client: Client,
         granted: AllowedAnswers,
         granted_lookups: Family<CacheLabels, Counter>,
+        sources: SourceMetadataCache,
+        source_lookups: Family<CacheLabels, Counter>,
     ) -> Arc<Self> {
         Arc::new(Self {
             client,
@@ -110,6 +120,8 @@ impl KubeCluster {
             claims: std::sync::OnceLock::new(),
             granted: Mutex::new(granted),
             granted_lookups,
+            sources,
+            source_lookups,
         })
     }
 
@@ -256,12 +268,26 @@ impl ClusterView for Arc<KubeCluster> {
         namespace: &str,
         name: &str,
     ) -> Result<Option<BTreeMap<String, String>>, PolicyError> {
+        let key = SourceKey::new(resource, namespace, name);
+        if self.sources.enabled() {
+            // Only a read that allowed comes back from the cache: what would deny is read again.
+            let kept = self.sources.lookup(&key, Instant::now());
+            let result = if kept.is_some() { "hit" } else { "miss" };
+            self.source_lookups.get_or_create(&CacheLabels { result }).inc();
+            if kept.is_some() {
+                return Ok(kept);
+            }
+        }
+        // Its age counts from before the request, so a kept read is never older than the TTL.
+        let read_at = Instant::now();
         let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, resource);
         let meta = api
             .get_metadata_opt(name)
             .await
             .map_err(PolicyError::SourceRead)?;
-        Ok(meta.map(|m| m.metadata.annotations.unwrap_or_default()))
+        let annotations = meta.map(|m| m.metadata.annotations.unwrap_or_default());
+        self.sources.remember(key, annotations.as_ref(), read_at);
+        Ok(annotations)
     }
 
     async fn object(

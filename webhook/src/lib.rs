@@ -14,6 +14,7 @@ pub mod policy;
 pub mod review;
 pub mod self_managed;
 pub mod server;
+pub mod source_cache;
 pub mod tls;
 
 use anyhow::Context as _;
@@ -30,6 +31,9 @@ const DISCOVERY_REFRESH: Duration = Duration::from_secs(60);
 
 /// At most this many SubjectAccessReview grants are kept (a few hundred bytes each).
 const ACCESS_REVIEW_CACHE_CAPACITY: usize = 10_000;
+
+/// At most this many sources' metadata reads are kept (about 150 bytes each).
+const SOURCE_METADATA_CACHE_CAPACITY: usize = 10_000;
 
 /// Runs the webhook until SIGTERM/SIGINT: ready once the certificate is loaded (from the files, or
 /// in the self-managed mode from its Secret, which may take until the Secret is usable), discovery is warm
@@ -110,6 +114,12 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
         client.clone(),
         access_cache::AllowedAnswers::new(args.access_review_cache_ttl, ACCESS_REVIEW_CACHE_CAPACITY),
         metrics.access_review_cache_lookups_total.clone(),
+        source_cache::SourceMetadataCache::new(
+            args.source_metadata_cache_ttl,
+            SOURCE_METADATA_CACHE_CAPACITY,
+            args.source_mode,
+        ),
+        metrics.source_metadata_cache_lookups_total.clone(),
     );
     cluster.know_claims(claim_watch::ClaimWatch::start(
         client,

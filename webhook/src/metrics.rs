@@ -34,10 +34,10 @@ pub struct ReloadLabels {
     pub result: &'static str,
 }
 
-/// Labels of the SubjectAccessReview cache's lookup counter.
+/// Labels of the lookup counters of the SubjectAccessReview cache and the source metadata cache.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CacheLabels {
-    /// `hit` (a kept grant answered) or `miss` (the apiserver was asked).
+    /// `hit` (a kept answer was used) or `miss` (the apiserver was asked).
     pub result: &'static str,
 }
 
@@ -71,6 +71,7 @@ pub struct Metrics {
     pub certificates_issued_total: Family<IssueLabels, Counter>,
     pub self_managed_writes_total: Family<WriteLabels, Counter>,
     pub access_review_cache_lookups_total: Family<CacheLabels, Counter>,
+    pub source_metadata_cache_lookups_total: Family<CacheLabels, Counter>,
 }
 
 impl Metrics {
@@ -117,6 +118,11 @@ impl Metrics {
             "Lookups of SubjectAccessReview grants kept by --access-review-cache-ttl, by result (hit, miss)",
             metrics.access_review_cache_lookups_total.clone(),
         );
+        registry.register(
+            "projection_webhook_source_metadata_cache_lookups",
+            "Lookups of source metadata reads kept by --source-metadata-cache-ttl, by result (hit, miss)",
+            metrics.source_metadata_cache_lookups_total.clone(),
+        );
         registry.register_collector(Box::new(runtime::process_metrics::ProcessCollector::default()));
         metrics
     }
@@ -137,6 +143,7 @@ impl Metrics {
             certificates_issued_total: Family::default(),
             self_managed_writes_total: Family::default(),
             access_review_cache_lookups_total: Family::default(),
+            source_metadata_cache_lookups_total: Family::default(),
         }
     }
 }

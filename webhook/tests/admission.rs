@@ -400,6 +400,81 @@ async fn vetoed_and_not_opted_in_sources_are_denied_in_allowlist_mode() {
     assert_admitted(&apply(&projection("open")));
 }
 
+#[tokio::test]
+async fn an_opt_in_is_honoured_at_once_and_an_opt_out_once_the_kept_read_expires() {
+    const CACHE_TTL: Duration = Duration::from_secs(3);
+    let (_serial, client) = serial_cluster().await;
+    let src = TestNamespace::create(&client, "webhook-optin-src").await;
+    let dst = TestNamespace::create(&client, "webhook-optin-dst").await;
+    configmap(src.name(), "settings", None).await;
+    let webhook = Webhook::start(&["--source-metadata-cache-ttl", "3s"]).await;
+    let projection = manifest(
+        "Projection",
+        "settings",
+        Some(dst.name()),
+        json!({"source": {"kind": "ConfigMap", "namespace": src.name(), "name": "settings"}}),
+    );
+    // A server-side dry run is a CREATE every time, so every attempt is checked.
+    let try_create = || kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], &projection);
+    let annotate = |change: &str| {
+        kubectl_ok(&[
+            "annotate",
+            "configmap",
+            "settings",
+            "-n",
+            src.name(),
+            change,
+            "--overwrite",
+        ]);
+    };
+    let not_opted_in = format!(
+        r#"source-mode=allowlist requires annotation projection.sh/projectable="true" on source {}/settings"#,
+        src.name()
+    );
+
+    // A denial is never kept: the owner's opt-in counts from the very next request, as does a
+    // removal of an opt-in that was never read as allowing.
+    assert_denied(&try_create(), &not_opted_in);
+    annotate("projection.sh/projectable=true");
+    assert_admitted(&try_create());
+    assert_admitted(&try_create());
+    annotate("projection.sh/projectable-");
+    let opted_out = Instant::now();
+    // The read that allowed may be reused until it expires (the controller would refuse to copy
+    // meanwhile); then the source is read again and the request denied.
+    let denial = wait_until_denied(
+        "the projection to be denied once the kept read expires",
+        CACHE_TTL + Duration::from_secs(10),
+        &try_create,
+    )
+    .await;
+    assert!(denial.contains(&not_opted_in), "{denial}");
+    eprintln!("denied again {:?} after the opt-out", opted_out.elapsed());
+    assert_denied(&try_create(), &not_opted_in);
+    annotate("projection.sh/projectable=true");
+    assert_admitted(&try_create());
+
+    let metrics = webhook.process.metrics();
+    let lookups = |result| cache_lookups(&metrics, "source_metadata", result);
+    assert!(
+        lookups("hit") >= 1.0,
+        "the allowing read was kept and reused:\n{metrics}"
+    );
+    assert!(
+        lookups("miss") >= 4.0,
+        "every denial and every first allow was read from the apiserver:\n{metrics}"
+    );
+}
+
+/// The count of `projection_webhook_<cache>_cache_lookups_total{result}` in `metrics` (0 if absent).
+fn cache_lookups(metrics: &str, cache: &str, result: &str) -> f64 {
+    metric_value(
+        metrics,
+        &format!(r#"projection_webhook_{cache}_cache_lookups_total{{result="{result}"}}"#),
+    )
+    .unwrap_or(0.0)
+}
+
 /// A Role with `rules` and its RoleBinding to `user`, both called `name`, as one kubectl list.
 fn role_for(user: &str, namespace: &str, name: &str, rules: Value) -> String {
     json!({"apiVersion": "v1", "kind": "List", "items": [
@@ -422,6 +497,19 @@ async fn wait_until_admitted(what: &str, attempt: impl Fn() -> Output) {
         out.status.success().then_some(()).ok_or_else(|| stderr(&out))
     })
     .await;
+}
+
+/// Waits until the webhook denies `attempt`, for at most `timeout`; returns kubectl's error output.
+async fn wait_until_denied(what: &str, timeout: Duration, attempt: impl Fn() -> Output) -> String {
+    let attempt = &attempt;
+    wait_for(what, timeout, || async move {
+        let out = attempt();
+        let err = stderr(&out);
+        (!out.status.success() && err.contains("denied the request"))
+            .then_some(err.clone())
+            .ok_or(err)
+    })
+    .await
 }
 
 /// What a user needs to write Projections in `namespace`.
@@ -513,16 +601,10 @@ async fn a_revoked_read_access_is_refused_again_once_the_kept_grant_expires() {
     let revoked = Instant::now();
     // The kept grant may still admit it until it expires; then the SubjectAccessReview is asked
     // again and refuses (the RBAC informer's own delay included in the margin).
-    let denial = wait_for(
+    let denial = wait_until_denied(
         "bob's projection to be denied once the kept grant expires",
         CACHE_TTL + Duration::from_secs(10),
-        || async {
-            let out = try_create();
-            let err = stderr(&out);
-            (!out.status.success() && err.contains("denied the request"))
-                .then_some(err.clone())
-                .ok_or(err)
-        },
+        &try_create,
     )
     .await;
     assert!(
@@ -530,13 +612,7 @@ async fn a_revoked_read_access_is_refused_again_once_the_kept_grant_expires() {
         "{denial}"
     );
     let metrics = webhook.process.metrics();
-    let lookups = |result: &str| {
-        metric_value(
-            &metrics,
-            &format!(r#"projection_webhook_access_review_cache_lookups_total{{result="{result}"}}"#),
-        )
-        .unwrap_or(0.0)
-    };
+    let lookups = |result| cache_lookups(&metrics, "access_review", result);
     assert!(
         lookups("miss") >= 2.0,
         "asked at least before and after the revocation:\n{metrics}"
