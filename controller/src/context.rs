@@ -35,31 +35,33 @@ pub struct Context {
     pub statuses: WrittenStatuses,
 }
 
-/// The status the controller last wrote to each CR (by uid). The reflector's copy of a CR can lag
-/// behind our own last status write (a source deleted and recreated within milliseconds gives two
-/// reconciles in a row), so "unchanged" must hold against both it and this record.
+/// The status the controller last wrote to each CR (by uid), as a digest: only equality is asked of
+/// it. The reflector's copy of a CR can lag behind our own last status write (a source deleted and
+/// recreated within milliseconds gives two reconciles in a row), so "unchanged" must hold against
+/// both it and this record.
 #[derive(Default)]
 pub struct WrittenStatuses {
-    written: Mutex<HashMap<String, serde_json::Value>>,
+    written: Mutex<HashMap<String, [u8; 32]>>,
 }
 
 impl WrittenStatuses {
     /// Whether `next` equals what we last wrote to `uid` (true when we wrote nothing yet: then the
     /// CR's own status is all there is to compare with).
     pub fn matches(&self, uid: &str, next: &serde_json::Value) -> bool {
+        let next = shared::cache_trim::digest(next);
         self.written
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(uid)
-            .is_none_or(|last| last == next)
+            .is_none_or(|last| *last == next)
     }
 
     /// Records a status written to `uid`.
-    pub fn record(&self, uid: &str, status: serde_json::Value) {
+    pub fn record(&self, uid: &str, status: &serde_json::Value) {
         self.written
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(uid.to_owned(), status);
+            .insert(uid.to_owned(), shared::cache_trim::digest(status));
     }
 
     /// Forgets a CR that is gone.
@@ -103,7 +105,7 @@ mod tests {
             statuses.matches("uid", &ready),
             "nothing written yet: the CR's status decides"
         );
-        statuses.record("uid", deleted.clone());
+        statuses.record("uid", &deleted);
         // The reflector may still show Ready (stale), but we last wrote SourceDeleted: write again.
         assert!(!statuses.matches("uid", &ready));
         assert!(statuses.matches("uid", &deleted));

@@ -163,7 +163,8 @@ fn reconcile_relevant<K: Resource>(object: &K, finalizer: &str) -> Option<u64> {
     Some(hasher.finish())
 }
 
-/// The watch stream of one CR kind, feeding `writer`'s store and filtered to relevant changes.
+/// The watch stream of one CR kind, feeding `writer`'s store (each CR trimmed to what decisions
+/// read, `shared::cache_trim::trim_cr`) and filtered to relevant changes.
 fn cr_stream<K>(
     client: &Client,
     writer: reflector::store::Writer<K>,
@@ -177,6 +178,7 @@ where
         watcher::Config::default().any_semantic(),
     )
     .default_backoff()
+    .modify(|cr| shared::cache_trim::trim_cr(cr.meta_mut()))
     .reflect(writer)
     .applied_objects()
     .predicate_filter(

@@ -524,6 +524,6 @@ pub async fn write_status<K: ProjectionKind, S: Serialize + PartialEq>(
         )
         .await
         .map_err(api_error("writing status"))?;
-    ctx.statuses.record(&uid, value);
+    ctx.statuses.record(&uid, &value);
     Ok(())
 }

@@ -6,7 +6,8 @@
 //!   not grow with unrelated objects) and routes each event through the index;
 //! - per tier (Projection, ClusterProjection), a full-object watch of our copies only, filtered on
 //!   the server by the tier's ownership label, whose store lets a reconcile compare copies with their
-//!   source without a GET and find every copy of an owner without a LIST.
+//!   source without a GET and find every copy of an owner without a LIST. The store keeps each copy
+//!   trimmed to what those decisions read (`shared::cache_trim::trim_copy`).
 //!
 //! A kind the apiserver does not let the controller list or watch (HTTP 403: its RBAC does not cover
 //! the kind) fails the reconcile at once, and its watches are stopped until the next attempt (see
@@ -307,7 +308,9 @@ impl WatchRegistry {
         let copies = writer.as_reader();
         let ours = Api::<DynamicObject>::all_with(self.client.clone(), resource);
         let config = watcher::Config::default().labels(tier.uid_label()).any_semantic();
-        let stream = watch_backoff(watcher::watcher(ours, config)).reflect(writer);
+        let stream = watch_backoff(watcher::watcher(ours, config))
+            .modify(|copy| shared::cache_trim::trim_copy(&mut copy.metadata, crate::writer::FIELD_MANAGER))
+            .reflect(writer);
         let gk = group_kind.clone();
         let recorder = refused.clone();
         let failed = failing.clone();

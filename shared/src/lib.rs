@@ -4,6 +4,7 @@
 
 pub mod adoption;
 pub mod apply_once;
+pub mod cache_trim;
 pub mod claims;
 pub mod copy;
 pub mod copy_spec;

@@ -145,7 +145,7 @@ pub struct FieldTree {
 }
 
 /// The fields `field_manager` owns on `object` (all its entries, whatever the operation, except
-/// those of subresources such as `status`).
+/// those of subresources such as `status`); an entry's `fieldsV1` may be the tree or its JSON text.
 pub fn owned_fields(object: &Value, field_manager: &str) -> FieldTree {
     let mut tree = FieldTree::default();
     let entries = object["metadata"]["managedFields"]
@@ -158,7 +158,13 @@ pub fn owned_fields(object: &Value, field_manager: &str) -> FieldTree {
             .and_then(Value::as_str)
             .unwrap_or_default();
         if entry["manager"] == field_manager && subresource.is_empty() {
-            merge_fields_v1(&mut tree, &entry["fieldsV1"]);
+            match &entry["fieldsV1"] {
+                // The controller's cache keeps them as JSON text (see `cache_trim::trim_copy`).
+                Value::String(text) => {
+                    merge_fields_v1(&mut tree, &serde_json::from_str(text).unwrap_or_default());
+                }
+                fields => merge_fields_v1(&mut tree, fields),
+            }
         }
     }
     tree
