@@ -506,7 +506,7 @@ async fn main() -> anyhow::Result<()> {
     // The projection.sh/v1 CRDs (ours, a superset of the Go operator's: both operators run on them).
     projection_tests::install_crds(&client).await;
     // An earlier run's namespaces still being deleted would load the apiserver during this one.
-    settle(&client, None, Duration::ZERO).await?;
+    settle(&client, None, Duration::ZERO, &plan).await?;
     let output = args.output.clone().unwrap_or_else(|| {
         projection_tests::repo_root()
             .join("target/bench")
@@ -529,6 +529,7 @@ async fn main() -> anyhow::Result<()> {
         &client,
         Some(&format!("{run}o")),
         Duration::from_secs(args.settle_seconds),
+        &plan,
     )
     .await?;
     let go = run_once(&client, &args, &plan, &format!("{run}g"), Operator::Peer(peer)).await?;
@@ -613,8 +614,9 @@ async fn run_once(
 }
 
 /// Waits until the namespaces of `run` (of any run: `None`) are gone, then lets the cluster rest
-/// for `rest`.
-async fn settle(client: &Client, run: Option<&str>, rest: Duration) -> anyhow::Result<()> {
+/// for `rest`. The wait grows with the plan's namespaces: the namespace controller removed about 6
+/// a second here, so 5000 fan-out targets take over 10 minutes to go.
+async fn settle(client: &Client, run: Option<&str>, rest: Duration, plan: &Plan) -> anyhow::Result<()> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let lp = ListParams::default().labels(&match run {
         Some(run) => format!("{RUN_LABEL}={run}"),
@@ -622,7 +624,7 @@ async fn settle(client: &Client, run: Option<&str>, rest: Duration) -> anyhow::R
     });
     let gone = wait_until(
         "earlier runs' namespaces to be gone",
-        Duration::from_secs(600),
+        Duration::from_secs(600 + u64::try_from(plan.namespaces + plan.fan_out).unwrap_or(u64::MAX / 2)),
         || async { Ok(namespaces.list(&lp).await?.items.is_empty()) },
     )
     .await;
