@@ -624,7 +624,7 @@ async fn settle(client: &Client, run: Option<&str>, rest: Duration, plan: &Plan)
     });
     let gone = wait_until(
         "earlier runs' namespaces to be gone",
-        Duration::from_secs(600 + u64::try_from(plan.namespaces + plan.fan_out).unwrap_or(u64::MAX / 2)),
+        Duration::from_secs(600 + (plan.namespaces + plan.fan_out) as u64),
         || async { Ok(namespaces.list(&lp).await?.items.is_empty()) },
     )
     .await;
