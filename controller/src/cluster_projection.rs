@@ -1,6 +1,6 @@
 //! The `ClusterProjection` reconciler: read the source (see `reconcile`), resolve the target
-//! namespaces, write one copy per namespace in parallel (with a cap), remove the copies no longer
-//! wanted, report counts and per-namespace failures.
+//! namespaces, write one copy per namespace in parallel (with a cap) while removing the copies no
+//! longer wanted, report counts and per-namespace failures.
 //!
 //! Every pass compares all targets, but against the cache of our copies: an unchanged copy costs no
 //! request, so a namespace event or a source edit writes exactly the copies that differ.
@@ -178,9 +178,9 @@ async fn fan_out(
     ctx.namespaces.set_rule(&cp_ref, rule.clone());
     ctx.namespaces.synced().await;
     let name = destination_name(cp);
-    let targets = rule.resolve(&ctx.namespaces.snapshot(), source, &name);
+    let targets = ctx.namespaces.resolve(&rule, source, &name);
 
-    // Build and write, then remove the copies no longer wanted.
+    // Build and write, and remove the copies no longer wanted.
     // The content is the same in every namespace: built (and refused) once.
     let rules = CopyRules::of_cluster_projection(&cp.spec);
     let built = build_or_report(ctx, &about, &read.object, &rules, failed).await?;
@@ -206,7 +206,15 @@ async fn fan_out(
         requested,
         existing,
     };
-    let tally = Tally::of(write_all(ctx, &read, &built, &owner, to_write, copies).await);
+    // The copies no longer wanted go at the same time: a namespace that lost its label need not
+    // wait for the comparison of every other target.
+    let earlier = earlier_kind(recorded.as_ref(), &written);
+    let keep = targets.keep();
+    let (writes, cleaned) = futures::join!(
+        write_all(ctx, &read, &built, &owner, to_write, copies),
+        remove_unwanted(cp, ctx, &read, &keep, &name, earlier),
+    );
+    let tally = Tally::of(writes);
     let waiting = tally
         .conflicts()
         .map(|namespace| ObjectKey {
@@ -216,8 +224,6 @@ async fn fan_out(
         })
         .collect();
     ctx.watches.set_waiting(&cp.waker(), waiting);
-    let earlier = earlier_kind(recorded.as_ref(), &written);
-    let cleaned = remove_unwanted(cp, ctx, &read, &targets.keep(), &name, earlier).await;
 
     // Report.
     if tally.first_copy(current.destination_name.is_some()) {

@@ -17,8 +17,8 @@ use kube::{
     },
 };
 use shared::{
-    crd::ClusterProjection,
-    targets::{NamespaceInfo, TargetRule},
+    crd::{ClusterProjection, SourceRef},
+    targets::{NamespaceInfo, TargetRule, Targets},
 };
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
@@ -93,9 +93,10 @@ impl Namespaces {
         let _ = rx.wait_for(|synced| *synced).await;
     }
 
-    /// Every namespace now.
-    pub fn snapshot(&self) -> Vec<NamespaceInfo> {
-        self.index().snapshot()
+    /// The targets of `rule` among the namespaces now (resolved under the lock: a pass over 1000
+    /// namespaces copies none of them).
+    pub fn resolve(&self, rule: &TargetRule, source: &SourceRef, copy_name: &str) -> Targets {
+        rule.resolve(self.index().all(), source, copy_name)
     }
 
     /// Records (or replaces) which namespaces `cp` targets.

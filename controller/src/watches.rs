@@ -314,13 +314,18 @@ impl WatchRegistry {
         let gk = group_kind.clone();
         let recorder = refused.clone();
         let failed = failing.clone();
+        let index = self.index.clone();
         let task = tokio::spawn(async move {
             stream
                 .for_each(|event| {
                     record(&recorder, event.as_ref().err());
                     failed.store(event.is_err(), Ordering::Release);
-                    if let Err(e) = event {
-                        tracing::warn!(kind = %gk, error = %describe_watch_error(&e), "destination watch error; retrying");
+                    match &event {
+                        Ok(Event::Delete(copy)) => lock(&index).verified.forget(&ObjectKey::of(&gk, copy)),
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(kind = %gk, error = %describe_watch_error(e), "destination watch error; retrying");
+                        }
                     }
                     std::future::ready(())
                 })
@@ -376,6 +381,18 @@ impl WatchRegistry {
         if foreign {
             self.wake.send(CrRef::of(owner));
         }
+    }
+
+    /// Whether the copy at `key`, stored at `resource_version`, was found up to date for the desired
+    /// copy of fingerprint `desired` (see `shared::verified`).
+    pub fn is_verified(&self, key: &ObjectKey, resource_version: &str, desired: u64) -> bool {
+        self.index().verified.is_current(key, resource_version, desired)
+    }
+
+    /// Remembers that the copy at `key`, stored at `resource_version`, is up to date for the desired
+    /// copy of fingerprint `desired`.
+    pub fn remember_verified(&self, key: &ObjectKey, resource_version: &str, desired: u64) {
+        self.index().verified.remember(key, resource_version, desired);
     }
 
     /// Records that we are deleting a copy, so its delete event wakes nothing.

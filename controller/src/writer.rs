@@ -18,9 +18,10 @@ use shared::{
     ownership::Owner,
     reason::Reason,
     source::GroupKind,
+    verified,
     write_plan::{WritePlan, plan_update},
 };
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 /// The field manager of every write of the controller.
 pub const FIELD_MANAGER: &str = "projection-controller";
@@ -109,26 +110,26 @@ pub async fn write_copy(
     owner: &Owner,
     existing_copy: Existing,
 ) -> Result<Written, WriteError> {
-    let desired_object: DynamicObject = serde_json::from_value(desired.clone())
-        .map_err(|e| WriteError::Conflict(format!("unbuildable copy: {e}")))?;
-    let name = desired_object.name_any();
-    let namespace = desired_object.namespace().unwrap_or_default();
+    let text = |field: &str| desired["metadata"][field].as_str().unwrap_or_default().to_owned();
+    let (namespace, name) = (text("namespace"), text("name"));
     let key = ObjectKey {
         group_kind: group_kind.clone(),
         namespace: namespace.clone(),
         name: name.clone(),
     };
-    let mut existing = copies
-        .get(&ObjectRef::new_with(&name, resource.clone()).within(&namespace))
-        .map(|o| (*o).clone());
+    let fingerprint = verified::fingerprint(desired);
+    let mut existing = copies.get(&ObjectRef::new_with(&name, resource.clone()).within(&namespace));
     let mut last_error = None;
     // A stale cache costs one retry with a fresh read; a third round means someone keeps writing.
     for _ in 0..3 {
         let Some(current) = existing.take() else {
-            match create_copy(registry, api, &key, owner, &desired_object).await {
-                Ok(()) => return Ok(Written::Created),
+            match create_copy(registry, api, &key, owner, &desired_object(desired)?).await {
+                Ok(created) => {
+                    remember_if_current(registry, &key, &created, desired, fingerprint);
+                    return Ok(Written::Created);
+                }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
-                    existing = api.get_opt(&name).await.map_err(WriteError::Fetch)?;
+                    existing = api.get_opt(&name).await.map_err(WriteError::Fetch)?.map(Arc::new);
                     last_error = Some(kube::Error::Api(s));
                     continue;
                 }
@@ -143,10 +144,22 @@ pub async fn write_copy(
         if !adopting && existing_copy == Existing::Keep {
             return Ok(Written::Unchanged);
         }
+        let stored_at = current.metadata.resource_version.as_deref();
+        if !adopting
+            && let (Some(rv), Some(fingerprint)) = (stored_at, fingerprint)
+            && registry.is_verified(&key, rv, fingerprint)
+        {
+            return Ok(Written::Unchanged);
+        }
         let current_value =
-            serde_json::to_value(&current).map_err(|e| WriteError::Conflict(e.to_string()))?;
+            serde_json::to_value(&*current).map_err(|e| WriteError::Conflict(e.to_string()))?;
         let patch = match plan_update(&current_value, desired, FIELD_MANAGER) {
-            WritePlan::UpToDate if !adopting => return Ok(Written::Unchanged),
+            WritePlan::UpToDate if !adopting => {
+                if let (Some(rv), Some(fingerprint)) = (stored_at, fingerprint) {
+                    registry.remember_verified(&key, rv, fingerprint);
+                }
+                return Ok(Written::Unchanged);
+            }
             WritePlan::UpToDate => adoption_patch(serde_json::json!({})),
             WritePlan::Patch(p) if adopting => adoption_patch(p),
             WritePlan::Patch(p) => p,
@@ -164,14 +177,17 @@ pub async fn write_copy(
         );
         match patched {
             Ok(_) if adopting => return Ok(Written::Adopted),
-            Ok(_) => return Ok(Written::Updated),
+            Ok(updated) => {
+                remember_if_current(registry, &key, &updated, desired, fingerprint);
+                return Ok(Written::Updated);
+            }
             Err(kube::Error::Api(s)) if s.code == 409 => {
-                existing = api.get_opt(&name).await.map_err(WriteError::Fetch)?;
+                existing = api.get_opt(&name).await.map_err(WriteError::Fetch)?.map(Arc::new);
                 last_error = Some(kube::Error::Api(s));
             }
             Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains("immutable") => {
                 let reason = s.message.clone();
-                return recreate(registry, api, &key, &current, &desired_object, owner)
+                return recreate(registry, api, &key, &current, &desired_object(desired)?, owner)
                     .await
                     .map(|()| Written::Recreated(reason));
             }
@@ -186,6 +202,32 @@ pub async fn write_copy(
     })
 }
 
+/// The built copy as the object the API takes.
+fn desired_object(desired: &Value) -> Result<DynamicObject, WriteError> {
+    serde_json::from_value(desired.clone())
+        .map_err(|e| WriteError::Conflict(format!("unbuildable copy: {e}")))
+}
+
+/// Remembers a copy as the apiserver answered our write (after any admission changes) when it is up
+/// to date, so the next pass need not compare it.
+fn remember_if_current(
+    registry: &WatchRegistry,
+    key: &ObjectKey,
+    written: &DynamicObject,
+    desired: &Value,
+    fingerprint: Option<u64>,
+) {
+    let (Some(rv), Some(fingerprint)) = (written.metadata.resource_version.as_deref(), fingerprint) else {
+        return;
+    };
+    let Ok(written_value) = serde_json::to_value(written) else {
+        return;
+    };
+    if plan_update(&written_value, desired, FIELD_MANAGER) == WritePlan::UpToDate {
+        registry.remember_verified(key, rv, fingerprint);
+    }
+}
+
 /// Creates a copy, telling the registry so that the resulting watch event wakes nothing.
 async fn create_copy(
     registry: &WatchRegistry,
@@ -193,7 +235,7 @@ async fn create_copy(
     key: &ObjectKey,
     owner: &Owner,
     desired: &DynamicObject,
-) -> Result<(), kube::Error> {
+) -> Result<DynamicObject, kube::Error> {
     registry.begin_write(key.clone());
     let params = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
@@ -205,7 +247,7 @@ async fn create_copy(
         owner,
         created.as_ref().ok().and_then(|c| c.resource_version()),
     );
-    created.map(|_| ())
+    created
 }
 
 /// Replaces an owned copy whose update the apiserver refuses as immutable.
@@ -242,7 +284,7 @@ async fn recreate(
         .when(name_taken)
         .await
     {
-        Ok(()) => Ok(()),
+        Ok(_) => Ok(()),
         Err(e) if name_taken(&e) => Err(WriteError::Conflict(format!(
             "destination {}/{} is still being deleted; it will be recreated on the next attempt",
             key.namespace, key.name

@@ -288,6 +288,12 @@ async fn a_selector_follows_namespaces_as_their_labels_change() {
     w.wait_ready(&cp, 2).await;
     assert!(w.data_in(&a, "cfg").await.is_some() && w.data_in(&b, "cfg").await.is_some());
     assert!(w.data_in(&c, "cfg").await.is_none());
+    let client = w.client.clone();
+    let version_of = |ns: String| {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+        async move { api.get("cfg").await.expect("copy").resource_version() }
+    };
+    let (a_before, b_before) = (version_of(a.clone()).await, version_of(b.clone()).await);
 
     // A namespace labelled later gets the copy; created with the label, too.
     let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(w.client.clone());
@@ -305,6 +311,25 @@ async fn a_selector_follows_namespaces_as_their_labels_change() {
         .await;
     wait_object(&w.configmaps(&d), "cfg", "copy in the new namespace", |_| true).await;
     w.wait_ready(&cp, 4).await;
+    // The namespace events' passes wrote only the new copies: those in place were not written.
+    assert_eq!(
+        version_of(a.clone()).await,
+        a_before,
+        "the copy in {a} was written again"
+    );
+    assert_eq!(
+        version_of(b.clone()).await,
+        b_before,
+        "the copy in {b} was written again"
+    );
+
+    // A copy those passes found up to date is edited by someone else: it is compared again (its
+    // resourceVersion moved) and restored.
+    merge(&w.configmaps(&b), "cfg", json!({"data": {"k": "tampered"}})).await;
+    wait_object(&w.configmaps(&b), "cfg", "the edited copy restored", |c| {
+        data_of(c)["k"] == "v"
+    })
+    .await;
 
     // Unlabelled, it loses the copy.
     merge(&nss, &a, json!({"metadata": {"labels": {label.0: null}}})).await;

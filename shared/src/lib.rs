@@ -27,4 +27,5 @@ pub mod status;
 pub mod targets;
 pub mod unwanted;
 pub mod validation;
+pub mod verified;
 pub mod write_plan;

@@ -93,10 +93,21 @@ impl TargetRule {
 
     /// The targets among `namespaces` for copies of `source` named `copy_name`; a namespace where
     /// the copy would be the source itself is skipped.
-    pub fn resolve(&self, namespaces: &[NamespaceInfo], source: &SourceRef, copy_name: &str) -> Targets {
+    pub fn resolve<'a>(
+        &self,
+        namespaces: impl IntoIterator<Item = &'a NamespaceInfo>,
+        source: &SourceRef,
+        copy_name: &str,
+    ) -> Targets {
         let mut targets = Targets::default();
-        let existing: BTreeMap<&str, &NamespaceInfo> =
-            namespaces.iter().map(|n| (n.name.as_str(), n)).collect();
+        let namespaces = namespaces.into_iter();
+        let existing: BTreeMap<&str, &NamespaceInfo> = match self {
+            Self::List(_) => namespaces.map(|n| (n.name.as_str(), n)).collect(),
+            Self::Selector(selector) => namespaces
+                .filter(|n| selector.matches(&n.labels))
+                .map(|n| (n.name.as_str(), n))
+                .collect(),
+        };
         let mut candidates: Vec<&NamespaceInfo> = match self {
             Self::List(list) => {
                 for name in list {
@@ -108,10 +119,7 @@ impl TargetRule {
                     .filter_map(|n| existing.get(n.as_str()).copied())
                     .collect()
             }
-            Self::Selector(selector) => namespaces
-                .iter()
-                .filter(|n| selector.matches(&n.labels))
-                .collect(),
+            Self::Selector(_) => existing.values().copied().collect(),
         };
         candidates.sort_by(|a, b| a.name.cmp(&b.name));
         for ns in candidates {

@@ -67,9 +67,9 @@ impl NamespaceIndex {
         self.concerned(name, old.as_ref(), None)
     }
 
-    /// Every namespace now.
-    pub fn snapshot(&self) -> Vec<NamespaceInfo> {
-        self.namespaces.values().cloned().collect()
+    /// Every namespace now, without copying them.
+    pub fn all(&self) -> impl Iterator<Item = &NamespaceInfo> {
+        self.namespaces.values()
     }
 
     /// Records (or replaces) which namespaces `cp` targets.
@@ -189,10 +189,7 @@ mod tests {
             };
             assert_eq!(names(got), woken, "step {i}");
         }
-        assert_eq!(
-            ix.snapshot().iter().map(|n| n.name.as_str()).collect::<Vec<_>>(),
-            ["a"]
-        );
+        assert_eq!(ix.all().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["a"]);
     }
 
     #[test]
@@ -200,13 +197,13 @@ mod tests {
         let mut ix = index();
         ix.relist_started();
         ix.relisted(ns("a", &[]));
-        assert!(ix.snapshot().is_empty(), "the first list counts once complete");
+        assert!(ix.all().next().is_none(), "the first list counts once complete");
         assert_eq!(names(ix.relist_done()), ["listing", "selecting"]);
         ix.relist_started();
         ix.relisted(ns("a", &[]));
         assert!(ix.relist_done().is_empty(), "nothing changed");
         ix.relisted(ns("x", &[]));
-        assert_eq!(ix.snapshot().len(), 1, "outside a relist nothing is collected");
+        assert_eq!(ix.all().count(), 1, "outside a relist nothing is collected");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use kube::{api::ObjectMeta, runtime::reflector::ObjectRef};
 use shared::{
     keys::{OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_PROJECTION},
     source::{GroupKind, SourceKey},
+    verified::VerifiedCopies,
 };
 use std::collections::{HashMap, HashSet};
 
@@ -24,6 +25,8 @@ pub struct ObjectIndex {
     discovery_followers: HashMap<CrRef, String>,
     /// Our own writes.
     pub journal: Journal,
+    /// The copies found up to date, so an unchanged copy is not compared again.
+    pub verified: VerifiedCopies,
 }
 
 impl ObjectIndex {
