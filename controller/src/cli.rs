@@ -21,6 +21,10 @@ pub struct Args {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub selector_write_concurrency: u16,
 
+    /// Reconciles running at once (1 to 1024); each CR is still reconciled by one at a time.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub max_concurrent_reconciles: u16,
+
     /// Address of the Prometheus metrics endpoint; "0" disables it.
     #[arg(long, default_value = "0")]
     pub metrics_bind_address: String,
@@ -77,6 +81,7 @@ mod tests {
         assert_eq!(args.source_mode, SourceMode::Allowlist);
         assert_eq!(args.requeue_interval, Duration::from_secs(30));
         assert_eq!(args.selector_write_concurrency, 16);
+        assert_eq!(args.max_concurrent_reconciles, 32);
         assert_eq!(args.leader_election_lease_duration, Duration::from_secs(15));
         assert!(!args.leader_elect);
         assert_eq!(bind_address(&args.metrics_bind_address), Ok(None));
@@ -122,6 +127,7 @@ mod tests {
         for bad in [
             vec!["--source-mode", "open"],
             vec!["--selector-write-concurrency", "0"],
+            vec!["--max-concurrent-reconciles", "0"],
             vec!["--requeue-interval", "soon"],
         ] {
             let err = Args::try_parse_from(std::iter::once("projection-controller").chain(bad.clone()))

@@ -20,6 +20,8 @@ pub struct Settings {
     pub requeue_cap: Duration,
     /// Parallel writes of one ClusterProjection's fan-out.
     pub write_concurrency: usize,
+    /// Reconciles running at once.
+    pub reconcile_concurrency: u16,
 }
 
 /// Shared by every reconcile.

@@ -51,9 +51,6 @@ use std::{
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::sync::CancellationToken;
 
-/// Reconciles running at once (each object is still reconciled by one at a time).
-const RECONCILE_CONCURRENCY: u16 = 32;
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     runtime::crypto::install_crypto_provider();
@@ -65,6 +62,7 @@ async fn main() -> anyhow::Result<()> {
         source_mode = %args.source_mode,
         requeue_interval = ?args.requeue_interval,
         selector_write_concurrency = args.selector_write_concurrency,
+        max_concurrent_reconciles = args.max_concurrent_reconciles,
         metrics = ?metrics_addr,
         health = ?probe_addr,
         leader_elect = args.leader_elect,
@@ -103,6 +101,7 @@ async fn main() -> anyhow::Result<()> {
         source_mode: args.source_mode,
         requeue_cap: args.requeue_interval,
         write_concurrency: usize::from(args.selector_write_concurrency),
+        reconcile_concurrency: args.max_concurrent_reconciles,
     };
     // Every replica watches and indexes from the start; only the reconcilers wait for the lease.
     let replica = Replica::start(client.clone(), metrics, settings, readiness.clone());
@@ -403,7 +402,7 @@ impl Replica {
         for cr in self.clusters.state() {
             let _ = self.cluster_changes.0.send((*cr).clone());
         }
-        let config = controller::Config::default().concurrency(RECONCILE_CONCURRENCY);
+        let config = controller::Config::default().concurrency(self.ctx.settings.reconcile_concurrency);
         let queue = self.ctx.metrics.runtime.projection.clone();
         let projections = Controller::for_stream(
             queued_changes(changes(self.projection_changes.1), queue.clone()),

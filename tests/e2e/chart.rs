@@ -92,6 +92,11 @@ fn values_schema_rejects_typos_and_bad_values_naming_the_field() {
             json!(0),
             "/controller/selectorWriteConcurrency",
         ),
+        (
+            "controller.maxConcurrentReconciles",
+            json!(0),
+            "/controller/maxConcurrentReconciles",
+        ),
         ("supportedKinds", json!([{"apiGroup": ""}]), "resources"),
         (
             "supportedKinds",
