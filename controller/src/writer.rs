@@ -144,10 +144,9 @@ pub async fn write_copy(
         if !adopting && existing_copy == Existing::Keep {
             return Ok(Written::Unchanged);
         }
-        let stored_at = current.metadata.resource_version.as_deref();
-        if !adopting
-            && let (Some(rv), Some(fingerprint)) = (stored_at, fingerprint)
-            && registry.is_verified(&key, rv, fingerprint)
+        // Remembered as up to date only with a resourceVersion and a fingerprint of the desired copy.
+        let stored_at = current.metadata.resource_version.as_deref().zip(fingerprint);
+        if !adopting && stored_at.is_some_and(|(rv, fingerprint)| registry.is_verified(&key, rv, fingerprint))
         {
             return Ok(Written::Unchanged);
         }
@@ -155,7 +154,7 @@ pub async fn write_copy(
             serde_json::to_value(&*current).map_err(|e| WriteError::Conflict(e.to_string()))?;
         let patch = match plan_update(&current_value, desired, FIELD_MANAGER) {
             WritePlan::UpToDate if !adopting => {
-                if let (Some(rv), Some(fingerprint)) = (stored_at, fingerprint) {
+                if let Some((rv, fingerprint)) = stored_at {
                     registry.remember_verified(&key, rv, fingerprint);
                 }
                 return Ok(Written::Unchanged);
@@ -217,7 +216,7 @@ fn remember_if_current(
     desired: &Value,
     fingerprint: Option<u64>,
 ) {
-    let (Some(rv), Some(fingerprint)) = (written.metadata.resource_version.as_deref(), fingerprint) else {
+    let Some((rv, fingerprint)) = written.metadata.resource_version.as_deref().zip(fingerprint) else {
         return;
     };
     let Ok(written_value) = serde_json::to_value(written) else {

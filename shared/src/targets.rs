@@ -100,14 +100,9 @@ impl TargetRule {
         copy_name: &str,
     ) -> Targets {
         let mut targets = Targets::default();
-        let namespaces = namespaces.into_iter();
-        let existing: BTreeMap<&str, &NamespaceInfo> = match self {
-            Self::List(_) => namespaces.map(|n| (n.name.as_str(), n)).collect(),
-            Self::Selector(selector) => namespaces
-                .filter(|n| selector.matches(&n.labels))
-                .map(|n| (n.name.as_str(), n))
-                .collect(),
-        };
+        let namespaces: Vec<&NamespaceInfo> = namespaces.into_iter().collect();
+        let existing: BTreeMap<&str, &NamespaceInfo> =
+            namespaces.iter().map(|n| (n.name.as_str(), *n)).collect();
         let mut candidates: Vec<&NamespaceInfo> = match self {
             Self::List(list) => {
                 for name in list {
@@ -119,7 +114,10 @@ impl TargetRule {
                     .filter_map(|n| existing.get(n.as_str()).copied())
                     .collect()
             }
-            Self::Selector(_) => existing.values().copied().collect(),
+            Self::Selector(selector) => namespaces
+                .into_iter()
+                .filter(|n| selector.matches(&n.labels))
+                .collect(),
         };
         candidates.sort_by(|a, b| a.name.cmp(&b.name));
         for ns in candidates {

@@ -103,16 +103,6 @@ impl VerifiedCopies {
     pub fn forget(&mut self, key: &impl Hash) {
         self.entries.remove(&digest(key));
     }
-
-    /// How many copies are remembered.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Whether no copy is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
 }
 
 #[cfg(test)]
@@ -177,9 +167,9 @@ mod tests {
         );
         verified.remember(&key, "9", 2);
         assert!(verified.is_current(&key, "9", 2), "replaced by the newer check");
-        assert_eq!(verified.len(), 1);
+        assert_eq!(verified.entries.len(), 1);
         verified.forget(&key);
         assert!(!verified.is_current(&key, "9", 2));
-        assert!(verified.is_empty());
+        assert!(verified.entries.is_empty());
     }
 }
