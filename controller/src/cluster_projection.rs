@@ -15,7 +15,9 @@ use crate::{
         read_or_withdraw, spec_fields, written_destination,
     },
     watches::Tier,
-    writer::{Existing, Removed, WriteError, Written, recorded_resource, release_known, write_copy},
+    writer::{
+        Existing, Removed, WriteError, Written, recorded_resource, release_copy, release_known, write_copy,
+    },
 };
 use futures::StreamExt;
 use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
@@ -26,6 +28,7 @@ use kube::{
 };
 use shared::{
     apply_once,
+    cached_copy::CachedCopy,
     copy::{BuiltContent, CopyRules},
     crd::{AppliedOnce, ClusterProjection, ClusterProjectionStatus, WrittenDestination},
     destination::Target,
@@ -37,7 +40,7 @@ use shared::{
     source::GroupKind,
     status::{ClusterPass, Failure, Outcome, cluster_status, destination_failure},
     targets::TargetRule,
-    unwanted::{earlier_kind, is_labelled_for, is_unwanted},
+    unwanted::{earlier_kind, is_unwanted},
 };
 use std::{collections::BTreeSet, sync::Arc};
 
@@ -190,10 +193,10 @@ async fn fan_out(
     let record = apply_once::recorded(current.applied_once.as_ref(), &written);
     let exist = read
         .copies
-        .state()
+        .all()
         .iter()
-        .filter(|o| owner.owns(o.metadata.annotations.as_ref()) && o.name_any() == name)
-        .filter_map(|o| o.namespace())
+        .filter(|c| c.is_owned_by(&owner) && c.name() == name)
+        .map(|c| c.namespace().to_owned())
         .collect();
     let plan = apply_once::plan(&targets.write, &record, &exist);
     let (to_write, existing) = if once {
@@ -286,7 +289,6 @@ async fn write_all(
                     &ctx.watches,
                     &api,
                     &read.group_kind,
-                    &read.resource,
                     &read.copies,
                     &desired,
                     owner,
@@ -312,11 +314,11 @@ async fn remove_unwanted(
     earlier: Option<WrittenDestination>,
 ) -> bool {
     let (owner, about) = (&cp.owner(), &cp.object_ref(&()));
-    let unwanted: Vec<Arc<DynamicObject>> = read
+    let unwanted: Vec<Arc<CachedCopy>> = read
         .copies
-        .state()
+        .all()
         .into_iter()
-        .filter(|o| is_unwanted(&o.metadata, owner, keep, name))
+        .filter(|c| is_unwanted(c, owner, keep, name))
         .collect();
     let release = Releasing {
         release: Release::Delete,
@@ -388,10 +390,10 @@ async fn withdraw_copies(
                 continue;
             }
         };
-        let mine: Vec<Arc<DynamicObject>> = copies
-            .state()
+        let mine: Vec<Arc<CachedCopy>> = copies
+            .all()
             .into_iter()
-            .filter(|o| is_labelled_for(&o.metadata, owner))
+            .filter(|c| c.is_labelled_for(owner))
             .collect();
         let releasing = Releasing {
             release,
@@ -417,19 +419,22 @@ async fn remove_all(
     ctx: &Context,
     (owner, about): (&Owner, &ObjectReference),
     (group_kind, resource): (&GroupKind, &ApiResource),
-    objects: &[Arc<DynamicObject>],
+    copies: &[Arc<CachedCopy>],
     releasing: Releasing,
 ) -> bool {
     let Releasing {
         release,
         report_left_alone,
     } = releasing;
-    let results: Vec<(String, Result<Removed, kube::Error>)> = futures::stream::iter(objects.iter().cloned())
-        .map(|object| async move {
-            let namespace = object.namespace().unwrap_or_default();
-            let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, resource);
-            let result = release_known(&ctx.watches, &api, group_kind, &object, owner, release).await;
-            (format!("{namespace}/{}", object.name_any()), result)
+    let results: Vec<(String, Result<Removed, kube::Error>)> = futures::stream::iter(copies.iter().cloned())
+        .map(|copy| async move {
+            let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), copy.namespace(), resource);
+            let result = match copy.object() {
+                Some(object) => release_known(&ctx.watches, &api, group_kind, &object, owner, release).await,
+                // Undecodable (never expected): read it instead.
+                None => release_copy(&ctx.watches, &api, group_kind, copy.name(), owner, release).await,
+            };
+            (copy.path().to_owned(), result)
         })
         .buffer_unordered(ctx.settings.write_concurrency.max(1))
         .collect()

@@ -5,6 +5,7 @@ mod cli;
 mod cluster_projection;
 mod content;
 mod context;
+mod copy_store;
 mod discovery;
 mod error;
 mod events;

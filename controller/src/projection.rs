@@ -180,11 +180,10 @@ async fn project(
     // ApplyOnce: a copy created once is never written again, even when it was deleted since.
     let once = apply_once::is_apply_once(p.spec.controls.sync_policy);
     let record = apply_once::recorded(status.applied_once.as_ref(), &now_written);
-    let cached = ObjectRef::new_with(&target.name, read.resource.clone()).within(&target.namespace);
     let exists: std::collections::BTreeSet<String> = read
         .copies
-        .get(&cached)
-        .filter(|c| owner.owns(c.metadata.annotations.as_ref()))
+        .get(&target.namespace, &target.name)
+        .filter(|c| c.is_owned_by(&owner))
         .map(|_| target.namespace.clone())
         .into_iter()
         .collect();
@@ -198,7 +197,6 @@ async fn project(
             &ctx.watches,
             &api,
             &read.group_kind,
-            &read.resource,
             &read.copies,
             &desired,
             &owner,

@@ -4,6 +4,7 @@
 
 use crate::{
     context::Context,
+    copy_store::CopyStore,
     error::{Error, api_error, describe_status, forbidden_message},
     index::CrRef,
     metrics::{E2eLabels, KindLabels, ReconcileLabels},
@@ -18,7 +19,6 @@ use kube::{
     runtime::{
         controller::Action,
         finalizer::{Event as Finalizer, finalizer},
-        reflector::Store,
     },
 };
 use serde::{Serialize, de::DeserializeOwned};
@@ -44,7 +44,7 @@ pub struct Source {
     /// The `SourceResolved` message.
     pub resolved_message: String,
     /// Our copies of this kind for the reconciling tier (a synced cache).
-    pub copies: Store<DynamicObject>,
+    pub copies: CopyStore,
 }
 
 /// Why there is nothing to project.

@@ -5,9 +5,9 @@
 //! - a metadata-only watch of every object of the kind, which holds nothing in memory (so memory does
 //!   not grow with unrelated objects) and routes each event through the index;
 //! - per tier (Projection, ClusterProjection), a full-object watch of our copies only, filtered on
-//!   the server by the tier's ownership label, whose store lets a reconcile compare copies with their
-//!   source without a GET and find every copy of an owner without a LIST. The store keeps each copy
-//!   trimmed to what those decisions read (`shared::cache_trim::trim_copy`).
+//!   the server by the tier's ownership label, whose [`CopyStore`] lets a reconcile compare copies
+//!   with their source without a GET and find every copy of an owner without a LIST. The store keeps
+//!   each copy compact, trimmed to what those decisions read (`shared::cached_copy`).
 //!
 //! A kind the apiserver does not let the controller list or watch (HTTP 403: its RBAC does not cover
 //! the kind) fails the reconcile at once, and its watches are stopped until the next attempt (see
@@ -20,6 +20,7 @@
 //! watches again if it still needs them.
 
 use crate::{
+    copy_store::{CopyStore, copy_store},
     index::{CrRef, ObjectIndex, ObjectKey},
     metrics::Metrics,
     wake::Wake,
@@ -30,8 +31,7 @@ use kube::{
     Api, Client,
     api::{ApiResource, DynamicObject, PartialObjectMeta},
     runtime::{
-        WatchStreamExt,
-        reflector::{self, Store},
+        reflector::Store,
         watcher::{self, Event},
     },
 };
@@ -72,7 +72,7 @@ const SYNC_LIMIT: Duration = Duration::from_secs(30);
 
 struct KindWatch {
     resource: ApiResource,
-    copies: HashMap<Tier, Store<DynamicObject>>,
+    copies: HashMap<Tier, CopyStore>,
     tasks: Vec<JoinHandle<()>>,
     /// The apiserver's message when one of this kind's watches was refused (HTTP 403): the
     /// controller's RBAC does not let it list or watch the kind. Cleared by the next success.
@@ -149,7 +149,7 @@ impl WatchRegistry {
         group_kind: &GroupKind,
         resource: &ApiResource,
         tier: Tier,
-    ) -> Result<Store<DynamicObject>, WatchError> {
+    ) -> Result<CopyStore, WatchError> {
         let (store, refused) = {
             let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
             let watch = kinds
@@ -172,8 +172,8 @@ impl WatchRegistry {
         let deadline = tokio::time::Instant::now() + SYNC_LIMIT;
         while tokio::time::Instant::now() < deadline {
             match tokio::time::timeout(Duration::from_millis(50), store.wait_until_ready()).await {
-                Ok(Ok(())) => return Ok(store),
-                Ok(Err(_)) => break,
+                Ok(true) => return Ok(store),
+                Ok(false) => break,
                 Err(_) => {}
             }
             let message = refused.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -303,14 +303,11 @@ impl WatchRegistry {
         tier: Tier,
         refused: &Refusal,
         failing: &Arc<AtomicBool>,
-    ) -> (Store<DynamicObject>, JoinHandle<()>) {
-        let writer = reflector::store::Writer::new(resource.clone());
-        let copies = writer.as_reader();
+    ) -> (CopyStore, JoinHandle<()>) {
+        let (copies, writer) = copy_store(crate::writer::FIELD_MANAGER);
         let ours = Api::<DynamicObject>::all_with(self.client.clone(), resource);
         let config = watcher::Config::default().labels(tier.uid_label()).any_semantic();
-        let stream = watch_backoff(watcher::watcher(ours, config))
-            .modify(|copy| shared::cache_trim::trim_copy(&mut copy.metadata, crate::writer::FIELD_MANAGER))
-            .reflect(writer);
+        let stream = watch_backoff(watcher::watcher(ours, config));
         let gk = group_kind.clone();
         let recorder = refused.clone();
         let failed = failing.clone();
@@ -320,11 +317,15 @@ impl WatchRegistry {
                 .for_each(|event| {
                     record(&recorder, event.as_ref().err());
                     failed.store(event.is_err(), Ordering::Release);
-                    match &event {
-                        Ok(Event::Delete(copy)) => lock(&index).verified.forget(&ObjectKey::of(&gk, copy)),
-                        Ok(_) => {}
+                    match event {
+                        Ok(event) => {
+                            if let Event::Delete(copy) = &event {
+                                lock(&index).verified.forget(&ObjectKey::of(&gk, copy));
+                            }
+                            writer.apply(event);
+                        }
                         Err(e) => {
-                            tracing::warn!(kind = %gk, error = %describe_watch_error(e), "destination watch error; retrying");
+                            tracing::warn!(kind = %gk, error = %describe_watch_error(&e), "destination watch error; retrying");
                         }
                     }
                     std::future::ready(())

@@ -3,12 +3,11 @@
 //! annotation names us (with a resourceVersion precondition), deleted only when it does (with uid
 //! and resourceVersion preconditions).
 
-use crate::{index::ObjectKey, watches::WatchRegistry};
+use crate::{copy_store::CopyStore, index::ObjectKey, watches::WatchRegistry};
 use backon::{ConstantBuilder, Retryable};
 use kube::{
     Api, ResourceExt,
     api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions},
-    runtime::reflector::{ObjectRef, Store},
 };
 use serde_json::Value;
 use shared::{
@@ -104,8 +103,7 @@ pub async fn write_copy(
     registry: &WatchRegistry,
     api: &Api<DynamicObject>,
     group_kind: &GroupKind,
-    resource: &ApiResource,
-    copies: &Store<DynamicObject>,
+    copies: &CopyStore,
     desired: &Value,
     owner: &Owner,
     existing_copy: Existing,
@@ -118,7 +116,24 @@ pub async fn write_copy(
         name: name.clone(),
     };
     let fingerprint = verified::fingerprint(desired);
-    let mut existing = copies.get(&ObjectRef::new_with(&name, resource.clone()).within(&namespace));
+    let cached = copies.get(&namespace, &name);
+    // Our own copy, kept or verified up to date at the resourceVersion cached: nothing to decode.
+    if let Some(copy) = cached.as_ref().filter(|c| c.is_owned_by(owner)) {
+        let verified = || {
+            copy.resource_version()
+                .zip(fingerprint)
+                .is_some_and(|(rv, fingerprint)| registry.is_verified(&key, rv, fingerprint))
+        };
+        if existing_copy == Existing::Keep || verified() {
+            return Ok(Written::Unchanged);
+        }
+    }
+    let mut existing = match cached.map(|c| c.object()) {
+        Some(Some(object)) => Some(Arc::new(object)),
+        // Undecodable (never expected): read it instead.
+        Some(None) => api.get_opt(&name).await.map_err(WriteError::Fetch)?.map(Arc::new),
+        None => None,
+    };
     let mut last_error = None;
     // A stale cache costs one retry with a fresh read; a third round means someone keeps writing.
     for _ in 0..3 {

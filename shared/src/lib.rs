@@ -5,6 +5,7 @@
 pub mod adoption;
 pub mod apply_once;
 pub mod cache_trim;
+pub mod cached_copy;
 pub mod claims;
 pub mod copy;
 pub mod copy_spec;

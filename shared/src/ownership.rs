@@ -74,7 +74,18 @@ impl Owner {
     pub fn owns(&self, annotations: Option<&BTreeMap<String, String>>) -> bool {
         annotations
             .and_then(|a| a.get(self.annotation_key()))
-            .is_some_and(|v| *v == self.annotation_value())
+            .is_some_and(|v| self.is_annotation_value(v))
+    }
+
+    /// Whether `value` (of this tier's ownership annotation) names this owner; the same as comparing
+    /// with [`Self::annotation_value`], without building it.
+    pub fn is_annotation_value(&self, value: &str) -> bool {
+        match self {
+            Self::Projection { namespace, name, .. } => value
+                .split_once('/')
+                .is_some_and(|(n, rest)| n == namespace && rest == name),
+            Self::ClusterProjection { name, .. } => value == name,
+        }
     }
 }
 
@@ -101,6 +112,23 @@ mod tests {
         let cluster = BTreeMap::from([(OWNED_BY_CLUSTER_PROJECTION.to_owned(), "team-a/p".to_owned())]);
         assert!(!owner.owns(Some(&cluster)));
         assert!(!owner.owns(None));
+    }
+
+    #[test]
+    fn the_annotation_value_check_agrees_with_the_built_value() {
+        let cluster = Owner::ClusterProjection {
+            name: "c".into(),
+            uid: "u-2".into(),
+        };
+        for owner in [projection(), cluster] {
+            for value in ["team-a/p", "c", "team-a/p/x", "team-a/", "/p", "p", "team-ap", ""] {
+                assert_eq!(
+                    owner.is_annotation_value(value),
+                    value == owner.annotation_value(),
+                    "{owner:?} and {value:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -2,24 +2,13 @@
 //! of a CR whose source is gone. The ownership annotation is the only proof that a copy may be
 //! deleted; the UID label only finds candidates, which the delete re-checks against the annotation.
 
-use crate::{crd::WrittenDestination, ownership::Owner};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use crate::{cached_copy::CachedCopy, crd::WrittenDestination, ownership::Owner};
 use std::collections::BTreeSet;
 
-/// Whether a copy of the current kind (its metadata) is no longer wanted: `owner` owns it, and it
-/// lies outside the namespaces to `keep` or carries another name than `name`.
-pub fn is_unwanted(meta: &ObjectMeta, owner: &Owner, keep: &BTreeSet<String>, name: &str) -> bool {
-    owner.owns(meta.annotations.as_ref())
-        && (!keep.contains(meta.namespace.as_deref().unwrap_or_default())
-            || meta.name.as_deref() != Some(name))
-}
-
-/// Whether an object carries `owner`'s UID label: a candidate when every copy of the owner goes.
-pub fn is_labelled_for(meta: &ObjectMeta, owner: &Owner) -> bool {
-    meta.labels
-        .as_ref()
-        .and_then(|l| l.get(owner.uid_label_key()))
-        .is_some_and(|uid| uid == owner.uid())
+/// Whether a cached copy of the current kind is no longer wanted: `owner` owns it, and it lies
+/// outside the namespaces to `keep` or carries another name than `name`.
+pub fn is_unwanted(copy: &CachedCopy, owner: &Owner, keep: &BTreeSet<String>, name: &str) -> bool {
+    copy.is_owned_by(owner) && (!keep.contains(copy.namespace()) || copy.name() != name)
 }
 
 /// The copies an earlier spec wrote in another kind than `now`'s, which a ClusterProjection sweeps
@@ -47,7 +36,7 @@ pub fn earlier_copy(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keys::{OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_CLUSTER_PROJECTION_UID};
+    use crate::keys::OWNED_BY_CLUSTER_PROJECTION;
     use std::collections::BTreeMap;
 
     fn owner() -> Owner {
@@ -57,16 +46,12 @@ mod tests {
         }
     }
 
-    fn meta(namespace: &str, name: &str, annotated: Option<&str>, uid_label: Option<&str>) -> ObjectMeta {
-        ObjectMeta {
-            namespace: Some(namespace.into()),
-            name: Some(name.into()),
-            annotations: annotated
-                .map(|owner| BTreeMap::from([(OWNED_BY_CLUSTER_PROJECTION.to_owned(), owner.to_owned())])),
-            labels: uid_label
-                .map(|uid| BTreeMap::from([(OWNED_BY_CLUSTER_PROJECTION_UID.to_owned(), uid.to_owned())])),
-            ..ObjectMeta::default()
-        }
+    fn cached(namespace: &str, name: &str, annotated: Option<&str>) -> CachedCopy {
+        let resource = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let mut object = kube::core::DynamicObject::new(name, &resource).within(namespace);
+        object.metadata.annotations = annotated
+            .map(|owner| BTreeMap::from([(OWNED_BY_CLUSTER_PROJECTION.to_owned(), owner.to_owned())]));
+        CachedCopy::new(object, "projection-controller")
     }
 
     #[test]
@@ -81,18 +66,11 @@ mod tests {
             ("c", "cfg", Some("other"), false),
         ] {
             assert_eq!(
-                is_unwanted(&meta(ns, name, annotated, None), &owner(), &keep, "cfg"),
+                is_unwanted(&cached(ns, name, annotated), &owner(), &keep, "cfg"),
                 unwanted,
                 "{ns}/{name} {annotated:?}"
             );
         }
-    }
-
-    #[test]
-    fn the_uid_label_finds_candidates() {
-        assert!(is_labelled_for(&meta("a", "cfg", None, Some("u1")), &owner()));
-        assert!(!is_labelled_for(&meta("a", "cfg", None, Some("u2")), &owner()));
-        assert!(!is_labelled_for(&meta("a", "cfg", Some("cp"), None), &owner()));
     }
 
     #[test]
