@@ -61,7 +61,10 @@ fn hash_value(value: &Value, hasher: &mut DefaultHasher) {
     }
 }
 
-fn digest(value: &impl Hash) -> u64 {
+/// A 64-bit digest of a key or a resourceVersion, kept where only equality is asked (here and in
+/// the controller's journal of its own writes): a collision would take two different copies, or two
+/// resourceVersions of one copy, hashing alike.
+pub fn digest(value: &impl Hash) -> u64 {
     let mut hasher = DefaultHasher::new();
     value.hash(&mut hasher);
     hasher.finish()

@@ -3,36 +3,47 @@
 //! a write is on its way are held until it answers.
 
 use super::ObjectKey;
-use std::collections::{HashMap, VecDeque};
+use shared::verified::digest;
+use std::collections::HashMap;
 
 /// How many of our own recent writes per copy are remembered: a watch lagging behind a burst of
 /// writes still recognises each of them.
 const REMEMBERED_WRITES: usize = 4;
 
-/// What we did to a copy.
+/// What we did to a copy. Copies and resourceVersions are held as 64-bit digests: the journal keeps
+/// an entry per copy we ever wrote, and only equality is asked of them.
 #[derive(Debug, Default)]
 struct Mark {
-    /// The resourceVersions our recent writes produced, newest last.
-    ours: VecDeque<String>,
-    /// A write is on its way: events seen meanwhile that are not known to be ours (their
-    /// resourceVersion, `None` for a delete) are held until it answers.
-    in_flight: Option<Vec<Option<String>>>,
+    /// The digests of the resourceVersions our recent writes produced, newest last.
+    ours: [Option<u64>; REMEMBERED_WRITES],
+    /// A write is on its way: events seen meanwhile that are not known to be ours (the digest of
+    /// their resourceVersion, `None` for a delete) are held until it answers.
+    in_flight: Option<Vec<Option<u64>>>,
     /// We deleted it.
     deleted: bool,
 }
 
 impl Mark {
+    fn is_ours(&self, resource_version: u64) -> bool {
+        self.ours.contains(&Some(resource_version))
+    }
+
+    fn remember(&mut self, resource_version: u64) {
+        self.ours.rotate_left(1);
+        self.ours[REMEMBERED_WRITES - 1] = Some(resource_version);
+    }
+
     /// Whether a watch event is one of ours (or held until our write answers).
-    fn absorbs(&mut self, resource_version: Option<&String>, deleted: bool) -> bool {
+    fn absorbs(&mut self, resource_version: Option<u64>, deleted: bool) -> bool {
         if deleted && self.deleted {
             return true;
         }
-        if !deleted && resource_version.is_some_and(|rv| self.ours.contains(rv)) {
+        if !deleted && resource_version.is_some_and(|rv| self.is_ours(rv)) {
             return true;
         }
         match &mut self.in_flight {
             Some(held) => {
-                held.push(if deleted { None } else { resource_version.cloned() });
+                held.push(if deleted { None } else { resource_version });
                 true
             }
             None => false,
@@ -40,16 +51,16 @@ impl Mark {
     }
 }
 
-/// Our recent writes, per copy.
+/// Our recent writes, per copy (by the digest of its key).
 #[derive(Debug, Default)]
 pub struct Journal {
-    marks: HashMap<ObjectKey, Mark>,
+    marks: HashMap<u64, Mark>,
 }
 
 impl Journal {
     /// Records that we are about to write a copy.
     pub fn begin_write(&mut self, key: ObjectKey) {
-        let mark = self.marks.entry(key).or_default();
+        let mark = self.marks.entry(digest(&key)).or_default();
         mark.in_flight = Some(Vec::new());
         mark.deleted = false;
     }
@@ -57,22 +68,18 @@ impl Journal {
     /// Records how our write of a copy ended (its resourceVersion, or `None` if it failed). Returns
     /// whether an event held meanwhile was someone else's (then the copy's owner must be woken).
     pub fn finish_write(&mut self, key: ObjectKey, resource_version: Option<String>) -> bool {
-        let mark = self.marks.entry(key).or_default();
+        let mark = self.marks.entry(digest(&key)).or_default();
         let held = mark.in_flight.take().unwrap_or_default();
         if let Some(rv) = resource_version {
-            mark.ours.push_back(rv);
-            if mark.ours.len() > REMEMBERED_WRITES {
-                mark.ours.pop_front();
-            }
+            mark.remember(digest(&rv));
         }
-        held.iter()
-            .any(|rv| rv.as_ref().is_none_or(|rv| !mark.ours.contains(rv)))
+        held.iter().any(|rv| rv.is_none_or(|rv| !mark.is_ours(rv)))
     }
 
     /// Records that we are deleting a copy, so its delete event wakes nothing.
     pub fn record_delete(&mut self, key: ObjectKey) {
         self.marks.insert(
-            key,
+            digest(&key),
             Mark {
                 deleted: true,
                 ..Mark::default()
@@ -83,12 +90,14 @@ impl Journal {
     /// Whether a watch event of a copy is ours (or held until our write answers). A copy we
     /// deleted is forgotten once its delete event is seen.
     pub fn absorbs(&mut self, key: &ObjectKey, resource_version: Option<&String>, deleted: bool) -> bool {
-        let ours = self
-            .marks
-            .get_mut(key)
-            .is_some_and(|mark| mark.absorbs(resource_version, deleted));
-        if deleted && self.marks.get(key).is_some_and(|mark| mark.deleted) {
-            self.marks.remove(key);
+        let key = digest(key);
+        let resource_version = resource_version.map(digest);
+        let Some(mark) = self.marks.get_mut(&key) else {
+            return false;
+        };
+        let ours = mark.absorbs(resource_version, deleted);
+        if deleted && mark.deleted {
+            self.marks.remove(&key);
         }
         ours
     }

@@ -9,16 +9,21 @@ use shared::{
     source::{GroupKind, SourceKey},
     verified::VerifiedCopies,
 };
-use std::collections::{HashMap, HashSet};
+use std::{
+    collections::{HashMap, HashSet, hash_map::Entry},
+    hash::Hash,
+    sync::Arc,
+};
 
 /// The index of watched objects and the CRs they concern.
 #[derive(Debug, Default)]
 pub struct ObjectIndex {
     /// Which CRs read which source.
-    readers: HashMap<SourceKey, HashSet<CrRef>>,
-    reads: HashMap<CrRef, SourceKey>,
+    /// Which CRs read which source; the key is shared with `reads`, one allocation per source.
+    readers: HashMap<Arc<SourceKey>, CrSet>,
+    reads: HashMap<CrRef, Arc<SourceKey>>,
     /// Which CRs wait for coordinates held by a stranger.
-    waiters: HashMap<ObjectKey, HashSet<CrRef>>,
+    waiters: HashMap<ObjectKey, CrSet>,
     waits: HashMap<CrRef, Vec<ObjectKey>>,
     /// CRs that follow discovery of their source's API group (their kind is unknown, or their
     /// source names no version): woken when that group's CRDs or APIServices change.
@@ -33,16 +38,21 @@ impl ObjectIndex {
     /// Records that `cr` reads `source` (replacing what it read before). Returns the kind `cr` read
     /// before if it read another kind.
     pub fn set_reads(&mut self, cr: &CrRef, source: SourceKey) -> Option<GroupKind> {
+        if self.reads.get(cr).is_some_and(|read| **read == source) {
+            return None;
+        }
+        let source = match self.readers.get_key_value(&source) {
+            Some((shared, _)) => shared.clone(),
+            None => Arc::new(source),
+        };
         let mut left = None;
-        if let Some(old) = self.reads.insert(cr.clone(), source.clone())
-            && old != source
-        {
+        if let Some(old) = self.reads.insert(cr.clone(), source.clone()) {
             remove_from(&mut self.readers, &old, cr);
             if old.group_kind != source.group_kind {
-                left = Some(old.group_kind);
+                left = Some(old.group_kind.clone());
             }
         }
-        self.readers.entry(source).or_default().insert(cr.clone());
+        insert_into(&mut self.readers, source, cr.clone());
         left
     }
 
@@ -67,7 +77,7 @@ impl ObjectIndex {
         }
         if !keys.is_empty() {
             for key in &keys {
-                self.waiters.entry(key.clone()).or_default().insert(cr.clone());
+                insert_into(&mut self.waiters, key.clone(), cr.clone());
             }
             self.waits.insert(cr.clone(), keys);
         }
@@ -98,7 +108,7 @@ impl ObjectIndex {
     pub fn forget(&mut self, cr: &CrRef) -> Option<GroupKind> {
         let read = self.reads.remove(cr).map(|old| {
             remove_from(&mut self.readers, &old, cr);
-            old.group_kind
+            old.group_kind.clone()
         });
         for old in self.waits.remove(cr).unwrap_or_default() {
             remove_from(&mut self.waiters, &old, cr);
@@ -123,8 +133,14 @@ impl ObjectIndex {
             name: key.name.clone(),
         };
         let mut crs: Vec<CrRef> = Vec::new();
-        crs.extend(self.readers.get(&source).into_iter().flatten().cloned());
-        crs.extend(self.waiters.get(&key).into_iter().flatten().cloned());
+        crs.extend(
+            self.readers
+                .get(&source)
+                .into_iter()
+                .flat_map(CrSet::iter)
+                .cloned(),
+        );
+        crs.extend(self.waiters.get(&key).into_iter().flat_map(CrSet::iter).cloned());
         if let Some(owner) = annotated_owner(meta)
             && !self
                 .journal
@@ -136,12 +152,61 @@ impl ObjectIndex {
     }
 }
 
-fn remove_from<K: std::hash::Hash + Eq>(map: &mut HashMap<K, HashSet<CrRef>>, key: &K, cr: &CrRef) {
-    if let Some(set) = map.get_mut(key) {
-        set.remove(cr);
-        if set.is_empty() {
-            map.remove(key);
+/// A set of CRs, most often of one: that one is held inline (a hash set, even of one, allocates
+/// room for several), a set only once a second CR joins.
+#[derive(Debug)]
+enum CrSet {
+    One(CrRef),
+    Many(HashSet<CrRef>),
+}
+
+impl CrSet {
+    fn insert(&mut self, cr: CrRef) {
+        match self {
+            Self::One(one) if *one == cr => {}
+            Self::One(one) => *self = Self::Many(HashSet::from([one.clone(), cr])),
+            Self::Many(many) => {
+                many.insert(cr);
+            }
         }
+    }
+
+    /// Removes `cr`; returns whether the set is empty then.
+    fn remove(&mut self, cr: &CrRef) -> bool {
+        match self {
+            Self::One(one) => one == cr,
+            Self::Many(many) => {
+                many.remove(cr);
+                many.is_empty()
+            }
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &CrRef> {
+        let (one, many) = match self {
+            Self::One(one) => (Some(one), None),
+            Self::Many(many) => (None, Some(many)),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
+}
+
+fn insert_into<K: Hash + Eq>(map: &mut HashMap<K, CrSet>, key: K, cr: CrRef) {
+    match map.entry(key) {
+        Entry::Occupied(mut set) => set.get_mut().insert(cr),
+        Entry::Vacant(slot) => {
+            slot.insert(CrSet::One(cr));
+        }
+    }
+}
+
+fn remove_from<K: Hash + Eq + std::borrow::Borrow<Q>, Q: Hash + Eq + ?Sized>(
+    map: &mut HashMap<K, CrSet>,
+    key: &Q,
+    cr: &CrRef,
+) {
+    if map.get_mut(key).is_some_and(|set| set.remove(cr)) {
+        map.remove(key);
     }
 }
 
@@ -281,6 +346,28 @@ mod tests {
             ix.readers.is_empty() && ix.waiters.is_empty(),
             "no empty sets left behind"
         );
+    }
+
+    #[test]
+    fn a_source_shared_by_many_readers_keeps_the_rest_as_each_leaves() {
+        let mut ix = ObjectIndex::default();
+        let readers = ["a", "b", "c"].map(projection);
+        for cr in &readers {
+            ix.set_reads(cr, source("src", "cfg"));
+            // Recording the same read again changes nothing.
+            assert_eq!(ix.set_reads(cr, source("src", "cfg")), None);
+        }
+        let wake =
+            |ix: &mut ObjectIndex| sorted(ix.route(&configmaps(), &meta("src", "cfg", None, "1"), false));
+        assert_eq!(wake(&mut ix), ["p:a", "p:b", "p:c"]);
+        ix.forget(&readers[1]);
+        assert_eq!(wake(&mut ix), ["p:a", "p:c"]);
+        ix.set_reads(&readers[0], source("src", "other"));
+        assert_eq!(wake(&mut ix), ["p:c"]);
+        ix.forget(&readers[2]);
+        assert!(wake(&mut ix).is_empty());
+        assert_eq!(ix.readers.len(), 1, "only the source a still reads");
+        assert_eq!(ix.readers_of_kind(&configmaps()), vec![readers[0].clone()]);
     }
 
     #[test]
