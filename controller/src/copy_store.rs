@@ -4,7 +4,8 @@
 //! `ApiResource`; what an entry keeps and why is in `shared::cached_copy`.
 //!
 //! Like the reflector, a relist (the watch restarted) builds the new contents aside and swaps them
-//! in when it is complete, so readers never see a half-listed cache.
+//! in when it is complete, so readers never see a half-listed cache. Unlike it, the swap says which
+//! copies were gone from the new list (deleted while the watch was down: no delete event tells).
 
 use kube::{api::DynamicObject, runtime::watcher::Event};
 use shared::cached_copy::CachedCopy;
@@ -80,8 +81,9 @@ pub fn copy_store(field_manager: &'static str) -> (CopyStore, CopyStoreWriter) {
 }
 
 impl CopyStoreWriter {
-    /// Applies one watch event.
-    pub fn apply(&self, event: Event<DynamicObject>) {
+    /// Applies one watch event. Returns, when a relist completes, the copies cached before it that
+    /// it did not list.
+    pub fn apply(&self, event: Event<DynamicObject>) -> Vec<Arc<CachedCopy>> {
         // Encoded before the lock is taken, so readers wait for no serialization.
         let entry = |object: DynamicObject| Entry(Arc::new(CachedCopy::new(object, self.field_manager)));
         match event {
@@ -92,11 +94,20 @@ impl CopyStoreWriter {
             }
             Event::InitDone => {
                 let mut contents = self.write();
-                if let Some(listed) = contents.relisting.take() {
-                    contents.live = listed;
-                }
+                let vanished = match contents.relisting.take() {
+                    Some(listed) => {
+                        let before = std::mem::replace(&mut contents.live, listed);
+                        before
+                            .into_iter()
+                            .filter(|entry| !contents.live.contains(entry))
+                            .map(|entry| entry.0)
+                            .collect()
+                    }
+                    None => Vec::new(),
+                };
                 drop(contents);
                 self.ready.send_replace(true);
+                return vanished;
             }
             Event::Apply(object) => {
                 let entry = entry(object);
@@ -110,6 +121,7 @@ impl CopyStoreWriter {
                 self.write().live.remove(path.as_str());
             }
         }
+        Vec::new()
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Contents> {
@@ -195,12 +207,23 @@ mod tests {
         writer.apply(Event::Delete(copy("a", "cfg", "4")));
         assert!(store.get("a", "cfg").is_none());
 
-        // A relist: the old contents stay visible until it is complete, then are replaced whole.
+        // A relist: the old contents stay visible until it is complete, then are replaced whole,
+        // and the copies it no longer lists are told.
+        writer.apply(Event::Apply(copy("d", "cfg", "4")));
         writer.apply(Event::Init);
         writer.apply(Event::InitApply(copy("c", "cfg", "5")));
-        assert_eq!(versions(&store), [("b/cfg".into(), "3".into())]);
-        writer.apply(Event::InitDone);
-        assert_eq!(versions(&store), [("c/cfg".into(), "5".into())]);
+        writer.apply(Event::InitApply(copy("d", "cfg", "6")));
+        assert_eq!(
+            versions(&store),
+            [("b/cfg".into(), "3".into()), ("d/cfg".into(), "4".into())]
+        );
+        let vanished = writer.apply(Event::InitDone);
+        assert_eq!(
+            versions(&store),
+            [("c/cfg".into(), "5".into()), ("d/cfg".into(), "6".into())]
+        );
+        let vanished: Vec<&str> = vanished.iter().map(|c| c.path()).collect();
+        assert_eq!(vanished, ["b/cfg"]);
         assert!(*store.ready.borrow());
     }
 

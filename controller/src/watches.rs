@@ -3,11 +3,15 @@
 //!
 //! Per kind there are:
 //! - a metadata-only watch of every object of the kind, which holds nothing in memory (so memory does
-//!   not grow with unrelated objects) and routes each event through the index;
+//!   not grow with unrelated objects) and routes each event through the index to the CRs reading or
+//!   waiting for that object;
 //! - per tier (Projection, ClusterProjection), a full-object watch of our copies only, filtered on
 //!   the server by the tier's ownership label, whose [`CopyStore`] lets a reconcile compare copies
 //!   with their source without a GET and find every copy of an owner without a LIST. The store keeps
-//!   each copy compact, trimmed to what those decisions read (`shared::cached_copy`).
+//!   each copy compact, trimmed to what those decisions read (`shared::cached_copy`). An event of a
+//!   copy that is not ours (someone edited or deleted the copy) wakes its owner from this watch,
+//!   after the store has it: a reconcile woken earlier could find the copy's old state cached and
+//!   leave a deleted copy missing.
 //!
 //! A kind the apiserver does not let the controller list or watch (HTTP 403: its RBAC does not cover
 //! the kind) fails the reconcile at once, and its watches are stopped until the next attempt (see
@@ -271,8 +275,9 @@ impl WatchRegistry {
                     record(&recorder, event.as_ref().err());
                     failed.store(event.is_err(), Ordering::Release);
                     let routed = match event {
-                        Ok(Event::Apply(o) | Event::InitApply(o)) => lock(&index).route(&gk, &o.metadata, false),
-                        Ok(Event::Delete(o)) => lock(&index).route(&gk, &o.metadata, true),
+                        Ok(Event::Apply(o) | Event::InitApply(o) | Event::Delete(o)) => {
+                            lock(&index).route(&gk, &o.metadata)
+                        }
                         Ok(Event::Init | Event::InitDone) => Vec::new(),
                         Err(e) => {
                             tracing::warn!(kind = %gk, error = %describe_watch_error(&e), "source watch error; retrying");
@@ -312,20 +317,53 @@ impl WatchRegistry {
         let recorder = refused.clone();
         let failed = failing.clone();
         let index = self.index.clone();
+        let wake = self.wake.clone();
+        // The owners a relist's events wake are held until the relist is swapped into the store.
+        let mut held: Vec<CrRef> = Vec::new();
         let task = tokio::spawn(async move {
             stream
-                .for_each(|event| {
+                .for_each(move |event| {
                     record(&recorder, event.as_ref().err());
                     failed.store(event.is_err(), Ordering::Release);
-                    match event {
-                        Ok(event) => {
-                            if let Event::Delete(copy) = &event {
-                                lock(&index).verified.forget(&ObjectKey::of(&gk, copy));
-                            }
-                            writer.apply(event);
-                        }
+                    let event = match event {
+                        Ok(event) => event,
                         Err(e) => {
                             tracing::warn!(kind = %gk, error = %describe_watch_error(&e), "destination watch error; retrying");
+                            return std::future::ready(());
+                        }
+                    };
+                    let owner = match &event {
+                        Event::Apply(copy) | Event::InitApply(copy) => {
+                            lock(&index).route_copy(&gk, &copy.metadata, false)
+                        }
+                        Event::Delete(copy) => {
+                            let mut index = lock(&index);
+                            index.verified.forget(&ObjectKey::of(&gk, copy));
+                            index.route_copy(&gk, &copy.metadata, true)
+                        }
+                        Event::Init => {
+                            held.clear();
+                            None
+                        }
+                        Event::InitDone => None,
+                    };
+                    let relisting = matches!(event, Event::InitApply(_));
+                    let done = matches!(event, Event::InitDone);
+                    let vanished = writer.apply(event);
+                    match owner {
+                        Some(owner) if relisting => held.push(owner),
+                        Some(owner) => wake.send(owner),
+                        None => {}
+                    }
+                    if done {
+                        // Deleted while the watch was down: as if their delete event had come.
+                        for copy in vanished.iter().filter_map(|c| c.object()) {
+                            let mut index = lock(&index);
+                            index.verified.forget(&ObjectKey::of(&gk, &copy));
+                            held.extend(index.route_copy(&gk, &copy.metadata, true));
+                        }
+                        for owner in held.drain(..) {
+                            wake.send(owner);
                         }
                     }
                     std::future::ready(())

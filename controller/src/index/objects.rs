@@ -1,6 +1,9 @@
 //! Watched objects → the CRs to wake: the CRs reading an object as their source, the CRs waiting
-//! for a stranger to leave its coordinates, and the owner named by its ownership annotation (a copy
-//! edited or deleted by someone else, unless the [`Journal`] knows the event as ours).
+//! for a stranger to leave its coordinates ([`ObjectIndex::route`], for events of the metadata
+//! watch of every object of a kind), and the owner named by a copy's ownership annotation (a copy
+//! edited or deleted by someone else, unless the [`Journal`] knows the event as ours:
+//! [`ObjectIndex::route_copy`], for events of the copies watches, so the owner is woken only once
+//! the copies' cache it reads has the event too).
 
 use super::{CrRef, Journal, ObjectKey};
 use kube::{api::ObjectMeta, runtime::reflector::ObjectRef};
@@ -118,7 +121,7 @@ impl ObjectIndex {
     }
 
     /// The CRs one watch event of an object of `group_kind` concerns.
-    pub fn route(&mut self, group_kind: &GroupKind, meta: &ObjectMeta, deleted: bool) -> Vec<CrRef> {
+    pub fn route(&self, group_kind: &GroupKind, meta: &ObjectMeta) -> Vec<CrRef> {
         let (Some(namespace), Some(name)) = (meta.namespace.clone(), meta.name.clone()) else {
             return Vec::new();
         };
@@ -141,14 +144,21 @@ impl ObjectIndex {
                 .cloned(),
         );
         crs.extend(self.waiters.get(&key).into_iter().flat_map(CrSet::iter).cloned());
-        if let Some(owner) = annotated_owner(meta)
-            && !self
-                .journal
-                .absorbs(&key, meta.resource_version.as_ref(), deleted)
-        {
-            crs.push(owner);
-        }
         crs
+    }
+
+    /// The owner one watch event of our copy of `group_kind` wakes, unless the event is ours.
+    pub fn route_copy(&mut self, group_kind: &GroupKind, meta: &ObjectMeta, deleted: bool) -> Option<CrRef> {
+        let owner = annotated_owner(meta)?;
+        let key = ObjectKey {
+            group_kind: group_kind.clone(),
+            namespace: meta.namespace.clone()?,
+            name: meta.name.clone()?,
+        };
+        (!self
+            .journal
+            .absorbs(&key, meta.resource_version.as_ref(), deleted))
+        .then_some(owner)
     }
 }
 
@@ -288,25 +298,42 @@ mod tests {
         ix.set_reads(&projection("a"), source("src", "cfg"));
         ix.set_reads(&cluster("c"), source("src", "cfg"));
         ix.set_waiting(&projection("b"), vec![key("dst", "held")]);
-        // (event object, ownership annotation, woken)
+        // Events of the metadata watch: (event object, woken)
+        for (namespace, name, woken) in [
+            ("src", "cfg", vec!["c:c", "p:a"]),
+            ("src", "other", vec![]),
+            ("dst", "held", vec!["p:b"]),
+        ] {
+            let got = ix.route(&configmaps(), &meta(namespace, name, None, "1"));
+            assert_eq!(sorted(got), woken, "{namespace}/{name}");
+        }
+        let owned = meta("dst", "copy", Some((OWNED_BY_PROJECTION, "dst/a")), "1");
+        assert!(
+            ix.route(&configmaps(), &owned).is_empty(),
+            "a copy's owner is woken by the copies watch"
+        );
+        let unnamed = ObjectMeta::default();
+        assert!(ix.route(&configmaps(), &unnamed).is_empty());
+        // Events of the copies watches: (event object, ownership annotation, woken)
         for (namespace, name, annotation, woken) in [
-            ("src", "cfg", None, vec!["c:c", "p:a"]),
-            ("src", "other", None, vec![]),
-            ("dst", "held", None, vec!["p:b"]),
-            ("dst", "copy", Some((OWNED_BY_PROJECTION, "dst/a")), vec!["p:a"]),
+            ("dst", "copy", Some((OWNED_BY_PROJECTION, "dst/a")), Some("p:a")),
             (
                 "team",
                 "copy",
                 Some((OWNED_BY_CLUSTER_PROJECTION, "c")),
-                vec!["c:c"],
+                Some("c:c"),
             ),
-            ("dst", "copy", Some((OWNED_BY_PROJECTION, "malformed")), vec![]),
+            ("dst", "copy", Some((OWNED_BY_PROJECTION, "malformed")), None),
+            ("dst", "copy", None, None),
         ] {
-            let got = ix.route(&configmaps(), &meta(namespace, name, annotation, "1"), false);
-            assert_eq!(sorted(got), woken, "{namespace}/{name}");
+            let got = ix.route_copy(&configmaps(), &meta(namespace, name, annotation, "1"), false);
+            assert_eq!(
+                got.map(|cr| sorted(vec![cr]).remove(0)).as_deref(),
+                woken,
+                "{namespace}/{name}"
+            );
         }
-        let unnamed = ObjectMeta::default();
-        assert!(ix.route(&configmaps(), &unnamed, false).is_empty());
+        assert_eq!(ix.route_copy(&configmaps(), &unnamed, false), None);
     }
 
     #[test]
@@ -322,7 +349,7 @@ mod tests {
         for (name, woken) in [("old", 0), ("new", 1), ("x", 0), ("y", 1)] {
             let ns = if name.len() == 1 { "dst" } else { "src" };
             assert_eq!(
-                ix.route(&configmaps(), &meta(ns, name, None, "1"), false).len(),
+                ix.route(&configmaps(), &meta(ns, name, None, "1")).len(),
                 woken,
                 "{name}"
             );
@@ -334,14 +361,8 @@ mod tests {
         ix.follow_discovery(&a, Some("example.com"));
         ix.forget(&a);
         assert!(ix.discovery_followers("example.com").is_empty());
-        assert!(
-            ix.route(&configmaps(), &meta("src", "new", None, "1"), false)
-                .is_empty()
-        );
-        assert!(
-            ix.route(&configmaps(), &meta("dst", "y", None, "1"), false)
-                .is_empty()
-        );
+        assert!(ix.route(&configmaps(), &meta("src", "new", None, "1")).is_empty());
+        assert!(ix.route(&configmaps(), &meta("dst", "y", None, "1")).is_empty());
         assert!(
             ix.readers.is_empty() && ix.waiters.is_empty(),
             "no empty sets left behind"
@@ -357,15 +378,14 @@ mod tests {
             // Recording the same read again changes nothing.
             assert_eq!(ix.set_reads(cr, source("src", "cfg")), None);
         }
-        let wake =
-            |ix: &mut ObjectIndex| sorted(ix.route(&configmaps(), &meta("src", "cfg", None, "1"), false));
-        assert_eq!(wake(&mut ix), ["p:a", "p:b", "p:c"]);
+        let wake = |ix: &ObjectIndex| sorted(ix.route(&configmaps(), &meta("src", "cfg", None, "1")));
+        assert_eq!(wake(&ix), ["p:a", "p:b", "p:c"]);
         ix.forget(&readers[1]);
-        assert_eq!(wake(&mut ix), ["p:a", "p:c"]);
+        assert_eq!(wake(&ix), ["p:a", "p:c"]);
         ix.set_reads(&readers[0], source("src", "other"));
-        assert_eq!(wake(&mut ix), ["p:c"]);
+        assert_eq!(wake(&ix), ["p:c"]);
         ix.forget(&readers[2]);
-        assert!(wake(&mut ix).is_empty());
+        assert!(wake(&ix).is_empty());
         assert_eq!(ix.readers.len(), 1, "only the source a still reads");
         assert_eq!(ix.readers_of_kind(&configmaps()), vec![readers[0].clone()]);
     }
@@ -374,24 +394,25 @@ mod tests {
     fn our_own_writes_wake_nothing() {
         let mut ix = ObjectIndex::default();
         let owned = Some((OWNED_BY_PROJECTION, "dst/a"));
+        let owner = Some(projection("a"));
         ix.journal.begin_write(key("dst", "copy"));
         assert!(!ix.journal.finish_write(key("dst", "copy"), Some("7".into())));
-        assert!(
-            ix.route(&configmaps(), &meta("dst", "copy", owned, "7"), false)
-                .is_empty()
+        assert_eq!(
+            ix.route_copy(&configmaps(), &meta("dst", "copy", owned, "7"), false),
+            None
         );
         assert_eq!(
-            sorted(ix.route(&configmaps(), &meta("dst", "copy", owned, "8"), false)),
-            ["p:a"]
+            ix.route_copy(&configmaps(), &meta("dst", "copy", owned, "8"), false),
+            owner
         );
         ix.journal.record_delete(key("dst", "copy"));
-        assert!(
-            ix.route(&configmaps(), &meta("dst", "copy", owned, "8"), true)
-                .is_empty()
+        assert_eq!(
+            ix.route_copy(&configmaps(), &meta("dst", "copy", owned, "8"), true),
+            None
         );
         assert_eq!(
-            sorted(ix.route(&configmaps(), &meta("dst", "copy", owned, "9"), true)),
-            ["p:a"],
+            ix.route_copy(&configmaps(), &meta("dst", "copy", owned, "9"), true),
+            owner,
             "a delete after ours is someone else's"
         );
     }
