@@ -55,7 +55,8 @@ impl ProjectionKind for ClusterProjection {
     spec_fields!();
 
     fn waker(&self) -> CrRef {
-        CrRef::Cluster(ObjectRef::from_obj(self))
+        // The name only, as `Projection::waker`.
+        CrRef::Cluster(ObjectRef::new(&self.name_any()))
     }
 
     fn owner(&self) -> Owner {

@@ -37,13 +37,13 @@ pub struct Context {
     pub statuses: WrittenStatuses,
 }
 
-/// The status the controller last wrote to each CR (by uid), as a digest: only equality is asked of
-/// it. The reflector's copy of a CR can lag behind our own last status write (a source deleted and
+/// The status the controller last wrote to each CR (by the digest of its uid), as a digest: only
+/// equality is asked of it. The reflector's copy of a CR can lag behind our own last status write (a source deleted and
 /// recreated within milliseconds gives two reconciles in a row), so "unchanged" must hold against
 /// both it and this record.
 #[derive(Default)]
 pub struct WrittenStatuses {
-    written: Mutex<HashMap<String, [u8; 32]>>,
+    written: Mutex<HashMap<u64, [u8; 32]>>,
 }
 
 impl WrittenStatuses {
@@ -54,7 +54,7 @@ impl WrittenStatuses {
         self.written
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(uid)
+            .get(&shared::verified::digest(&uid))
             .is_none_or(|last| *last == next)
     }
 
@@ -63,12 +63,15 @@ impl WrittenStatuses {
         self.written
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(uid.to_owned(), shared::cache_trim::digest(status));
+            .insert(shared::verified::digest(&uid), shared::cache_trim::digest(status));
     }
 
     /// Forgets a CR that is gone.
     pub fn forget(&self, uid: &str) {
-        self.written.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
+        self.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&shared::verified::digest(&uid));
     }
 }
 

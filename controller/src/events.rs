@@ -36,9 +36,11 @@ struct Key {
     note: String,
 }
 
+/// An event published recently, by the digest of its [`Key`]: one is kept per event for the
+/// series window, so each holds only what continuing its series needs.
 struct Published {
-    namespace: String,
-    name: String,
+    /// `<namespace>/<name>` of the event object.
+    event: Box<str>,
     count: i32,
     last: Timestamp,
 }
@@ -47,7 +49,7 @@ struct Published {
 pub struct Events {
     client: Client,
     instance: String,
-    published: Mutex<HashMap<Key, Published>>,
+    published: Mutex<HashMap<u64, Published>>,
     sequence: AtomicU64,
 }
 
@@ -86,13 +88,15 @@ impl Events {
             reason,
             note,
         };
+        let id = shared::verified::digest(&key);
         let now = Timestamp::now();
         let repeat = {
             let mut published = self.published.lock().unwrap_or_else(|e| e.into_inner());
             published.retain(|_, p| now.duration_since(p.last) < SERIES_WINDOW);
-            published
-                .get(&key)
-                .map(|p| (p.namespace.clone(), p.name.clone(), p.count + 1))
+            published.get(&id).and_then(|p| {
+                let (namespace, name) = p.event.split_once('/')?;
+                Some((namespace.to_owned(), name.to_owned(), p.count + 1))
+            })
         };
         let continued = match repeat {
             Some((namespace, name, count)) => match self.continue_series(&namespace, &name, count, now).await
@@ -114,10 +118,9 @@ impl Events {
             Ok((namespace, name, count)) => {
                 let mut published = self.published.lock().unwrap_or_else(|e| e.into_inner());
                 published.insert(
-                    key,
+                    id,
                     Published {
-                        namespace,
-                        name,
+                        event: format!("{namespace}/{name}").into(),
                         count,
                         last: now,
                     },

@@ -46,7 +46,9 @@ impl ProjectionKind for Projection {
     spec_fields!();
 
     fn waker(&self) -> CrRef {
-        CrRef::Projection(ObjectRef::from_obj(self))
+        // Name and namespace only: the indexes keep one per CR, and a uid or resourceVersion
+        // carried along would be two more strings each.
+        CrRef::Projection(ObjectRef::new(&self.name_any()).within(&self.namespace().unwrap_or_default()))
     }
 
     fn owner(&self) -> Owner {

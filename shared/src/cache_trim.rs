@@ -2,20 +2,25 @@
 //! every CR and every copy for as long as they exist, so each field dropped here is memory saved per
 //! object; each function says which readers it was checked against.
 
-use crate::keys::LAST_APPLIED;
+use crate::keys::RESERVED_PREFIX;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// Trims a cached CR (`Projection`, `ClusterProjection`). Nothing the controller decides reads a
-/// CR's `managedFields` or the `kubectl.kubernetes.io/last-applied-configuration` annotation (a
-/// second copy of the whole spec); its spec, status, finalizers, generation, deletion and other
-/// annotations stay.
+/// CR's `managedFields`, its labels, or annotations outside `projection.sh/` (the reconcile request
+/// stamp is the only one read; `kubectl.kubernetes.io/last-applied-configuration` alone is a second
+/// copy of the whole spec, and a map of even one label costs a B-tree node of several hundred
+/// bytes); its spec, status, finalizers, generation and deletion stay.
 pub fn trim_cr(metadata: &mut ObjectMeta) {
     metadata.managed_fields = None;
+    metadata.labels = None;
     if let Some(annotations) = metadata.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
+        annotations.retain(|key, _| key.starts_with(RESERVED_PREFIX));
+    }
+    if metadata.annotations.as_ref().is_some_and(|a| a.is_empty()) {
+        metadata.annotations = None;
     }
 }
 
@@ -67,6 +72,7 @@ impl std::io::Write for DigestWriter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keys::LAST_APPLIED;
     use crate::write_plan::{WritePlan, owned_fields, plan_update};
     use serde_json::json;
 
@@ -96,24 +102,32 @@ mod tests {
     }
 
     #[test]
-    fn a_trimmed_cr_keeps_everything_but_managed_fields_and_last_applied() {
+    fn a_trimmed_cr_keeps_what_decisions_read() {
         let mut meta = metadata(json!({
             "name": "p", "namespace": "n", "uid": "u", "generation": 3, "finalizers": ["f"],
-            "annotations": {LAST_APPLIED: "{\"spec\":{}}", "projection.sh/requested-at": "now"},
+            "labels": {"app.kubernetes.io/managed-by": "Helm"},
+            "annotations": {LAST_APPLIED: "{\"spec\":{}}", "projection.sh/requested-at": "now",
+                            "meta.helm.sh/release-name": "r"},
             "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:spec": {}}}],
         }));
         let before = meta.clone();
         trim_cr(&mut meta);
         assert_eq!(meta.managed_fields, None);
+        assert_eq!(meta.labels, None);
         let annotations = meta.annotations.clone().unwrap();
         assert_eq!(annotations.len(), 1);
         assert_eq!(annotations["projection.sh/requested-at"], "now");
         let restore = ObjectMeta {
             managed_fields: before.managed_fields.clone(),
             annotations: before.annotations.clone(),
+            labels: before.labels.clone(),
             ..meta
         };
         assert_eq!(restore, before, "nothing else changed");
+
+        let mut unstamped = metadata(json!({"name": "p", "annotations": {LAST_APPLIED: "{}"}}));
+        trim_cr(&mut unstamped);
+        assert_eq!(unstamped.annotations, None, "no empty map is kept");
     }
 
     #[test]

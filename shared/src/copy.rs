@@ -33,20 +33,20 @@ impl<'a> CopyRules<'a> {
     /// The rules of a `Projection`.
     pub fn of_projection(spec: &'a ProjectionSpec) -> Self {
         Self {
-            overlay: spec.controls.overlay.as_ref(),
-            metadata: spec.controls.metadata.as_ref(),
-            keys: spec.controls.keys.as_ref(),
-            fields: spec.controls.fields.as_ref(),
+            overlay: spec.controls.overlay.as_deref(),
+            metadata: spec.controls.metadata.as_deref(),
+            keys: spec.controls.keys.as_deref(),
+            fields: spec.controls.fields.as_deref(),
         }
     }
 
     /// The rules of a `ClusterProjection`.
     pub fn of_cluster_projection(spec: &'a ClusterProjectionSpec) -> Self {
         Self {
-            overlay: spec.controls.overlay.as_ref(),
-            metadata: spec.controls.metadata.as_ref(),
-            keys: spec.controls.keys.as_ref(),
-            fields: spec.controls.fields.as_ref(),
+            overlay: spec.controls.overlay.as_deref(),
+            metadata: spec.controls.metadata.as_deref(),
+            keys: spec.controls.keys.as_deref(),
+            fields: spec.controls.fields.as_deref(),
         }
     }
 }

@@ -169,22 +169,24 @@ pub struct ProjectionSpec {
 }
 
 /// The optional fields both kinds share: what a copy carries and how copies are kept. Flattened
-/// into each spec, so on the wire they stay top-level `spec` fields, as in the Go operator.
+/// into each spec, so on the wire they stay top-level `spec` fields, as in the Go operator. The
+/// content controls are boxed: most CRs set none, and the controller caches every CR, so each
+/// costs a pointer rather than its whole size when absent.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CopyControls {
     /// Labels and annotations merged over the source's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub overlay: Option<Overlay>,
+    pub overlay: Option<Box<Overlay>>,
     /// Which of the source's labels and annotations travel, over the default hygiene list.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<MetadataFilter>,
+    pub metadata: Option<Box<MetadataFilter>>,
     /// Which keys of `data` / `binaryData` travel, and under which name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub keys: Option<KeySelection>,
+    pub keys: Option<Box<KeySelection>>,
     /// Fields removed from the copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fields: Option<FieldExclusion>,
+    pub fields: Option<Box<FieldExclusion>>,
     /// While true, no copy is written or deleted (deleting the CR still follows `deletionPolicy`);
     /// setting it back to false catches up with one full reconcile.
     #[serde(default, skip_serializing_if = "Option::is_none")]

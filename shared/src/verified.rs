@@ -61,9 +61,10 @@ fn hash_value(value: &Value, hasher: &mut DefaultHasher) {
     }
 }
 
-/// A 64-bit digest of a key or a resourceVersion, kept where only equality is asked (here and in
-/// the controller's journal of its own writes): a collision would take two different copies, or two
-/// resourceVersions of one copy, hashing alike.
+/// A 64-bit digest of a key, a resourceVersion or a uid, kept instead of the value where only
+/// equality is asked of it and one is held per copy or per CR (here, and in the controller's journal
+/// of its own writes, its record of written statuses and of recent events): a collision would take
+/// two different values hashing alike.
 pub fn digest(value: &impl Hash) -> u64 {
     let mut hasher = DefaultHasher::new();
     value.hash(&mut hasher);

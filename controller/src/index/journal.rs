@@ -4,7 +4,7 @@
 
 use super::ObjectKey;
 use shared::verified::digest;
-use std::collections::HashMap;
+use std::{collections::HashMap, num::NonZeroU64};
 
 /// How many of our own recent writes per copy are remembered: a watch lagging behind a burst of
 /// writes still recognises each of them.
@@ -15,7 +15,7 @@ const REMEMBERED_WRITES: usize = 4;
 #[derive(Debug, Default)]
 struct Mark {
     /// The digests of the resourceVersions our recent writes produced, newest last.
-    ours: [Option<u64>; REMEMBERED_WRITES],
+    ours: [Option<NonZeroU64>; REMEMBERED_WRITES],
     /// A write is on its way: events seen meanwhile that are not known to be ours (the digest of
     /// their resourceVersion, `None` for a delete) are held until it answers.
     in_flight: Option<Vec<Option<u64>>>,
@@ -25,12 +25,12 @@ struct Mark {
 
 impl Mark {
     fn is_ours(&self, resource_version: u64) -> bool {
-        self.ours.contains(&Some(resource_version))
+        self.ours.contains(&Some(slot(resource_version)))
     }
 
     fn remember(&mut self, resource_version: u64) {
         self.ours.rotate_left(1);
-        self.ours[REMEMBERED_WRITES - 1] = Some(resource_version);
+        self.ours[REMEMBERED_WRITES - 1] = Some(slot(resource_version));
     }
 
     /// Whether a watch event is one of ours (or held until our write answers).
@@ -49,6 +49,12 @@ impl Mark {
             None => false,
         }
     }
+}
+
+/// A digest as held in [`Mark::ours`], where `None` is an empty slot (half the size of an
+/// `Option<u64>`); the digest 0 shares its slot value with 1.
+fn slot(digest: u64) -> NonZeroU64 {
+    NonZeroU64::new(digest).unwrap_or(NonZeroU64::MIN)
 }
 
 /// Our recent writes, per copy (by the digest of its key).
