@@ -32,7 +32,7 @@ use kube::{
     Api, Client, Resource,
     api::PartialObjectMeta,
     runtime::{
-        Controller, PredicateConfig, WatchStreamExt, controller, reflector,
+        Controller, WatchStreamExt, controller, reflector,
         watcher::{self, Event},
     },
 };
@@ -42,12 +42,9 @@ use shared::{
     crd::{ClusterProjection, Projection},
     keys::{CLUSTER_PROJECTION_FINALIZER, PROJECTION_FINALIZER},
 };
-use std::{
-    hash::{DefaultHasher, Hash, Hasher},
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
 };
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -146,23 +143,6 @@ async fn main() -> anyhow::Result<()> {
     result
 }
 
-/// Which changes of a CR need a reconcile: its spec (generation), its deletion, our finalizer, and
-/// a new `projection.sh/requested-at`. Status writes, including our own, do not.
-fn reconcile_relevant<K: Resource>(object: &K, finalizer: &str) -> Option<u64> {
-    let mut hasher = DefaultHasher::new();
-    object.meta().generation.hash(&mut hasher);
-    object.meta().deletion_timestamp.is_some().hash(&mut hasher);
-    shared::lifecycle::requested_at(object.meta().annotations.as_ref()).hash(&mut hasher);
-    object
-        .meta()
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == finalizer)
-        .hash(&mut hasher);
-    Some(hasher.finish())
-}
-
 /// The watch stream of one CR kind, feeding `writer`'s store (each CR trimmed to what decisions
 /// read, `shared::cache_trim::trim_cr`) and filtered to relevant changes.
 fn cr_stream<K>(
@@ -181,10 +161,16 @@ where
     .modify(|cr| shared::cache_trim::trim_cr(cr.meta_mut()))
     .reflect(writer)
     .applied_objects()
-    .predicate_filter(
-        move |o: &K| reconcile_relevant(o, finalizer),
-        PredicateConfig::default(),
-    )
+    .filter({
+        let mut changes = shared::relevance::RelevantChanges::default();
+        move |change| {
+            let relevant = match change {
+                Ok(cr) => changes.is_relevant(cr.meta(), finalizer, std::time::Instant::now()),
+                Err(_) => true,
+            };
+            std::future::ready(relevant)
+        }
+    })
 }
 
 /// A kind the controller lists and watches cluster-wide.

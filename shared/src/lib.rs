@@ -21,6 +21,7 @@ pub mod metadata_hygiene;
 pub mod ownership;
 pub mod projectable;
 pub mod reason;
+pub mod relevance;
 pub mod self_copy;
 pub mod source;
 pub mod source_hash;

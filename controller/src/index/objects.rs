@@ -21,16 +21,14 @@ use std::{
 /// The index of watched objects and the CRs they concern.
 #[derive(Debug, Default)]
 pub struct ObjectIndex {
-    /// Which CRs read which source.
-    /// Which CRs read which source; the key is shared with `reads`, one allocation per source.
+    /// Which CRs read which source; the key is shared with the CR's entry in `crs`, one
+    /// allocation per source.
     readers: HashMap<Arc<SourceKey>, CrSet>,
-    reads: HashMap<CrRef, Arc<SourceKey>>,
+    /// Per CR, what it reads and whose discovery it follows: one entry per CR for both.
+    crs: HashMap<CrRef, Tracked>,
     /// Which CRs wait for coordinates held by a stranger.
     waiters: HashMap<ObjectKey, CrSet>,
     waits: HashMap<CrRef, Vec<ObjectKey>>,
-    /// CRs that follow discovery of their source's API group (their kind is unknown, or their
-    /// source names no version): woken when that group's CRDs or APIServices change.
-    discovery_followers: HashMap<CrRef, String>,
     /// Our own writes.
     pub journal: Journal,
     /// The copies found up to date, so an unchanged copy is not compared again.
@@ -41,7 +39,7 @@ impl ObjectIndex {
     /// Records that `cr` reads `source` (replacing what it read before). Returns the kind `cr` read
     /// before if it read another kind.
     pub fn set_reads(&mut self, cr: &CrRef, source: SourceKey) -> Option<GroupKind> {
-        if self.reads.get(cr).is_some_and(|read| **read == source) {
+        if self.crs.get(cr).and_then(|t| t.reads.as_deref()) == Some(&source) {
             return None;
         }
         let source = match self.readers.get_key_value(&source) {
@@ -49,7 +47,8 @@ impl ObjectIndex {
             None => Arc::new(source),
         };
         let mut left = None;
-        if let Some(old) = self.reads.insert(cr.clone(), source.clone()) {
+        let tracked = self.crs.entry(cr.clone()).or_default();
+        if let Some(old) = tracked.reads.replace(source.clone()) {
             remove_from(&mut self.readers, &old, cr);
             if old.group_kind != source.group_kind {
                 left = Some(old.group_kind.clone());
@@ -89,34 +88,39 @@ impl ObjectIndex {
     /// Records whether `cr` follows discovery of API group `group`, or no longer does (`None`).
     pub fn follow_discovery(&mut self, cr: &CrRef, group: Option<&str>) {
         match group {
-            Some(group) => {
-                self.discovery_followers.insert(cr.clone(), group.to_owned());
+            Some(group) if self.crs.get(cr).and_then(|t| t.follows.as_deref()) != Some(group) => {
+                self.crs.entry(cr.clone()).or_default().follows = Some(group.into());
             }
+            Some(_) => {}
             None => {
-                self.discovery_followers.remove(cr);
+                if let Some(tracked) = self.crs.get_mut(cr) {
+                    tracked.follows = None;
+                    if tracked.reads.is_none() {
+                        self.crs.remove(cr);
+                    }
+                }
             }
         }
     }
 
-    /// The CRs that follow discovery of `group`.
+    /// The CRs that follow discovery of `group` (a scan: discovery changes are rare).
     pub fn discovery_followers(&self, group: &str) -> Vec<CrRef> {
-        self.discovery_followers
+        self.crs
             .iter()
-            .filter(|(_, g)| g.as_str() == group)
+            .filter(|(_, t)| t.follows.as_deref() == Some(group))
             .map(|(cr, _)| cr.clone())
             .collect()
     }
 
     /// Forgets a CR that is gone. Returns the kind it read, if any.
     pub fn forget(&mut self, cr: &CrRef) -> Option<GroupKind> {
-        let read = self.reads.remove(cr).map(|old| {
+        let read = self.crs.remove(cr).and_then(|t| t.reads).map(|old| {
             remove_from(&mut self.readers, &old, cr);
             old.group_kind.clone()
         });
         for old in self.waits.remove(cr).unwrap_or_default() {
             remove_from(&mut self.waiters, &old, cr);
         }
-        self.discovery_followers.remove(cr);
         read
     }
 
@@ -160,6 +164,16 @@ impl ObjectIndex {
             .absorbs(&key, meta.resource_version.as_ref(), deleted))
         .then_some(owner)
     }
+}
+
+/// What the index knows of one CR.
+#[derive(Debug, Default)]
+struct Tracked {
+    /// The source it reads.
+    reads: Option<Arc<SourceKey>>,
+    /// The API group whose discovery it follows (its kind is unknown, or its source names no
+    /// version): it is woken when that group's CRDs or APIServices change.
+    follows: Option<Box<str>>,
 }
 
 /// A set of CRs, most often of one: that one is held inline (a hash set, even of one, allocates
@@ -364,9 +378,13 @@ mod tests {
         assert!(ix.route(&configmaps(), &meta("src", "new", None, "1")).is_empty());
         assert!(ix.route(&configmaps(), &meta("dst", "y", None, "1")).is_empty());
         assert!(
-            ix.readers.is_empty() && ix.waiters.is_empty(),
+            ix.readers.is_empty() && ix.waiters.is_empty() && ix.crs.is_empty(),
             "no empty sets left behind"
         );
+        // A CR that only follows discovery (its kind is unknown) is forgotten when it stops.
+        ix.follow_discovery(&a, Some("example.com"));
+        ix.follow_discovery(&a, None);
+        assert!(ix.crs.is_empty());
     }
 
     #[test]
