@@ -23,7 +23,6 @@ pub struct CachedCopy {
     path: Box<str>,
     uid: Option<Box<str>>,
     resource_version: Option<Box<str>>,
-    deleting: bool,
     /// The ownership annotation of each tier (Projection, ClusterProjection), if present.
     owned_by: [Option<Box<str>>; 2],
     /// The UID label of each tier, if present.
@@ -60,7 +59,6 @@ impl CachedCopy {
             .map(|key| text(labels.and_then(|l| l.get(key))));
         let uid = meta.uid.take().map(Into::into);
         let resource_version = meta.resource_version.take().map(Into::into);
-        let deleting = meta.deletion_timestamp.is_some();
         // Read by nothing the controller decides.
         meta.creation_timestamp = None;
         // Serializing a DynamicObject cannot fail (its content is already JSON).
@@ -69,7 +67,6 @@ impl CachedCopy {
             path: path.into(),
             uid,
             resource_version,
-            deleting,
             owned_by,
             uid_labels,
             rest,
@@ -111,11 +108,6 @@ impl CachedCopy {
     /// Whether it carries `owner`'s UID label: a candidate when every copy of the owner goes.
     pub fn is_labelled_for(&self, owner: &Owner) -> bool {
         self.uid_labels[tier(owner)].as_deref() == Some(owner.uid())
-    }
-
-    /// Whether its deletion has begun.
-    pub fn is_deleting(&self) -> bool {
-        self.deleting
     }
 
     /// The whole copy as last seen, for a decision that reads more than the fields above; `None` if
@@ -172,7 +164,6 @@ mod tests {
         assert_eq!(cached.path(), "team-a/cfg");
         assert_eq!((cached.namespace(), cached.name()), ("team-a", "cfg"));
         assert_eq!(cached.resource_version(), Some("42"));
-        assert!(!cached.is_deleting());
         assert!(
             cached.is_owned_by(&projection("p", "u-other")),
             "the annotation proves it"
@@ -206,13 +197,6 @@ mod tests {
             decoded["metadata"]["managedFields"].as_array().map(Vec::len),
             Some(1)
         );
-    }
-
-    #[test]
-    fn a_copy_being_deleted_says_so() {
-        let mut object = watched();
-        object.metadata.deletion_timestamp = serde_json::from_value(json!("2026-11-24T00:00:01Z")).ok();
-        assert!(CachedCopy::new(object, ME).is_deleting());
     }
 
     #[test]
