@@ -108,6 +108,11 @@ pub async fn read_source(
                 message: forbidden_message("list and watch", &resource, None, &refusal),
                 transient: true,
             },
+            WatchError::NotServed(message) => Problem::Report {
+                reason: Reason::SourceResolutionFailed,
+                message,
+                transient: true,
+            },
             WatchError::NotSynced(message) => Problem::Report {
                 reason: Reason::SourceFetchFailed,
                 message,

@@ -1,5 +1,6 @@
 //! Watch errors: a refusal by the apiserver (HTTP 403: the controller's RBAC does not cover the
-//! kind) is recorded for the reconcile waiting on the watch, every error is logged with the
+//! kind; HTTP 404: the kind is not served, its CRD was deleted) is recorded for the reconcile waiting
+//! on the watch, every error is logged with the
 //! apiserver's message rather than the dump of its answer, and a watch whose resourceVersion the
 //! apiserver no longer knows (HTTP 410) relists at once instead of waiting out a backoff.
 
@@ -16,14 +17,28 @@ use std::{
     time::Duration,
 };
 
-/// Where a watch task records that the apiserver refused it.
-pub type Refusal = Arc<Mutex<Option<String>>>;
+/// Why the apiserver will not serve a kind's watch, with its message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// HTTP 403: the controller's RBAC does not cover the kind.
+    Forbidden(String),
+    /// HTTP 404: the kind is not served (its CRD was deleted, perhaps while discovery still
+    /// listed it): retrying the watch cannot help until the kind is served again.
+    NotServed(String),
+}
 
-/// The apiserver's message if a watch error is a refusal (HTTP 403).
-fn refusal(error: &watcher::Error) -> Option<String> {
-    status_of(error)
-        .filter(|status| status.code == 403)
-        .map(crate::error::describe_status)
+/// Where a watch task records that the apiserver refused it.
+pub type Refusal = Arc<Mutex<Option<Refused>>>;
+
+/// The apiserver's refusal, if a watch error is one (HTTP 403 or 404).
+fn refusal(error: &watcher::Error) -> Option<Refused> {
+    let status = status_of(error)?;
+    let message = crate::error::describe_status(status);
+    match status.code {
+        403 => Some(Refused::Forbidden(message)),
+        404 => Some(Refused::NotServed(message)),
+        _ => None,
+    }
 }
 
 /// A watch error for the log, with the apiserver's message instead of the dump of its answer.
@@ -125,8 +140,10 @@ mod tests {
         let forbidden = watcher::Error::InitialListFailed(kube::Error::Api(status(403)));
         record(&refused, Some(&forbidden));
         assert_eq!(
-            refused.lock().unwrap().as_deref(),
-            Some("secrets is forbidden: User \"u\" cannot list resource \"secrets\"")
+            *refused.lock().unwrap(),
+            Some(Refused::Forbidden(
+                "secrets is forbidden: User \"u\" cannot list resource \"secrets\"".into()
+            ))
         );
         // Another failure does not clear it, a success does.
         record(
@@ -136,14 +153,20 @@ mod tests {
         assert!(refused.lock().unwrap().is_some());
         record(&refused, None);
         assert!(refused.lock().unwrap().is_none());
-        // Only a 403 is a refusal.
+        // Only a 403 or a 404 is a refusal.
         record(
             &refused,
             Some(&watcher::Error::InitialListFailed(kube::Error::Api(status(500)))),
         );
         assert!(refused.lock().unwrap().is_none());
         record(&refused, Some(&watcher::Error::WatchError(status(403))));
-        assert!(refused.lock().unwrap().is_some());
+        assert!(matches!(*refused.lock().unwrap(), Some(Refused::Forbidden(_))));
+        record(&refused, None);
+        record(
+            &refused,
+            Some(&watcher::Error::InitialListFailed(kube::Error::Api(status(404)))),
+        );
+        assert!(matches!(*refused.lock().unwrap(), Some(Refused::NotServed(_))));
     }
 
     #[test]

@@ -28,7 +28,7 @@ use crate::{
     index::{CrRef, ObjectIndex, ObjectKey},
     metrics::Metrics,
     wake::Wake,
-    watch_errors::{Refusal, describe_watch_error, record, watch_backoff},
+    watch_errors::{Refusal, Refused, describe_watch_error, record, watch_backoff},
 };
 use futures::StreamExt;
 use kube::{
@@ -78,8 +78,9 @@ struct KindWatch {
     resource: ApiResource,
     copies: HashMap<Tier, CopyStore>,
     tasks: Vec<JoinHandle<()>>,
-    /// The apiserver's message when one of this kind's watches was refused (HTTP 403): the
-    /// controller's RBAC does not let it list or watch the kind. Cleared by the next success.
+    /// The apiserver's refusal when one of this kind's watches was refused (HTTP 403: the
+    /// controller's RBAC does not let it list or watch the kind; HTTP 404: the kind is not served).
+    /// Cleared by the next success.
     refused: Refusal,
     /// Whether one of this kind's watches failed its last step.
     failing: Arc<AtomicBool>,
@@ -106,6 +107,9 @@ impl KindWatch {
 pub enum WatchError {
     /// The apiserver refused to list or watch the kind (its message): missing RBAC.
     Forbidden(String),
+    /// The apiserver does not serve the kind (its CRD is gone): the watches were stopped rather
+    /// than left retrying; the next reconcile resolves the kind again.
+    NotServed(String),
     /// The watches did not sync in time (the message for the condition).
     NotSynced(String),
 }
@@ -113,7 +117,9 @@ pub enum WatchError {
 impl std::fmt::Display for WatchError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Forbidden(message) | Self::NotSynced(message) => f.write_str(message),
+            Self::Forbidden(message) | Self::NotServed(message) | Self::NotSynced(message) => {
+                f.write_str(message)
+            }
         }
     }
 }
@@ -145,7 +151,8 @@ impl WatchRegistry {
 
     /// Starts the watches of `resource`'s kind (and of `tier`'s copies of it) unless they run, and
     /// returns the store of those copies once it has synced. A refusal by the apiserver (the
-    /// controller may not list or watch the kind) ends the wait at once; the refused watches are
+    /// controller may not list or watch the kind, or the kind is not served: its CRD was deleted
+    /// while discovery still listed it) ends the wait at once; the refused watches are
     /// stopped, so the next reconcile starts them anew (after the CR's backoff) instead of a
     /// watch retrying on its own.
     pub async fn ensure(
@@ -180,10 +187,15 @@ impl WatchRegistry {
                 Ok(false) => break,
                 Err(_) => {}
             }
-            let message = refused.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            if let Some(message) = message {
+            let refusal = refused.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(refusal) = refusal {
                 self.stop_refused(group_kind, &refused);
-                return Err(WatchError::Forbidden(message));
+                return Err(match refusal {
+                    Refused::Forbidden(message) => WatchError::Forbidden(message),
+                    Refused::NotServed(message) => {
+                        WatchError::NotServed(format!("{group_kind} is not served: {message}"))
+                    }
+                });
             }
         }
         Err(WatchError::NotSynced(format!(
