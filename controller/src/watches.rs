@@ -348,11 +348,7 @@ impl WatchRegistry {
                         Event::Apply(copy) | Event::InitApply(copy) => {
                             lock(&index).route_copy(&gk, &copy.metadata, false)
                         }
-                        Event::Delete(copy) => {
-                            let mut index = lock(&index);
-                            index.verified.forget(&ObjectKey::of(&gk, copy));
-                            index.route_copy(&gk, &copy.metadata, true)
-                        }
+                        Event::Delete(copy) => lock(&index).route_copy(&gk, &copy.metadata, true),
                         Event::Init => {
                             held.clear();
                             None
@@ -370,9 +366,7 @@ impl WatchRegistry {
                     if done {
                         // Deleted while the watch was down: as if their delete event had come.
                         for copy in vanished.iter().filter_map(|c| c.object()) {
-                            let mut index = lock(&index);
-                            index.verified.forget(&ObjectKey::of(&gk, &copy));
-                            held.extend(index.route_copy(&gk, &copy.metadata, true));
+                            held.extend(lock(&index).route_copy(&gk, &copy.metadata, true));
                         }
                         for owner in held.drain(..) {
                             wake.send(owner);

@@ -151,14 +151,18 @@ impl ObjectIndex {
         crs
     }
 
-    /// The owner one watch event of our copy of `group_kind` wakes, unless the event is ours.
+    /// The owner one watch event of our copy of `group_kind` wakes, unless the event is ours. A
+    /// deleted copy is no longer remembered as verified.
     pub fn route_copy(&mut self, group_kind: &GroupKind, meta: &ObjectMeta, deleted: bool) -> Option<CrRef> {
-        let owner = annotated_owner(meta)?;
         let key = ObjectKey {
             group_kind: group_kind.clone(),
             namespace: meta.namespace.clone()?,
             name: meta.name.clone()?,
         };
+        if deleted {
+            self.verified.forget(&key);
+        }
+        let owner = annotated_owner(meta)?;
         (!self
             .journal
             .absorbs(&key, meta.resource_version.as_ref(), deleted))
