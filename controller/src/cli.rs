@@ -1,7 +1,7 @@
 //! Command-line flags. Names and defaults follow the Go operator so manifests carry over.
 
 use clap::Parser;
-use shared::projectable::SourceMode;
+use shared::{initial_list::InitialList, projectable::SourceMode};
 use std::time::Duration;
 
 /// projection-controller: mirrors namespaced objects for Projection and ClusterProjection.
@@ -58,6 +58,13 @@ pub struct Args {
     /// about once a minute).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub api_read_timeout: Option<Duration>,
+
+    /// How each watch receives the objects that exist when it starts: stream (as watch events,
+    /// decoded one at a time; needs the apiserver's WatchList feature, on by default in
+    /// Kubernetes 1.32 and from 1.34), list (in one response), or auto (stream, and list for a
+    /// watch the apiserver refuses to stream).
+    #[arg(long, default_value = "auto", value_parser = |s: &str| s.parse::<InitialList>())]
+    pub initial_list: InitialList,
 }
 
 /// A boolean as Go's `strconv.ParseBool` reads it (the Go operator's flag package uses it), so
@@ -82,6 +89,7 @@ mod tests {
         assert_eq!(args.requeue_interval, Duration::from_secs(30));
         assert_eq!(args.selector_write_concurrency, 16);
         assert_eq!(args.max_concurrent_reconciles, 32);
+        assert_eq!(args.initial_list, InitialList::Auto);
         assert_eq!(args.leader_election_lease_duration, Duration::from_secs(15));
         assert!(!args.leader_elect);
         assert_eq!(bind_address(&args.metrics_bind_address), Ok(None));

@@ -22,6 +22,8 @@ pub struct Settings {
     pub write_concurrency: usize,
     /// Reconciles running at once.
     pub reconcile_concurrency: u16,
+    /// How every watch receives its initial objects.
+    pub initial_list: shared::initial_list::InitialList,
 }
 
 /// Shared by every reconcile.

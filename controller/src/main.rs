@@ -10,6 +10,7 @@ mod discovery;
 mod error;
 mod events;
 mod index;
+mod initial_list;
 mod leader;
 mod metrics;
 mod namespaces;
@@ -64,6 +65,7 @@ async fn main() -> anyhow::Result<()> {
         metrics = ?metrics_addr,
         health = ?probe_addr,
         leader_elect = args.leader_elect,
+        initial_list = %args.initial_list,
         "projection-controller starting"
     );
 
@@ -100,6 +102,7 @@ async fn main() -> anyhow::Result<()> {
         requeue_cap: args.requeue_interval,
         write_concurrency: usize::from(args.selector_write_concurrency),
         reconcile_concurrency: args.max_concurrent_reconciles,
+        initial_list: args.initial_list,
     };
     // Every replica watches and indexes from the start; only the reconcilers wait for the lease.
     let replica = Replica::start(client.clone(), metrics, settings, readiness.clone());
@@ -149,13 +152,15 @@ fn cr_stream<K>(
     client: &Client,
     writer: reflector::store::Writer<K>,
     finalizer: &'static str,
+    initial: shared::initial_list::InitialList,
 ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
     K: Watchable,
 {
-    watcher::watcher(
+    initial_list::watch(
         Api::<K>::all(client.clone()),
         watcher::Config::default().any_semantic(),
+        initial,
     )
     .default_backoff()
     .modify(|cr| shared::cache_trim::trim_cr(cr.meta_mut()))
@@ -285,8 +290,13 @@ impl Replica {
             leading: leading.clone(),
             missed: Arc::default(),
         };
+        let initial = settings.initial_list;
         let namespaces = namespaces::Namespaces::new();
-        let mut tasks = vec![tokio::spawn(namespaces.clone().run(client.clone(), wake.clone()))];
+        let mut tasks = vec![tokio::spawn(namespaces.clone().run(
+            client.clone(),
+            wake.clone(),
+            initial,
+        ))];
         let ctx = Arc::new(context::Context {
             client: client.clone(),
             discovery: discovery::Discovery::new(client.clone()),
@@ -294,6 +304,7 @@ impl Replica {
                 client.clone(),
                 metrics.clone(),
                 wake.clone(),
+                initial,
             )),
             namespaces,
             events: events::Events::new(client.clone()),
@@ -328,13 +339,13 @@ impl Replica {
         let projection_changes = tokio::sync::mpsc::unbounded_channel();
         let cluster_changes = tokio::sync::mpsc::unbounded_channel();
         tasks.push(tokio::spawn(warm::feed(
-            cr_stream(&client, projection_writer, PROJECTION_FINALIZER),
+            cr_stream(&client, projection_writer, PROJECTION_FINALIZER, initial),
             projection_changes.0.clone(),
             warm_tx.clone(),
             leading.clone(),
         )));
         tasks.push(tokio::spawn(warm::feed(
-            cr_stream(&client, cluster_writer, CLUSTER_PROJECTION_FINALIZER),
+            cr_stream(&client, cluster_writer, CLUSTER_PROJECTION_FINALIZER, initial),
             cluster_changes.0.clone(),
             warm_tx,
             leading.clone(),
@@ -390,6 +401,8 @@ impl Replica {
             let _ = self.cluster_changes.0.send((*cr).clone());
         }
         let config = controller::Config::default().concurrency(self.ctx.settings.reconcile_concurrency);
+        let unsynced_stop =
+            stopped_before_sync(stop.clone(), self.projections.clone(), self.clusters.clone());
         let queue = self.ctx.metrics.runtime.projection.clone();
         let projections = Controller::for_stream(
             queued_changes(changes(self.projection_changes.1), queue.clone()),
@@ -410,7 +423,10 @@ impl Replica {
         .graceful_shutdown_on(stop.cancelled_owned())
         .run(reconcile::reconcile, reconcile::error_policy, self.ctx.clone())
         .for_each(move |result| log_result(result, &queue));
-        tokio::join!(projections, clusters);
+        tokio::select! {
+            _ = async { tokio::join!(projections, clusters) } => {}
+            () = unsynced_stop => tracing::info!("stopped before the caches synced: no reconcile ran, none to finish"),
+        }
         for task in self.tasks {
             task.abort();
         }
@@ -424,6 +440,24 @@ impl Replica {
     }
 }
 
+/// Ends once `stop` is cancelled if either store has not synced by then. kube's controller holds
+/// its reconciles until its store is ready and its graceful shutdown waits for them, so a replica
+/// whose CR watch never syncs (its RBAC does not cover the CRs, the CRDs are missing) would
+/// otherwise ignore SIGTERM until its pod is killed.
+async fn stopped_before_sync(
+    stop: CancellationToken,
+    projections: reflector::Store<Projection>,
+    clusters: reflector::Store<ClusterProjection>,
+) {
+    use futures::FutureExt;
+    stop.cancelled().await;
+    let synced = matches!(projections.wait_until_ready().now_or_never(), Some(Ok(())))
+        && matches!(clusters.wait_until_ready().now_or_never(), Some(Ok(())));
+    if synced {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// Invalidates discovery and wakes the CRs following the group of every `K` that changes, then
 /// tells `also` (the watches, the object's name, whether it was deleted).
 async fn follow_discovery_changes<K>(
@@ -433,9 +467,10 @@ async fn follow_discovery_changes<K>(
 ) where
     K: Watchable,
 {
-    watcher::watcher(
+    initial_list::watch(
         Api::<PartialObjectMeta<K>>::all(client),
         watcher::Config::default(),
+        ctx.settings.initial_list,
     )
     .default_backoff()
     .for_each(|event| {

@@ -18,6 +18,7 @@ use kube::{
 };
 use shared::{
     crd::{ClusterProjection, SourceRef},
+    initial_list::InitialList,
     targets::{NamespaceInfo, TargetRule, Targets},
 };
 use std::sync::{Arc, Mutex};
@@ -46,9 +47,9 @@ impl Namespaces {
 
     /// Watches namespaces until the task is aborted, waking the ClusterProjections each event
     /// concerns.
-    pub async fn run(self: Arc<Self>, client: Client, wake: Wake) {
+    pub async fn run(self: Arc<Self>, client: Client, wake: Wake, initial: InitialList) {
         let api = Api::<PartialObjectMeta<Namespace>>::all(client);
-        watcher::watcher(api, watcher::Config::default().any_semantic())
+        crate::initial_list::watch(api, watcher::Config::default().any_semantic(), initial)
             .default_backoff()
             .for_each(|event| {
                 match event {

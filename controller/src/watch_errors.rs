@@ -62,7 +62,7 @@ pub fn record(refused: &Refusal, error: Option<&watcher::Error>) {
 }
 
 /// The apiserver's answer to a failed watch step, if it answered.
-fn status_of(error: &watcher::Error) -> Option<&kube::core::Status> {
+pub(crate) fn status_of(error: &watcher::Error) -> Option<&kube::core::Status> {
     match error {
         watcher::Error::InitialListFailed(kube::Error::Api(s))
         | watcher::Error::WatchStartFailed(kube::Error::Api(s))

@@ -40,6 +40,7 @@ use kube::{
     },
 };
 use shared::{
+    initial_list::InitialList,
     ownership::Owner,
     source::{GroupKind, SourceKey},
 };
@@ -129,17 +130,19 @@ pub struct WatchRegistry {
     client: Client,
     metrics: Arc<Metrics>,
     wake: Wake,
+    initial_list: InitialList,
     index: Arc<Mutex<ObjectIndex>>,
     kinds: Mutex<HashMap<GroupKind, KindWatch>>,
 }
 
 impl WatchRegistry {
     /// A registry that wakes CRs through `wake`.
-    pub fn new(client: Client, metrics: Arc<Metrics>, wake: Wake) -> Self {
+    pub fn new(client: Client, metrics: Arc<Metrics>, wake: Wake, initial_list: InitialList) -> Self {
         Self {
             client,
             metrics,
             wake,
+            initial_list,
             index: Arc::default(),
             kinds: Mutex::default(),
         }
@@ -270,9 +273,10 @@ impl WatchRegistry {
 
     fn watch_kind(&self, group_kind: &GroupKind, resource: &ApiResource) -> KindWatch {
         let all_metadata = Api::<PartialObjectMeta<DynamicObject>>::all_with(self.client.clone(), resource);
-        let events = watch_backoff(watcher::watcher(
+        let events = watch_backoff(crate::initial_list::watch(
             all_metadata,
             watcher::Config::default().any_semantic(),
+            self.initial_list,
         ));
         let index = self.index.clone();
         let wake = self.wake.clone();
@@ -324,7 +328,7 @@ impl WatchRegistry {
         let (copies, writer) = copy_store(crate::writer::FIELD_MANAGER);
         let ours = Api::<DynamicObject>::all_with(self.client.clone(), resource);
         let config = watcher::Config::default().labels(tier.uid_label()).any_semantic();
-        let stream = watch_backoff(watcher::watcher(ours, config));
+        let stream = watch_backoff(crate::initial_list::watch(ours, config, self.initial_list));
         let gk = group_kind.clone();
         let recorder = refused.clone();
         let failed = failing.clone();

@@ -3,8 +3,15 @@
 //! conditions and an event, that the operator's RBAC does not cover Secrets, while ConfigMaps are
 //! mirrored; granting Secrets lets it recover.
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use projection_tests::{ServiceProcess, events_about, metric_value, wait_for, wait_for_event};
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Secret},
+    rbac::v1::ClusterRole,
+};
+use kube::{
+    Api,
+    api::{Patch, PatchParams},
+};
+use projection_tests::{ServiceProcess, events_about, http_get, metric_value, wait_for, wait_for_event};
 use serde_json::json;
 use std::time::Duration;
 
@@ -61,10 +68,16 @@ async fn a_kind_outside_the_controllers_rbac_is_reported_at_once() {
         "the controller may not list and watch secrets in all namespaces",
         "its RBAC does not cover secrets (Helm value supportedKinds",
         "secrets is forbidden: User \"system:serviceaccount:",
-        "cannot list resource \"secrets\"",
     ] {
         assert!(message.contains(part), "{part:?} not in {message:?}");
     }
+    // The apiserver's own words: a watch streaming its initial objects is refused its watch, one
+    // listing them (--initial-list=list, or a cluster without WatchList) its list.
+    assert!(
+        message.contains("cannot watch resource \"secrets\"")
+            || message.contains("cannot list resource \"secrets\""),
+        "{message}"
+    );
     assert!(!message.contains("Status {"), "{message}");
     assert!(
         elapsed < Duration::from_secs(10),
@@ -158,5 +171,57 @@ async fn a_kind_outside_the_controllers_rbac_is_reported_at_once() {
 
     env.finish().await;
     drop(controller);
+    account.home.delete_and_wait(&env.client).await;
+}
+
+/// A replica whose CR watches never sync (here its ClusterRole grants nothing) is not ready, and
+/// SIGTERM still stops it at once: kube's controller would hold its shutdown until the caches
+/// synced, and the pod would wait for its kill.
+#[tokio::test]
+async fn a_replica_that_cannot_list_the_crs_is_not_ready_and_stops_on_sigterm() {
+    let env = env("rbac-unsynced").await;
+    let account = ControllerAccount::create(&env, "rbac-unsynced-home", &["configmaps"]).await;
+    Api::<ClusterRole>::all(env.client.clone())
+        .patch(
+            &account.role_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"rules": []})),
+        )
+        .await
+        .expect("ClusterRole emptied");
+    wait_for("Projections to be refused to the controller", TIMEOUT, || async {
+        let answer = account.can_i("list", "projections.projection.sh");
+        (answer == "no").then_some(()).ok_or(answer)
+    })
+    .await;
+
+    let mut controller = ServiceProcess::start_as(binary(), &[], &account.kubeconfig, &[]);
+    let port = controller.http_port;
+    wait_for("the controller's /healthz", TIMEOUT, || async {
+        match http_get(port, "/healthz") {
+            Some((200, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    // Its CR watches are refused (403) over and over: it never becomes ready.
+    wait_for("a refused watch in the controller's log", TIMEOUT, || async {
+        let log = std::fs::read_to_string(&controller.log).unwrap_or_default();
+        if log.contains("is forbidden") {
+            Ok(())
+        } else {
+            Err(String::from("not yet"))
+        }
+    })
+    .await;
+    assert_eq!(http_get(port, "/readyz").map(|(code, _)| code), Some(503));
+
+    let status = controller.terminate();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exit status after SIGTERM (None: still running 10 s later): {status:?}"
+    );
+    drop(controller);
+    env.finish().await;
     account.home.delete_and_wait(&env.client).await;
 }

@@ -14,6 +14,7 @@ pub mod destination;
 pub mod fan_out;
 pub mod field_exclusion;
 pub mod globs;
+pub mod initial_list;
 pub mod key_selection;
 pub mod keys;
 pub mod lifecycle;

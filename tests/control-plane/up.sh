@@ -91,8 +91,12 @@ wait_for 60 etcd "$LOGS/etcd.log" curl -fsS --max-time 2 "http://127.0.0.1:$ETCD
 # node's bridge. The Service range and the node's addresses are in common.sh (the network rule of
 # SPEC §7); the kubelet (node-up.sh) is reached at its node IP for logs and exec, authenticated by
 # the admin certificate.
-cp_log "starting kube-apiserver on https://127.0.0.1:$API_PORT"
-start_recorded kube-apiserver "$bin/kube-apiserver" \
+# APISERVER_FEATURE_GATES (e.g. WatchList=false) starts it with those gates, to test the
+# controller against a cluster configured so; a running control plane is reused whatever its gates.
+gates=()
+if [ -n "${APISERVER_FEATURE_GATES:-}" ]; then gates=(--feature-gates="$APISERVER_FEATURE_GATES"); fi
+cp_log "starting kube-apiserver on https://127.0.0.1:$API_PORT ${gates[*]}"
+start_recorded kube-apiserver "$bin/kube-apiserver" "${gates[@]}" \
   --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
   --bind-address=127.0.0.1 --secure-port="$API_PORT" \
   --advertise-address=127.0.0.1 --endpoint-reconciler-type=none --enable-aggregator-routing=true \
