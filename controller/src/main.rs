@@ -401,8 +401,7 @@ impl Replica {
             let _ = self.cluster_changes.0.send((*cr).clone());
         }
         let config = controller::Config::default().concurrency(self.ctx.settings.reconcile_concurrency);
-        let unsynced_stop =
-            stopped_before_sync(stop.clone(), self.projections.clone(), self.clusters.clone());
+        let (projections_store, clusters_store) = (self.projections.clone(), self.clusters.clone());
         let queue = self.ctx.metrics.runtime.projection.clone();
         let projections = Controller::for_stream(
             queued_changes(changes(self.projection_changes.1), queue.clone()),
@@ -420,13 +419,13 @@ impl Replica {
         )
         .reconcile_on(queued_wakes(self.cluster_wakes, queue.clone()))
         .with_config(config)
-        .graceful_shutdown_on(stop.cancelled_owned())
+        .graceful_shutdown_on(stop.clone().cancelled_owned())
         .run(reconcile::reconcile, reconcile::error_policy, self.ctx.clone())
         .for_each(move |result| log_result(result, &queue));
-        tokio::select! {
-            _ = async { tokio::join!(projections, clusters) } => {}
-            () = unsynced_stop => tracing::info!("stopped before the caches synced: no reconcile ran, none to finish"),
-        }
+        tokio::join!(
+            unless_stopped_unsynced(projections, stop.clone(), projections_store),
+            unless_stopped_unsynced(clusters, stop, clusters_store),
+        );
         for task in self.tasks {
             task.abort();
         }
@@ -440,21 +439,31 @@ impl Replica {
     }
 }
 
-/// Ends once `stop` is cancelled if either store has not synced by then. kube's controller holds
-/// its reconciles until its store is ready and its graceful shutdown waits for them, so a replica
-/// whose CR watch never syncs (its RBAC does not cover the CRs, the CRDs are missing) would
-/// otherwise ignore SIGTERM until its pod is killed.
-async fn stopped_before_sync(
+/// Runs a controller (`run`) to its end, or until `stop` if its store has not synced by then.
+/// kube's controller holds its reconciles until its store is ready and its graceful shutdown waits
+/// for them, so a replica whose CR watch never syncs (its RBAC does not cover the CRs, a CRD is
+/// missing) would otherwise ignore SIGTERM until its pod is killed. A synced controller finishes
+/// its running reconciles as before.
+async fn unless_stopped_unsynced<K>(
+    run: impl std::future::Future<Output = ()>,
     stop: CancellationToken,
-    projections: reflector::Store<Projection>,
-    clusters: reflector::Store<ClusterProjection>,
-) {
+    store: reflector::Store<K>,
+) where
+    K: Watchable,
+{
     use futures::FutureExt;
-    stop.cancelled().await;
-    let synced = matches!(projections.wait_until_ready().now_or_never(), Some(Ok(())))
-        && matches!(clusters.wait_until_ready().now_or_never(), Some(Ok(())));
-    if synced {
-        std::future::pending::<()>().await;
+    let unsynced_stop = async {
+        stop.cancelled().await;
+        if matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))) {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        () = run => {}
+        () = unsynced_stop => tracing::info!(
+            kind = K::kind(&()).as_ref(),
+            "stopped before the caches synced: no reconcile ran, none to finish"
+        ),
     }
 }
 
