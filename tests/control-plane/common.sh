@@ -15,10 +15,15 @@ LOGS=$TESTENV_DIR/logs
 
 cp_log() { echo "[control-plane] $*" >&2; }
 
-# pid_alive NAME: the process recorded in NAME.pid is still running.
+# pid_alive NAME: the process recorded in NAME.pid still runs and is ours: its command line names
+# $TESTENV_DIR (every process these scripts start has a path in it). After a reboot or on a copy of
+# the machine the recorded PID may belong to anything else, which must be neither trusted nor killed.
 pid_alive() {
-  local f="$TESTENV_DIR/$1.pid"
-  [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null
+  local f="$TESTENV_DIR/$1.pid" pid cmdline
+  [ -f "$f" ] || return 1
+  pid=$(cat "$f")
+  cmdline=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null) || return 1
+  [[ $cmdline == *"$TESTENV_DIR/"* ]]
 }
 
 # port_busy PORT: something listens on 127.0.0.1:PORT.
@@ -50,7 +55,7 @@ stop_process() {
   local name=$1 f="$TESTENV_DIR/$1.pid" pid
   [ -f "$f" ] || return 0
   pid=$(cat "$f")
-  if kill -0 "$pid" 2>/dev/null; then
+  if pid_alive "$name"; then
     kill -TERM "$pid" 2>/dev/null
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
     if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null; fi
@@ -101,6 +106,9 @@ LOCAL_IMAGE_PREFIX=local.test
 PAUSE_IMAGE=$LOCAL_IMAGE_PREFIX/pause:local
 OUR_IMAGE_TAG=dev
 CACHE_ROOT=${PROJECTION_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/projection-testenv}
+
+# node_owner: the test environment whose node holds this machine (named on the pod bridge), if any.
+node_owner() { ip -o link show "$POD_BRIDGE" 2>/dev/null | sed -n 's/.* alias \(.*\)$/\1/p'; }
 
 # ctr against the node's containerd, in the CRI's namespace.
 node_ctr() { ctr --address "$NODE_DIR/containerd.sock" -n k8s.io "$@"; }

@@ -9,7 +9,7 @@ set -uo pipefail
 source "$(dirname "$0")/common.sh"
 log() { echo "[node] $*" >&2; }
 
-owner=$(ip -o link show "$POD_BRIDGE" 2>/dev/null | sed -n 's/.* alias \(.*\)$/\1/p')
+owner=$(node_owner)
 if [ -n "$owner" ] && [ "$owner" != "$TESTENV_DIR" ]; then
   log "the node on this machine belongs to $owner, not to $TESTENV_DIR: left alone"
   exit 0
@@ -64,9 +64,10 @@ for table in filter nat; do
     while read -r rule; do eval "iptables -t $table $rule"; done
 done
 
-# The kubelet's chains (KUBE-FIREWALL, KUBE-KUBELET-CANARY, ...) that were not there before.
+# The kubelet's chains (KUBE-FIREWALL, KUBE-KUBELET-CANARY, ...) that were not there before. Without
+# the record (a node folder deleted by hand) nothing proves a chain is ours: they stay.
 chains_before=$(cat "$NODE_DIR/chains.before" 2>/dev/null)
-for cmd in iptables ip6tables; do
+[ -f "$NODE_DIR/chains.before" ] && for cmd in iptables ip6tables; do
   for table in filter nat mangle; do
     for chain in $("$cmd" -t "$table" -S 2>/dev/null | sed -n 's/^-N \(KUBE-.*\)/\1/p'); do
       grep -qx "$cmd $table $chain" <<< "$chains_before" && continue
@@ -93,8 +94,9 @@ for hierarchy in /sys/fs/cgroup/*/; do
 done
 [ -d /sys/fs/cgroup/kubepods ] && find /sys/fs/cgroup/kubepods -depth -type d -exec rmdir {} + 2>/dev/null
 
-# Host paths the kubelet, libcni and the shims create on their own, unless they existed before.
-for p in /var/lib/kubelet /var/log/containers /var/log/pods /var/lib/cni /run/containerd /opt/containerd; do
+# Host paths the kubelet, libcni and the shims create on their own, unless they existed before (and
+# only with the record of what existed).
+[ -f "$NODE_DIR/paths.before" ] && for p in /var/lib/kubelet /var/log/containers /var/log/pods /var/lib/cni /run/containerd /opt/containerd; do
   grep -qx "$p" "$NODE_DIR/paths.before" 2>/dev/null || rm -rf "$p"
 done
 

@@ -38,11 +38,17 @@ if pid_alive containerd && pid_alive kubelet && pid_alive kube-scheduler && node
 fi
 
 # One node per machine (the kubelet keeps fixed host paths such as /var/lib/kubelet/device-plugins):
-# the pod bridge names the test environment that owns it.
-if ip link show "$POD_BRIDGE" >/dev/null 2>&1; then
-  owner=$(ip -o link show "$POD_BRIDGE" | sed -n 's/.* alias \(.*\)$/\1/p')
-  [ "$owner" = "$TESTENV_DIR" ] ||
-    fail "another local node owns $POD_BRIDGE (test environment ${owner:-unknown}); stop it with its node-down.sh first"
+# the pod bridge names the test environment that owns it. A node whose processes all died with a
+# run that was killed (a reboot, a stopped machine) is left over, not running: it is cleaned up
+# with its own records; a running one is never touched.
+owner=$(node_owner)
+if [ -n "$owner" ] && [ "$owner" != "$TESTENV_DIR" ]; then
+  if (TESTENV_DIR=$owner; pid_alive containerd || pid_alive kubelet || pid_alive kube-scheduler); then
+    fail "another local node runs on $POD_BRIDGE (test environment $owner); stop it with its node-down.sh first"
+  fi
+  log "a node of $owner was left over by a run that was killed (none of its processes runs): cleaning it up"
+  TESTENV_DIR=$owner "$CP_HERE/node-down.sh" || fail "could not clean up the left-over node of $owner"
+  [ -z "$(node_owner)" ] || fail "the left-over node of $owner still holds $POD_BRIDGE after its cleanup"
 fi
 # Anything half-started from an earlier run goes first.
 "$CP_HERE/node-down.sh" >/dev/null 2>&1 || true
