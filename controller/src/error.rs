@@ -19,6 +19,10 @@ pub enum Error {
     /// The finalizer helper failed (adding, removing, or the cleanup it ran).
     #[error("{}", describe_finalizer(.0))]
     Finalizer(#[source] Box<finalizer::Error<Error>>),
+    /// The CR as the store keeps it (`shared::stored_cr`) did not decode back: a bug of ours, as
+    /// the store encoded it; retried with backoff, in case a later watch event replaces it.
+    #[error("decoding the cached CR: {0}")]
+    Cache(#[source] serde_json::Error),
     /// The reconcile ended with a handled failure that is already in status; retry with backoff.
     #[error("{reason}: {message}")]
     Retry {
@@ -43,6 +47,7 @@ impl Error {
                 _ => "finalizer",
             },
             Self::Retry { .. } => "handled",
+            Self::Cache(_) => "cache",
         }
     }
 }

@@ -42,6 +42,7 @@ use runtime::http;
 use shared::{
     crd::{ClusterProjection, Projection},
     keys::{CLUSTER_PROJECTION_FINALIZER, PROJECTION_FINALIZER},
+    stored_cr::StoredCr,
 };
 use std::sync::{
     Arc,
@@ -146,24 +147,23 @@ async fn main() -> anyhow::Result<()> {
     result
 }
 
-/// The watch stream of one CR kind, feeding `writer`'s store (each CR trimmed to what decisions
-/// read, `shared::cache_trim::trim_cr`) and filtered to relevant changes.
+/// The watch stream of one CR kind, feeding `writer`'s store (each CR compacted as it is decoded,
+/// `shared::stored_cr`) and filtered to relevant changes.
 fn cr_stream<K>(
     client: &Client,
-    writer: reflector::store::Writer<K>,
+    writer: reflector::store::Writer<StoredCr<K>>,
     finalizer: &'static str,
     initial: shared::initial_list::InitialList,
-) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+) -> impl futures::Stream<Item = Result<StoredCr<K>, watcher::Error>> + Send + 'static
 where
-    K: Watchable,
+    K: Resource<DynamicType = ()> + serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
     initial_list::watch(
-        Api::<K>::all(client.clone()),
+        Api::<StoredCr<K>>::all(client.clone()),
         watcher::Config::default().any_semantic(),
         initial,
     )
     .default_backoff()
-    .modify(|cr| shared::cache_trim::trim_cr(cr.meta_mut()))
     .reflect(writer)
     .applied_objects()
     .filter({
@@ -226,14 +226,26 @@ where
 fn queued_wakes<K>(
     wakes: tokio::sync::mpsc::UnboundedReceiver<reflector::ObjectRef<K>>,
     queue: Arc<runtime_metrics::ControllerMetrics>,
-) -> impl futures::Stream<Item = reflector::ObjectRef<K>> + Send + 'static
+) -> impl futures::Stream<Item = reflector::ObjectRef<StoredCr<K>>> + Send + 'static
 where
-    K: Resource + Send + 'static,
-    K::DynamicType: Send,
+    K: Resource<DynamicType = ()> + Send + 'static,
 {
-    UnboundedReceiverStream::new(wakes).inspect(move |wake| {
+    UnboundedReceiverStream::new(wakes).map(move |wake| {
         queue.queued_change(runtime_metrics::queue_key(wake.namespace.as_deref(), &wake.name));
+        stored_ref(&wake)
     })
+}
+
+/// The store's key of the CR `cr` names.
+fn stored_ref<K>(cr: &reflector::ObjectRef<K>) -> reflector::ObjectRef<StoredCr<K>>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let key = reflector::ObjectRef::new(&cr.name);
+    match &cr.namespace {
+        Some(namespace) => key.within(namespace),
+        None => key,
+    }
 }
 
 /// Logs a reconcile that did not complete; one the controller dropped (its CR left the store)
@@ -257,16 +269,16 @@ struct Replica {
     ctx: Arc<context::Context>,
     wake: wake::Wake,
     leading: Arc<AtomicBool>,
-    projections: reflector::Store<Projection>,
-    clusters: reflector::Store<ClusterProjection>,
+    projections: reflector::Store<StoredCr<Projection>>,
+    clusters: reflector::Store<StoredCr<ClusterProjection>>,
     /// CR changes for the reconcilers (sent once this replica leads).
     projection_changes: (
-        tokio::sync::mpsc::UnboundedSender<Projection>,
-        tokio::sync::mpsc::UnboundedReceiver<Projection>,
+        tokio::sync::mpsc::UnboundedSender<StoredCr<Projection>>,
+        tokio::sync::mpsc::UnboundedReceiver<StoredCr<Projection>>,
     ),
     cluster_changes: (
-        tokio::sync::mpsc::UnboundedSender<ClusterProjection>,
-        tokio::sync::mpsc::UnboundedReceiver<ClusterProjection>,
+        tokio::sync::mpsc::UnboundedSender<StoredCr<ClusterProjection>>,
+        tokio::sync::mpsc::UnboundedReceiver<StoredCr<ClusterProjection>>,
     ),
     /// Wakes from the watch tasks.
     projection_wakes: tokio::sync::mpsc::UnboundedReceiver<reflector::ObjectRef<Projection>>,
@@ -334,8 +346,8 @@ impl Replica {
 
         let (warm_tx, warm_rx) = tokio::sync::mpsc::unbounded_channel();
         tasks.push(tokio::spawn(warm::warm_up(ctx.clone(), warm_rx)));
-        let (projections, projection_writer) = reflector::store::<Projection>();
-        let (clusters, cluster_writer) = reflector::store::<ClusterProjection>();
+        let (projections, projection_writer) = reflector::store::<StoredCr<Projection>>();
+        let (clusters, cluster_writer) = reflector::store::<StoredCr<ClusterProjection>>();
         let projection_changes = tokio::sync::mpsc::unbounded_channel();
         let cluster_changes = tokio::sync::mpsc::unbounded_channel();
         tasks.push(tokio::spawn(warm::feed(
@@ -383,12 +395,12 @@ impl Replica {
         for cr in self.wake.take_missed() {
             match cr {
                 index::CrRef::Projection(r) => {
-                    if let Some(cr) = self.projections.get(&r) {
+                    if let Some(cr) = self.projections.get(&stored_ref(&r)) {
                         let _ = self.projection_changes.0.send((*cr).clone());
                     }
                 }
                 index::CrRef::Cluster(r) => {
-                    if let Some(cr) = self.clusters.get(&r) {
+                    if let Some(cr) = self.clusters.get(&stored_ref(&r)) {
                         let _ = self.cluster_changes.0.send((*cr).clone());
                     }
                 }

@@ -30,6 +30,7 @@ use shared::{
     reason::{Reason, Retry},
     source::{GroupKind, SourceKey},
     status::{Copies, Failure, Outcome, source_failure},
+    stored_cr::StoredCr,
 };
 use std::{fmt::Debug, future::Future, sync::Arc, time::Instant};
 
@@ -443,9 +444,13 @@ macro_rules! spec_fields {
 }
 pub(crate) use spec_fields;
 
-/// Reconciles one CR (the entry point handed to the kube controller runtime): the finalizer decides
-/// between applying and cleaning up.
-pub async fn reconcile<K: ProjectionKind>(object: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
+/// Reconciles one CR (the entry point handed to the kube controller runtime): decoded back from
+/// the store's compact form, then the finalizer decides between applying and cleaning up.
+pub async fn reconcile<K: ProjectionKind>(
+    stored: Arc<StoredCr<K>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let object = Arc::new(stored.expand().map_err(Error::Cache)?);
     let started = Instant::now();
     let queue = K::runtime_metrics(&ctx.metrics.runtime);
     queue.started(&queue_key(object.meta().namespace.as_deref(), &object.name_any()));
@@ -483,7 +488,7 @@ pub async fn reconcile<K: ProjectionKind>(object: Arc<K>, ctx: Arc<Context>) -> 
 }
 
 /// Decides when to retry after an error (capped exponential backoff per object).
-pub fn error_policy<K: ProjectionKind>(object: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy<K: ProjectionKind>(object: Arc<StoredCr<K>>, error: &Error, ctx: Arc<Context>) -> Action {
     let name = match object.meta().namespace.as_deref() {
         Some(namespace) => format!("{namespace}/{}", object.name_any()),
         None => object.name_any(),

@@ -9,6 +9,7 @@ use kube::runtime::watcher;
 use shared::{
     crd::{ClusterProjection, Projection, SourceRef},
     source::GroupKind,
+    stored_cr::StoredCr,
 };
 use std::{
     collections::HashSet,
@@ -19,21 +20,22 @@ use std::{
 };
 use tokio::sync::mpsc::UnboundedSender;
 
-/// A CR whose source kind a standby prepares watches for.
+/// A CR (as the store keeps it) whose source kind a standby prepares watches for.
 pub trait Warmable {
-    /// Its source and the tier of its copies.
-    fn warm_up(&self) -> (SourceRef, Tier);
+    /// Its source and the tier of its copies; `None` if the CR does not decode (reported by its
+    /// reconcile once this replica leads).
+    fn warm_up(&self) -> Option<(SourceRef, Tier)>;
 }
 
-impl Warmable for Projection {
-    fn warm_up(&self) -> (SourceRef, Tier) {
-        (self.spec.source.clone(), Tier::Projection)
+impl Warmable for StoredCr<Projection> {
+    fn warm_up(&self) -> Option<(SourceRef, Tier)> {
+        Some((self.expand().ok()?.spec.source, Tier::Projection))
     }
 }
 
-impl Warmable for ClusterProjection {
-    fn warm_up(&self) -> (SourceRef, Tier) {
-        (self.spec.source.clone(), Tier::Cluster)
+impl Warmable for StoredCr<ClusterProjection> {
+    fn warm_up(&self) -> Option<(SourceRef, Tier)> {
+        Some((self.expand().ok()?.spec.source, Tier::Cluster))
     }
 }
 
@@ -53,7 +55,9 @@ pub async fn feed<K: Warmable>(
                     let _ = reconcile.send(cr);
                 }
                 Ok(cr) => {
-                    let _ = warm.send(cr.warm_up());
+                    if let Some(source) = cr.warm_up() {
+                        let _ = warm.send(source);
+                    }
                 }
                 Err(e) => tracing::debug!(error = %e, "CR watch error; retrying"),
             }

@@ -2,9 +2,9 @@
 //! entry per copy for as long as it exists, and most passes only ask whose copy it is and at which
 //! resourceVersion (a copy already verified is not compared again, see [`crate::verified`]). So an
 //! entry keeps those answers as plain strings, and the rest of the copy (content, labels,
-//! annotations, our `managedFields` entry), which only a write or a removal reads, as compact JSON
-//! text decoded on demand: a `serde_json` map costs a B-tree node of several hundred bytes however
-//! few keys it has, the text only its length.
+//! annotations, our `managedFields` entry), which only a write or a removal reads, as packed JSON
+//! text ([`crate::packed_text`]) decoded on demand: a `serde_json` map costs a B-tree node of
+//! several hundred bytes however few keys it has, the packed text a fraction of its length.
 
 use crate::{
     cache_trim::trim_copy,
@@ -13,6 +13,7 @@ use crate::{
         OWNED_BY_PROJECTION_UID,
     },
     ownership::Owner,
+    packed_text::PackedText,
 };
 use kube::core::DynamicObject;
 
@@ -28,7 +29,7 @@ pub struct CachedCopy {
     /// The UID label of each tier, if present.
     uid_labels: [Option<Box<str>>; 2],
     /// The rest of the object, trimmed (see [`trim_copy`]), without what the fields above hold.
-    rest: Box<str>,
+    rest: PackedText,
 }
 
 /// The index of a tier in [`CachedCopy`]'s per-tier fields.
@@ -62,7 +63,7 @@ impl CachedCopy {
         // Read by nothing the controller decides.
         meta.creation_timestamp = None;
         // Serializing a DynamicObject cannot fail (its content is already JSON).
-        let rest = serde_json::to_string(&object).unwrap_or_default().into();
+        let rest = PackedText::pack(&serde_json::to_vec(&object).unwrap_or_default());
         Self {
             path: path.into(),
             uid,
@@ -113,7 +114,7 @@ impl CachedCopy {
     /// The whole copy as last seen, for a decision that reads more than the fields above; `None` if
     /// the text does not decode (it was encoded from the same type, so it always should).
     pub fn object(&self) -> Option<DynamicObject> {
-        let mut object: DynamicObject = serde_json::from_str(&self.rest).ok()?;
+        let mut object: DynamicObject = self.rest.decode().ok()?;
         let meta = &mut object.metadata;
         meta.namespace = Some(self.namespace().to_owned());
         meta.name = Some(self.name().to_owned());
@@ -203,14 +204,15 @@ mod tests {
     fn the_text_is_smaller_than_the_object_it_came_from() {
         let cached = CachedCopy::new(watched(), ME);
         let whole = serde_json::to_string(&watched()).expect("serializes");
-        assert!(cached.rest.len() < whole.len());
+        let rest = String::from_utf8(cached.rest.unpack().expect("unpacks")).expect("text");
+        assert!(rest.len() < whole.len());
         assert!(
-            !cached.rest.contains("u-copy"),
-            "the uid is held once, in the header"
+            cached.rest.packed_len() * 2 < rest.len(),
+            "packed: {} of {}",
+            cached.rest.packed_len(),
+            rest.len()
         );
-        assert!(
-            !cached.rest.contains("kubectl"),
-            "other managers' entries are dropped"
-        );
+        assert!(!rest.contains("u-copy"), "the uid is held once, in the header");
+        assert!(!rest.contains("kubectl"), "other managers' entries are dropped");
     }
 }
