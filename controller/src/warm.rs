@@ -3,14 +3,10 @@
 //! wait for the lease. A standby that takes over thus starts with synced caches: its first
 //! reconciles find the source kinds resolved and the copies' stores listed.
 
-use crate::{context::Context, watches::Tier};
+use crate::{context::Context, reconcile::ProjectionKind, watches::Tier};
 use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
-use shared::{
-    crd::{ClusterProjection, Projection, SourceRef},
-    source::GroupKind,
-    stored_cr::StoredCr,
-};
+use shared::{crd::SourceRef, source::GroupKind, stored_cr::StoredCr};
 use std::{
     collections::HashSet,
     sync::{
@@ -27,15 +23,9 @@ pub trait Warmable {
     fn warm_up(&self) -> Option<(SourceRef, Tier)>;
 }
 
-impl Warmable for StoredCr<Projection> {
+impl<K: ProjectionKind> Warmable for StoredCr<K> {
     fn warm_up(&self) -> Option<(SourceRef, Tier)> {
-        Some((self.expand().ok()?.spec.source, Tier::Projection))
-    }
-}
-
-impl Warmable for StoredCr<ClusterProjection> {
-    fn warm_up(&self) -> Option<(SourceRef, Tier)> {
-        Some((self.expand().ok()?.spec.source, Tier::Cluster))
+        Some((self.expand().ok()?.source().clone(), K::TIER))
     }
 }
 

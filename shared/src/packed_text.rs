@@ -8,7 +8,10 @@
 //! The text never leaves the process (nothing packed is written or sent), so the dictionary may
 //! change from one version to the next.
 
-use crate::crd::{ClusterProjection, Projection};
+use crate::{
+    crd::{ClusterProjection, Projection},
+    keys::{OWNED_BY_PROJECTION, OWNED_BY_PROJECTION_UID, SOURCE_HASH},
+};
 use kube::core::DynamicObject;
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -129,18 +132,20 @@ fn cluster_projection_sample() -> serde_json::Value {
 /// A copy as the copies' cache keeps it: name, namespace, uid and resourceVersion apart, our
 /// `managedFields` entry only, its `fieldsV1` as text.
 fn copy_sample() -> serde_json::Value {
+    let [owner_field, hash_field, uid_field] =
+        [OWNED_BY_PROJECTION, SOURCE_HASH, OWNED_BY_PROJECTION_UID].map(|key| format!("f:{key}"));
     let fields = json!({
         "f:metadata": {
-            "f:annotations": {".": {}, "f:projection.sh/owned-by-projection": {}, "f:projection.sh/source-hash": {}},
-            "f:labels": {".": {}, "f:projection.sh/owned-by-projection-uid": {}}
+            "f:annotations": {".": {}, owner_field: {}, hash_field: {}},
+            "f:labels": {".": {}, uid_field: {}}
         },
         "f:data": {".": {}}
     });
     json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {
-            "annotations": {"projection.sh/owned-by-projection": "/", "projection.sh/source-hash": ""},
-            "labels": {"projection.sh/owned-by-projection-uid": ""},
+            "annotations": {OWNED_BY_PROJECTION: "/", SOURCE_HASH: ""},
+            "labels": {OWNED_BY_PROJECTION_UID: ""},
             "managedFields": [{
                 "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": fields.to_string(),
                 "manager": "projection-controller", "operation": "Update", "time": "2026-01-01T00:00:00Z"
