@@ -7,6 +7,8 @@ use std::path::Path;
 #[tokio::test]
 async fn becomes_ready_and_exits_cleanly_on_sigterm() {
     let _serial = projection_tests::exclusive().await;
+    // Ready means the CR caches synced, which needs the CRDs; other suites may not have run first.
+    projection_tests::install_crds(&projection_tests::client().await).await;
     let mut controller = ServiceProcess::start(Path::new(env!("CARGO_BIN_EXE_projection-controller")), &[]);
     controller.wait_ready().await;
     let status = controller.terminate();
