@@ -61,7 +61,7 @@ async fn handle<C: ClusterView>(app: &App<C>, endpoint: Endpoint, body: Body) ->
     let started = Instant::now();
     let (response, labels) = match read_request(body).await {
         Ok(request) => {
-            let (answer, verdict) = review(endpoint, app.settings, &app.cluster, &request).await;
+            let (answer, verdict) = review(endpoint, &app.settings, &app.cluster, &request).await;
             log_outcome(endpoint, &request, &answer, verdict);
             if let Verdict::Error(category) = verdict {
                 app.metrics
