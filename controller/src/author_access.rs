@@ -8,8 +8,8 @@
 //! Grants are reused for [`GRANT_TTL`] (denials never), as the webhook does; each pass asks again
 //! after that, so a revoked grant takes effect at the next pass of the CR past the TTL.
 
-use kube::{Api, Client, api::PostParams};
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use kube::{Api, Client, api::PostParams};
 use quick_cache::sync::Cache;
 use shared::author::{AccessQuestion, Author};
 use std::time::{Duration, Instant};
@@ -60,7 +60,12 @@ impl AuthorAccess {
     }
 
     /// Whether `author` may do what `question` asks.
-    pub async fn ask(&self, client: &Client, author: &Author, question: &AccessQuestion) -> Result<Answer, kube::Error> {
+    pub async fn ask(
+        &self,
+        client: &Client,
+        author: &Author,
+        question: &AccessQuestion,
+    ) -> Result<Answer, kube::Error> {
         let key = (author.record(), question.clone());
         if self.grants.get(&key).is_some_and(|until| until > Instant::now()) {
             return Ok(Answer::Allowed);
