@@ -50,6 +50,11 @@ async fn grant(client: &Client, namespace: &str, user: &str, rule: Value) {
     .await;
 }
 
+/// An RBAC rule: `verb` on `resource` of `group`.
+fn rule(group: &str, resource: &str, verb: &str) -> Value {
+    json!({"apiGroups": [group], "resources": [resource], "verbs": [verb]})
+}
+
 fn rand_suffix(user: &str, rule: &Value) -> String {
     use std::hash::{DefaultHasher, Hash, Hasher};
     let mut h = DefaultHasher::new();
@@ -59,20 +64,8 @@ fn rand_suffix(user: &str, rule: &Value) -> String {
 
 /// A tenant of `namespace`: manages Projections and ConfigMaps there.
 async fn tenant_of(client: &Client, namespace: &str, user: &str) {
-    grant(
-        client,
-        namespace,
-        user,
-        json!({"apiGroups": ["projection.sh"], "resources": ["projections"], "verbs": ["*"]}),
-    )
-    .await;
-    grant(
-        client,
-        namespace,
-        user,
-        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}),
-    )
-    .await;
+    grant(client, namespace, user, rule("projection.sh", "projections", "*")).await;
+    grant(client, namespace, user, rule("", "configmaps", "*")).await;
 }
 
 fn projection_by(name: &str, source: Value, extra: Value, author: &str) -> Value {
@@ -152,13 +145,7 @@ async fn a_spec_edit_by_someone_who_cannot_read_the_source_withdraws_the_copy() 
     let (alice, bob) = (format!("alice-{dst}"), format!("bob-{dst}"));
     tenant_of(&env.client, &dst, &alice).await;
     tenant_of(&env.client, &dst, &bob).await;
-    grant(
-        &env.client,
-        &src,
-        &alice,
-        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}),
-    )
-    .await;
+    grant(&env.client, &src, &alice, rule("", "configmaps", "get")).await;
     source_configmap(
         &env.api(&src),
         "db",
@@ -297,20 +284,8 @@ async fn a_cluster_projection_writes_only_where_its_author_may_create_the_kind()
     let other = TestNamespace::create(&env.client, "cp-author-other").await;
     let _controller = controller(&["--author-access=enforce"]).await;
     let user = format!("platform-{dst}");
-    grant(
-        &env.client,
-        &src,
-        &user,
-        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}),
-    )
-    .await;
-    grant(
-        &env.client,
-        &dst,
-        &user,
-        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}),
-    )
-    .await;
+    grant(&env.client, &src, &user, rule("", "configmaps", "get")).await;
+    grant(&env.client, &dst, &user, rule("", "configmaps", "create")).await;
     source_configmap(&env.api(&src), "cfg", json!({"k": "v"})).await;
     let name = format!("author-{dst}");
     let _guard = ClusterScopedGuard::new("clusterprojections", &name);
@@ -413,16 +388,10 @@ async fn a_projection_is_made_only_where_its_author_may_create_the_kind() {
         &env.client,
         &dst,
         &user,
-        json!({"apiGroups": ["projection.sh"], "resources": ["projections"], "verbs": ["*"]}),
+        rule("projection.sh", "projections", "*"),
     )
     .await;
-    grant(
-        &env.client,
-        &src,
-        &user,
-        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}),
-    )
-    .await;
+    grant(&env.client, &src, &user, rule("", "configmaps", "get")).await;
     source_configmap(&env.api(&src), "cfg", json!({"k": "v"})).await;
     let api: Api<Projection> = Api::namespaced(client_as(&user, &[]).await, &dst);
     create(
