@@ -84,6 +84,12 @@ named_enum! {
         DestinationOrphaned,
         /// Event: an existing object whose owner consented (`projection.sh/adopt-by`) became a copy.
         DestinationAdopted,
+        /// An update was refused as immutable for a kind that is not recreated (not a ConfigMap or
+        /// Secret, not opted in with `--recreate-on-immutable`): the copy is left as it is.
+        DestinationImmutable,
+        /// The CR is being deleted but its copies cannot be removed (e.g. the controller may no
+        /// longer read their kind): the finalizer holds it, and the message says how to release it.
+        DeletionBlocked,
     }
 }
 
@@ -165,7 +171,8 @@ impl Reason {
             | DestinationInvalid => Verb::Validate,
             DestinationFetchFailed => Verb::Get,
             DestinationCreateFailed => Verb::Create,
-            DestinationUpdateFailed => Verb::Update,
+            DestinationUpdateFailed | DestinationImmutable => Verb::Update,
+            DeletionBlocked => Verb::Delete,
             Resolved | SourceNotResolved | DestinationDeleteFailed | DestinationWriteFailed | Suspended => {
                 return None;
             }
@@ -190,7 +197,10 @@ impl Reason {
             | SourceNotProjectable
             | DestinationConflict
             | TargetResolutionFailed
-            | DestinationInvalid => Retry::OnChange,
+            | DestinationInvalid
+            // A person must delete the copy or opt the kind in (a flag: a restart, which reconciles
+            // everything), or the source or spec must change back.
+            | DestinationImmutable => Retry::OnChange,
             // The apiserver may answer otherwise next time (or an admin widens the RBAC).
             SourceForbidden
             | SourceFetchFailed
@@ -198,7 +208,9 @@ impl Reason {
             | DestinationCreateFailed
             | DestinationUpdateFailed
             | DestinationDeleteFailed
-            | DestinationWriteFailed => Retry::Backoff,
+            | DestinationWriteFailed
+            // Access given back to the controller is noticed by no watch: retry until it is.
+            | DeletionBlocked => Retry::Backoff,
             // Not failures: nothing to retry until something changes.
             Resolved | Projected | Updated | DestinationRecreated | DestinationDeleted
             | DestinationLeftAlone | SourceNotResolved | Suspended | DestinationOrphaned
@@ -221,7 +233,9 @@ impl Reason {
             | DestinationDeleteFailed
             | DestinationWriteFailed
             | TargetResolutionFailed
-            | DestinationInvalid => ResultCategory::DestinationError,
+            | DestinationInvalid
+            | DestinationImmutable
+            | DeletionBlocked => ResultCategory::DestinationError,
             SourceResolutionFailed
             | SourceForbidden
             | SourceFetchFailed
@@ -284,6 +298,8 @@ mod tests {
                 "Suspended",
                 "DestinationOrphaned",
                 "DestinationAdopted",
+                "DestinationImmutable",
+                "DeletionBlocked",
             ]
         );
         for reason in Reason::ALL {
@@ -452,6 +468,20 @@ mod tests {
                 false,
                 Retry::OnChange,
                 "success",
+            ),
+            (
+                DestinationImmutable,
+                Some(Verb::Update),
+                true,
+                Retry::OnChange,
+                "destination_error",
+            ),
+            (
+                DeletionBlocked,
+                Some(Verb::Delete),
+                true,
+                Retry::Backoff,
+                "destination_error",
             ),
         ];
         assert_eq!(table.len(), Reason::ALL.len(), "every reason is in the table");
