@@ -24,6 +24,8 @@ pub struct Settings {
     pub reconcile_concurrency: u16,
     /// How every watch receives its initial objects.
     pub initial_list: shared::initial_list::InitialList,
+    /// Kinds recreated when an update is refused as immutable, beyond ConfigMaps and Secrets.
+    pub recreate_on_immutable: shared::recreate::RecreateKinds,
 }
 
 /// Shared by every reconcile.

@@ -71,15 +71,20 @@ pub fn api_error(action: &'static str) -> impl FnOnce(kube::Error) -> Error {
 /// Client errors as a person should read them in a condition, an event or a log line.
 pub use runtime::api_error::{describe, describe_status};
 
+/// How a person names a resource type: `<plural>.<group>`, or `<plural>` for the core group.
+pub fn resource_name(resource: &ApiResource) -> String {
+    if resource.group.is_empty() {
+        resource.plural.clone()
+    } else {
+        format!("{}.{}", resource.plural, resource.group)
+    }
+}
+
 /// The message of `SourceForbidden`: the controller may not `verbs` the source's kind (or, with
 /// `object`, that object), because its RBAC does not cover the kind; `refusal` is the apiserver's
 /// message.
 pub fn forbidden_message(verbs: &str, resource: &ApiResource, object: Option<&str>, refusal: &str) -> String {
-    let kind = if resource.group.is_empty() {
-        resource.plural.clone()
-    } else {
-        format!("{}.{}", resource.plural, resource.group)
-    };
+    let kind = resource_name(resource);
     let what = match object {
         Some(object) => format!("{verbs} {kind} {object}"),
         None => format!("{verbs} {kind} in all namespaces"),
