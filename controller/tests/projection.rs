@@ -5,7 +5,7 @@ use k8s_openapi::{
     api::{
         apps::v1::Deployment,
         coordination::v1::Lease,
-        core::v1::{ConfigMap, Secret, Service},
+        core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service},
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
@@ -942,6 +942,87 @@ async fn an_immutable_copy_is_recreated_when_its_source_changes() {
         .await;
         wait_ready(&env.projections(), name).await;
     }
+    env.finish().await;
+}
+
+/// An update refused as immutable for a kind other than ConfigMap and Secret never deletes the copy
+/// (a PersistentVolumeClaim's volume could go with it): the copy stays as it is and the Projection
+/// names the immutable field and the ways out. A platform that opts the kind in
+/// (`--recreate-on-immutable`) gets it recreated.
+#[tokio::test]
+async fn an_immutable_copy_of_another_kind_is_kept_and_its_field_named() {
+    let env = env("immutable-pvc").await;
+    let (src, dst) = env.names();
+    let controller_process = controller(&[]).await;
+    create(
+        &env.api::<PersistentVolumeClaim>(&src),
+        json!({"metadata": {"name": "data", "annotations": opted_in()},
+               "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "slow",
+                        "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .await;
+    let projections = env.projections();
+    create(
+        &projections,
+        projection(
+            "data",
+            json!({"version": "v1", "kind": "PersistentVolumeClaim", "namespace": src, "name": "data"}),
+            json!({}),
+        ),
+    )
+    .await;
+    wait_ready(&projections, "data").await;
+    let copies = env.api::<PersistentVolumeClaim>(&dst);
+    let first = copies.get("data").await.expect("copy");
+    assert_eq!(
+        first.spec.as_ref().and_then(|s| s.storage_class_name.as_deref()),
+        Some("slow")
+    );
+
+    // Leaving the storage class out would change the claim's spec, which the apiserver refuses.
+    merge(
+        &projections,
+        "data",
+        json!({"spec": {"fields": {"exclude": ["$.spec.storageClassName"]}}}),
+    )
+    .await;
+    let ready = wait_not_ready(&projections, "data", "DestinationImmutable").await;
+    let message = ready["message"].as_str().unwrap_or_default().to_owned();
+    for part in [
+        format!("the copy {dst}/data was left unchanged"),
+        "refuses to change the immutable field spec in place".to_owned(),
+        "delete the copy by hand".to_owned(),
+        "--recreate-on-immutable=PersistentVolumeClaim".to_owned(),
+        "the apiserver said: PersistentVolumeClaim \"data\" is invalid: spec: Forbidden".to_owned(),
+    ] {
+        assert!(message.contains(&part), "{part:?} not in {message:?}");
+    }
+    let note = wait_for_event(&env.client, &dst, "data", "DestinationImmutable").await;
+    assert_eq!(note, message, "the event says what the condition says");
+    let copy = copies.get("data").await.expect("the copy is still there");
+    assert_eq!(copy.uid(), first.uid(), "the copy was not deleted");
+    assert_eq!(copy.resource_version(), first.resource_version(), "nor changed");
+    let events = projection_tests::events_about(&env.client, &dst, "data").await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("DestinationRecreated")),
+        "{events:?}"
+    );
+    drop(controller_process);
+
+    // Opted in by the platform: the next controller recreates the claim without the storage class.
+    let _controller = controller(&["--recreate-on-immutable", "PersistentVolumeClaim"]).await;
+    let recreated = wait_object(&copies, "data", "the claim recreated", |c| {
+        c.uid() != first.uid()
+            && c.metadata.deletion_timestamp.is_none()
+            && c.spec.as_ref().is_some_and(|s| s.storage_class_name.is_none())
+    })
+    .await;
+    assert_ne!(recreated.uid(), first.uid());
+    let note = wait_for_event(&env.client, &dst, "data", "DestinationRecreated").await;
+    assert!(note.contains("immutable"), "{note}");
+    wait_ready(&projections, "data").await;
     env.finish().await;
 }
 

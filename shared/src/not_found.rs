@@ -11,8 +11,8 @@ pub enum NotFound {
     /// The object does not exist: the answer names it (`details.name`, reason `NotFound`).
     Object,
     /// The resource type is not served ("the server could not find the requested resource", no
-    /// `details.name`), or the answer is not one of the apiserver's object answers at all (a proxy's
-    /// plain 404): nothing is known about the object.
+    /// `details.name`; or, for a group that is gone with its CRD, a plain-text `404 page not found`
+    /// that is no Status at all): nothing is known about the object.
     Kind,
 }
 
@@ -49,8 +49,12 @@ mod tests {
         serde_json::from_str(json).expect("a Status")
     }
 
-    /// The apiserver's answers (v1.36.3) to a GET of `example.com/v1 widgets team-a/blue`: the
-    /// object missing, and the CRD deleted.
+    /// The apiserver's answers (v1.36.3, read with curl): a GET of `example.com/v1 widgets
+    /// fx-a/blue` with the CRD installed and no such object; a GET of a resource type the group
+    /// version does not serve (`/apis/apps/v1/namespaces/fx-a/widgets/blue`); a core object missing.
+    /// With the CRD deleted (another CRD of the group still installed or not) the same GET is
+    /// answered `404 page not found` as plain text, which the client turns into a Status of its own
+    /// (below).
     const OBJECT: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"widgets.example.com \"blue\" not found","reason":"NotFound","details":{"name":"blue","group":"example.com","kind":"widgets"},"code":404}"#;
     const KIND: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","details":{},"code":404}"#;
     const CORE_OBJECT: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"configmaps \"cfg\" not found","reason":"NotFound","details":{"name":"cfg","kind":"configmaps"},"code":404}"#;
@@ -68,9 +72,12 @@ mod tests {
         for (json, name, expected) in table {
             assert_eq!(classify_not_found(&status(json), name), expected, "{json}");
         }
-        // A bare 404 (a proxy's "404 page not found", no Status body) says nothing of the object.
-        let bare = Status::failure("404 page not found", "").with_code(404);
+        // The CRD deleted: a plain-text `404 page not found`, as kube's client reconstructs it.
+        let bare = Status::failure("404 page not found", "Failed to parse error data").with_code(404);
         assert_eq!(classify_not_found(&bare, "blue"), Some(NotFound::Kind));
+        // What the controller read before (kube's `is_not_found`, through `get_opt`) took a type
+        // that is not served for a missing object, and would have withdrawn the copies.
+        assert!(status(KIND).is_not_found());
         let forbidden = Status::failure("forbidden", "Forbidden").with_code(403);
         assert_eq!(classify_not_found(&forbidden, "blue"), None);
     }

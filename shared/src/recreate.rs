@@ -202,14 +202,15 @@ mod tests {
         }
     }
 
-    /// The apiserver's answers (v1.36.3), as read from the wire.
+    /// The apiserver's answers (v1.36.3), read with curl: a merge patch of `spec.storageClassName:
+    /// null` on a claim, of `data` on an `immutable: true` ConfigMap, of `type` on an Opaque Secret.
     fn status(json: &str) -> Status {
         serde_json::from_str(json).expect("a Status")
     }
 
-    const PVC_SPEC: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"PersistentVolumeClaim \"data\" is invalid: spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n  core.PersistentVolumeClaimSpec{\n  \tAccessModes: {\"ReadWriteOnce\"},\n- \tStorageClassName: &\"slow\",\n+ \tStorageClassName: nil,\n  }\n","reason":"Invalid","details":{"name":"data","kind":"PersistentVolumeClaim","causes":[{"reason":"FieldValueForbidden","message":"Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n  core.PersistentVolumeClaimSpec{\n  \tAccessModes: {\"ReadWriteOnce\"},\n- \tStorageClassName: &\"slow\",\n+ \tStorageClassName: nil,\n  }\n","field":"spec"}]},"code":422}"#;
+    const PVC_SPEC: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"PersistentVolumeClaim \"data\" is invalid: spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n@@ -10,7 +10,7 @@\n   }\n  },\n  \"VolumeName\": \"\",\n- \"StorageClassName\": \"slow\",\n+ \"StorageClassName\": null,\n  \"VolumeMode\": \"Filesystem\",\n  \"DataSource\": null,\n  \"DataSourceRef\": null,\n","reason":"Invalid","details":{"name":"data","kind":"PersistentVolumeClaim","causes":[{"reason":"FieldValueForbidden","message":"Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n@@ -10,7 +10,7 @@\n   }\n  },\n  \"VolumeName\": \"\",\n- \"StorageClassName\": \"slow\",\n+ \"StorageClassName\": null,\n  \"VolumeMode\": \"Filesystem\",\n  \"DataSource\": null,\n  \"DataSourceRef\": null,\n","field":"spec"}]},"code":422}"#;
     const CONFIGMAP_DATA: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"ConfigMap \"cfg\" is invalid: data: Forbidden: field is immutable when `immutable` is set","reason":"Invalid","details":{"name":"cfg","kind":"ConfigMap","causes":[{"reason":"FieldValueForbidden","message":"Forbidden: field is immutable when `immutable` is set","field":"data"}]},"code":422}"#;
-    const SECRET_TYPE: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Secret \"tls\" is invalid: [type: Invalid value: \"kubernetes.io/tls\": field is immutable, data[tls.crt]: Required value]","reason":"Invalid","details":{"name":"tls","kind":"Secret","causes":[{"reason":"FieldValueInvalid","message":"Invalid value: \"kubernetes.io/tls\": field is immutable","field":"type"},{"reason":"FieldValueRequired","message":"Required value","field":"data[tls.crt]"}]},"code":422}"#;
+    const SECRET_TYPE: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Secret \"tls\" is invalid: [type: Invalid value: \"kubernetes.io/tls\": field is immutable, data[tls.crt]: Required value, data[tls.key]: Required value]","reason":"Invalid","details":{"name":"tls","kind":"Secret","causes":[{"reason":"FieldValueInvalid","message":"Invalid value: \"kubernetes.io/tls\": field is immutable","field":"type"},{"reason":"FieldValueRequired","message":"Required value","field":"data[tls.crt]"},{"reason":"FieldValueRequired","message":"Required value","field":"data[tls.key]"}]},"code":422}"#;
     const QUOTA: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"configmaps \"cfg\" is forbidden: exceeded quota","reason":"Forbidden","details":{"name":"cfg","kind":"configmaps"},"code":403}"#;
 
     #[test]
@@ -258,6 +259,7 @@ mod tests {
         }
         // Only the apiserver's first line: its diff of the whole spec stays out of the condition.
         assert!(!message.contains("StorageClassName"), "{message}");
+        assert!(!message.contains("@@"), "{message}");
         let job = immutable_message("a/b", &gk("batch", "Job"), &[], "x is invalid");
         assert!(job.contains("change an immutable field in place"), "{job}");
         assert!(job.contains("--recreate-on-immutable=Job.batch"), "{job}");
