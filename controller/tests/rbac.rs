@@ -13,6 +13,7 @@ use kube::{
 };
 use projection_tests::{ServiceProcess, events_about, http_get, metric_value, wait_for, wait_for_event};
 use serde_json::json;
+use shared::crd::ClusterProjection;
 use std::time::Duration;
 
 mod common;
@@ -277,6 +278,95 @@ async fn a_deletion_blocked_by_narrowed_rbac_says_why_and_how_to_release_it() {
     account.grant(&["configmaps", "secrets"]).await;
     wait_gone(&copies, "tls").await;
     wait_gone(&projections, "tls").await;
+    assert!(controller.is_running());
+
+    env.finish().await;
+    drop(controller);
+    account.home.delete_and_wait(&env.client).await;
+}
+
+/// The same for a ClusterProjection, whose copies are found through the cache of its kind's copies
+/// (its watch is refused after the narrowing) and whose events are in `default`.
+#[tokio::test]
+async fn a_cluster_projection_whose_copies_cannot_be_removed_says_so() {
+    let env = env("rbac-blocked-cp").await;
+    let (src, dst) = env.names();
+    let account = ControllerAccount::create(&env, "rbac-blocked-cp-home", &["configmaps", "secrets"]).await;
+    let sa_namespace = account.namespace().to_owned();
+    let mut controller = ServiceProcess::start_as(
+        binary(),
+        &[
+            "--requeue-interval",
+            "2s",
+            "--leader-elect=true",
+            "--leader-election-namespace",
+            &sa_namespace,
+        ],
+        &account.kubeconfig,
+        &[],
+    );
+    controller.wait_ready().await;
+    create(
+        &env.api::<Secret>(&src),
+        json!({"metadata": {"name": "shared", "annotations": opted_in()}, "stringData": {"key": "v"}}),
+    )
+    .await;
+    let cps: Api<ClusterProjection> = Api::all(env.client.clone());
+    let name = format!("{dst}-blocked");
+    let _guard = projection_tests::ClusterScopedGuard::new("clusterprojections", &name);
+    create_cluster_projection(
+        &cps,
+        &name,
+        json!({"source": {"version": "v1", "kind": "Secret", "namespace": src, "name": "shared"},
+               "destination": {"namespaces": [dst]}}),
+    )
+    .await;
+    let ready_with = |status: &'static str, reason: &'static str| {
+        let cps = cps.clone();
+        let name = name.clone();
+        async move {
+            wait_for(&format!("{name} Ready={status} {reason}"), TIMEOUT, || async {
+                let cp = cps.get(&name).await.map_err(|e| e.to_string())?;
+                let conditions = cp.status.map(|s| s.conditions).unwrap_or_default();
+                match condition(&conditions, "Ready") {
+                    Some(c) if c.status == status && c.reason == reason => Ok(c.message.clone()),
+                    other => Err(format!("{other:?}")),
+                }
+            })
+            .await
+        }
+    };
+    ready_with("True", "Projected").await;
+    let copies = env.api::<Secret>(&dst);
+    assert!(copies.get_opt("shared").await.expect("get").is_some());
+
+    account.grant(&["configmaps"]).await;
+    wait_for("Secrets to be refused to the controller", TIMEOUT, || async {
+        let answer = account.can_i("list", "secrets");
+        (answer == "no").then_some(()).ok_or(answer)
+    })
+    .await;
+    delete(&cps, &name).await;
+    let message = ready_with("False", "DeletionBlocked").await;
+    for part in [
+        "deletion is blocked: the copies could not be removed: ".to_owned(),
+        "Secret".to_owned(),
+        "forbidden".to_owned(),
+        format!("remove the finalizer by hand: kubectl patch clusterprojection {name} --type=json -p '"),
+        r#""value":"projection.sh/cluster-finalizer""#.to_owned(),
+    ] {
+        assert!(message.contains(&part), "{part:?} not in {message:?}");
+    }
+    let note = wait_for_event(&env.client, "default", &name, "DeletionBlocked").await;
+    assert_eq!(note, message, "the event says what the condition says");
+    assert!(
+        copies.get_opt("shared").await.expect("get").is_some(),
+        "the copy is still there"
+    );
+
+    account.grant(&["configmaps", "secrets"]).await;
+    wait_gone(&copies, "shared").await;
+    wait_gone(&cps, &name).await;
     assert!(controller.is_running());
 
     env.finish().await;
