@@ -374,6 +374,87 @@ async fn a_cluster_projection_whose_copies_cannot_be_removed_says_so() {
     account.home.delete_and_wait(&env.client).await;
 }
 
+/// A Projection whose finalizer is removed by hand (here while its deletion is blocked) never
+/// completes the controller's cleanup, yet what the controller kept about it goes when the CR watch
+/// reports it deleted: the watches of the kind it alone read stop (`projection_watched_gvks`).
+#[tokio::test]
+async fn a_projection_released_by_hand_is_forgotten() {
+    let env = env("rbac-forgotten").await;
+    let (src, _) = env.names();
+    let account = ControllerAccount::create(&env, "rbac-forgotten-home", &["configmaps", "secrets"]).await;
+    let sa_namespace = account.namespace().to_owned();
+    let mut controller = ServiceProcess::start_as(
+        binary(),
+        &[
+            "--requeue-interval",
+            "2s",
+            "--leader-elect=true",
+            "--leader-election-namespace",
+            &sa_namespace,
+        ],
+        &account.kubeconfig,
+        &[],
+    );
+    controller.wait_ready().await;
+    let watched = |controller: &ServiceProcess| {
+        let text = controller.metrics();
+        (
+            metric_value(&text, "projection_watched_gvks").unwrap_or(-1.0),
+            metric_value(&text, "projection_watched_dest_gvks").unwrap_or(-1.0),
+        )
+    };
+    let before = watched(&controller);
+    create(
+        &env.api::<Secret>(&src),
+        json!({"metadata": {"name": "tls", "annotations": opted_in()}, "stringData": {"key": "v"}}),
+    )
+    .await;
+    let projections = env.projections();
+    create(
+        &projections,
+        projection(
+            "tls",
+            json!({"version": "v1", "kind": "Secret", "namespace": src, "name": "tls"}),
+            json!({}),
+        ),
+    )
+    .await;
+    wait_ready(&projections, "tls").await;
+    let reading = watched(&controller);
+    assert_eq!(
+        reading,
+        (before.0 + 1.0, before.1 + 1.0),
+        "Secrets and their copies are watched"
+    );
+
+    account.grant(&["configmaps"]).await;
+    wait_for("Secrets to be refused to the controller", TIMEOUT, || async {
+        let answer = account.can_i("get", "secrets");
+        (answer == "no").then_some(()).ok_or(answer)
+    })
+    .await;
+    delete(&projections, "tls").await;
+    wait_not_ready(&projections, "tls", "DeletionBlocked").await;
+    assert_eq!(
+        watched(&controller),
+        reading,
+        "still read while the Projection waits"
+    );
+    merge(&projections, "tls", json!({"metadata": {"finalizers": null}})).await;
+    wait_gone(&projections, "tls").await;
+    wait_for("the watches nobody reads any more to stop", TIMEOUT, || async {
+        let now = watched(&controller);
+        (now == before)
+            .then_some(())
+            .ok_or_else(|| format!("watched (sources, copies) = {now:?}, want {before:?}"))
+    })
+    .await;
+
+    env.finish().await;
+    drop(controller);
+    account.home.delete_and_wait(&env.client).await;
+}
+
 /// Waits until `name` no longer exists at all (not merely Terminating, as `wait_absent` accepts).
 async fn wait_gone<K>(api: &Api<K>, name: &str)
 where
