@@ -215,7 +215,8 @@ pub async fn write_copy(
                 )));
             }
             Err(kube::Error::Api(s)) if is_immutable_refusal(&s) => {
-                let reason = s.message.clone();
+                // The first line: a PersistentVolumeClaim's refusal goes on with a diff of its spec.
+                let reason = s.message.lines().next().unwrap_or_default().to_owned();
                 return recreate(registry, api, &key, &current, &desired_object(desired)?, owner)
                     .await
                     .map(|()| Written::Recreated(reason));
