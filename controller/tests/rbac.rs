@@ -234,7 +234,7 @@ async fn a_deletion_blocked_by_narrowed_rbac_says_why_and_how_to_release_it() {
         for part in [
             "deletion is blocked: the copies could not be removed: Secret ".to_owned(),
             format!("secrets \"{name}\" is forbidden"),
-            "give the controller back access to that kind (Helm value supportedKinds)".to_owned(),
+            "give the controller back access to that kind, Helm value supportedKinds".to_owned(),
             format!(
                 "remove the finalizer by hand: kubectl patch projection {name} -n {dst} --type=json -p '"
             ),

@@ -205,10 +205,10 @@ pub fn deletion_blocked_message(cr: &str, finalizers: &[String], finalizer: &str
     );
     format!(
         "deletion is blocked: the copies could not be removed: {cause}. The finalizer {finalizer} \
-         holds this object until they are. To release it, give the controller back access to that \
-         kind (Helm value supportedKinds), and deletion completes on the next retry; or, accepting \
-         that the copies stay behind unmanaged, remove the finalizer by hand: kubectl patch {cr} \
-         --type=json -p '{patch}'"
+         holds this object until they are; retried with backoff. To release it, remove the cause \
+         (access refused: give the controller back access to that kind, Helm value supportedKinds) \
+         and deletion completes on the next retry; or, accepting that the copies stay behind \
+         unmanaged, remove the finalizer by hand: kubectl patch {cr} --type=json -p '{patch}'"
     )
 }
 
@@ -348,7 +348,8 @@ mod tests {
         );
         for part in [
             "deletion is blocked: the copies could not be removed: secrets \"tls\" is forbidden",
-            "give the controller back access to that kind (Helm value supportedKinds)",
+            "retried with backoff. To release it, remove the cause (access refused: give the \
+             controller back access to that kind, Helm value supportedKinds) and deletion completes",
             "remove the finalizer by hand: kubectl patch projection tls -n team-a --type=json -p ",
             r#"'[{"op":"test","path":"/metadata/finalizers/1","value":"projection.sh/finalizer"},{"op":"remove","path":"/metadata/finalizers/1"}]'"#,
         ] {
