@@ -460,7 +460,7 @@ async fn remove_all(
             }),
             Ok(_) => {}
             Err(e) => {
-                let error = crate::error::describe(&e);
+                let error = crate::error::describe_removal(&e);
                 tracing::warn!(copy, error, "could not remove copy");
                 left = left.and(Err(format!("{} {copy}: {error}", group_kind.kind)));
             }

@@ -325,7 +325,7 @@ async fn withdraw_copies(
                 Ok(Removed::Orphaned) => publish_orphaned(ctx, about, note).await,
                 Ok(_) => {}
                 Err(e) => {
-                    let error = crate::error::describe(&e);
+                    let error = crate::error::describe_removal(&e);
                     tracing::warn!(error, "could not remove copy");
                     left = left.and(Err(format!("{} {note}: {error}", resource.kind)));
                 }
@@ -369,7 +369,7 @@ async fn remove_recorded(
         }
         Ok(Removed::Absent) => {}
         Err(e) => {
-            let error = crate::error::describe(&e);
+            let error = crate::error::describe_removal(&e);
             tracing::warn!(error, copy = %note, "could not remove copy");
             return Err(format!("{} {note}: {error}", recorded.kind));
         }

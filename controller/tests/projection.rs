@@ -1449,3 +1449,79 @@ async fn a_refused_finalizer_removal_is_retried_with_backoff() {
     .await;
     env.finish().await;
 }
+
+/// A copy another writer keeps changing while its Projection is deleted: each delete carries a
+/// resourceVersion precondition, so it conflicts (409) whenever the copy moved since it was read.
+/// A pass reads it again once, then gives up and reports `DeletionBlocked`, and the deletion still
+/// completes (every write of the other writer wakes the Projection). Whether two conflicts in a row
+/// happen depends on timing (on this machine they did in most runs, the deletion taking 0.1 to
+/// 1.2 s): what is asserted holds either way, the deletion completes and the blocked pass
+/// reads the same each time, so repeats are one event series, not one event per conflict.
+#[tokio::test]
+async fn a_copy_changed_continuously_by_another_writer_is_still_deleted_without_an_event_flood() {
+    let env = env("hot").await;
+    let _controller = controller(&[]).await;
+    let (_, dst) = env.names();
+    env.project_new_configmap("hot", "hot", json!({"v": "1"}), json!({}))
+        .await;
+    wait_ready(&env.projections(), "hot").await;
+    let copies = env.api::<ConfigMap>(&dst);
+    // A bounded writer: at most 8 s, and it stops at the first refused write (the copy gone).
+    let writer = {
+        let copies = copies.clone();
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let mut n = 0u32;
+            while started.elapsed() < Duration::from_secs(8) {
+                let patch = json!({"metadata": {"annotations": {"example.com/bump": n.to_string()}}});
+                if copies
+                    .patch("hot", &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+                n += 1;
+            }
+            n
+        })
+    };
+    wait_object(&copies, "hot", "the other writer at work", |c| {
+        c.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("example.com/bump"))
+    })
+    .await;
+    delete(&env.projections(), "hot").await;
+    wait_for("the Projection and its copy gone", TIMEOUT, || async {
+        let projection = env
+            .projections()
+            .get_opt("hot")
+            .await
+            .map_err(|e| e.to_string())?;
+        let copy = copies.get_opt("hot").await.map_err(|e| e.to_string())?;
+        match (projection, copy) {
+            (None, None) => Ok(()),
+            (p, c) => Err(format!(
+                "projection {:?}, copy {}",
+                p.map(|p| p.status),
+                c.is_some()
+            )),
+        }
+    })
+    .await;
+    let writes = writer.await.expect("the writer ran");
+    assert!(writes > 0, "the other writer wrote");
+    let blocked: Vec<_> = projection_tests::events_about(&env.client, &dst, "hot")
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("DeletionBlocked"))
+        .collect();
+    assert!(blocked.len() <= 1, "one series at most: {blocked:?}");
+    if let Some(event) = blocked.first() {
+        let note = event.note.as_deref().unwrap_or_default();
+        assert!(note.contains("kept changing while being deleted"), "{note}");
+    }
+    env.finish().await;
+}
