@@ -2,7 +2,10 @@
 
 use crate::author_access::AuthorAccessMode;
 use clap::Parser;
-use shared::{initial_list::InitialList, kind_policy::AllowedPowerKinds, projectable::SourceMode};
+use shared::{
+    initial_list::InitialList, kind_policy::AllowedPowerKinds, projectable::SourceMode,
+    recreate::RecreateKinds,
+};
 use std::time::Duration;
 
 /// projection-controller: mirrors namespaced objects for Projection and ClusterProjection.
@@ -80,6 +83,14 @@ pub struct Args {
     /// watch the apiserver refuses to stream).
     #[arg(long, default_value = "auto", value_parser = |s: &str| s.parse::<InitialList>())]
     pub initial_list: InitialList,
+
+    /// Kinds whose copies are deleted and created anew when the apiserver refuses an update as
+    /// immutable, beyond ConfigMaps and Secrets (always): Kind.group entries separated by commas,
+    /// e.g. PersistentVolumeClaim,Job.batch. A copy of any other kind is left as it is and its
+    /// Projection says which field is immutable. Recreating loses what the object held (a volume,
+    /// a Job's run).
+    #[arg(long, default_value = "", value_parser = |s: &str| s.parse::<RecreateKinds>())]
+    pub recreate_on_immutable: RecreateKinds,
 }
 
 /// A boolean as Go's `strconv.ParseBool` reads it (the Go operator's flag package uses it), so
@@ -105,6 +116,7 @@ mod tests {
         assert_eq!(args.selector_write_concurrency, 16);
         assert_eq!(args.max_concurrent_reconciles, 32);
         assert_eq!(args.initial_list, InitialList::Auto);
+        assert_eq!(args.recreate_on_immutable, RecreateKinds::default());
         assert_eq!(args.leader_election_lease_duration, Duration::from_secs(15));
         assert!(!args.leader_elect);
         assert_eq!(bind_address(&args.metrics_bind_address), Ok(None));
@@ -152,6 +164,7 @@ mod tests {
             vec!["--selector-write-concurrency", "0"],
             vec!["--max-concurrent-reconciles", "0"],
             vec!["--requeue-interval", "soon"],
+            vec!["--recreate-on-immutable", "jobs.batch"],
         ] {
             let err = Args::try_parse_from(std::iter::once("projection-controller").chain(bad.clone()))
                 .expect_err("bad value must be refused");

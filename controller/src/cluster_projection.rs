@@ -312,6 +312,7 @@ async fn write_all(
                     &desired,
                     owner,
                     copies.existing,
+                    ctx.settings.recreate_on_immutable.allows(&read.group_kind),
                 )
                 .await;
                 (namespace, copy_write(written))
@@ -350,9 +351,12 @@ async fn remove_unwanted(
         &unwanted,
         release,
     )
-    .await;
+    .await
+    .is_ok();
     if let Some(old) = earlier {
-        cleaned &= withdraw_copies(cp, ctx, Some(&old), None, Release::Delete).await;
+        cleaned &= withdraw_copies(cp, ctx, Some(&old), None, Release::Delete)
+            .await
+            .is_ok();
     }
     cleaned
 }
@@ -373,14 +377,15 @@ fn copy_write(written: Result<Written, WriteError>) -> CopyWrite {
 }
 
 /// Releases (deletes or orphans, as `release` says) every copy of `owner` of the recorded kind and
-/// of the current kind, in every namespace. Returns whether all are out of our hands.
+/// of the current kind, in every namespace. `Ok` when all are out of our hands, else what kept the
+/// first one.
 async fn withdraw_copies(
     cp: &ClusterProjection,
     ctx: &Context,
     recorded: Option<&WrittenDestination>,
     current: Option<(&GroupKind, &ApiResource)>,
     release: Release,
-) -> bool {
+) -> Result<(), String> {
     let (owner, about) = (&cp.owner(), &cp.object_ref(&()));
     let mut kinds: Vec<(GroupKind, ApiResource)> = current
         .map(|(gk, r)| (gk.clone(), r.clone()))
@@ -395,17 +400,17 @@ async fn withdraw_copies(
             match recorded_resource(ctx, old).await {
                 Ok(Some(resource)) => kinds.push((old_kind, resource)),
                 Ok(None) => {}
-                Err(()) => return false,
+                Err(e) => return Err(e),
             }
         }
     }
-    let mut all_gone = true;
+    let mut left = Ok(());
     for (group_kind, resource) in kinds {
         let copies = match ctx.watches.ensure(&group_kind, &resource, Tier::Cluster).await {
             Ok(copies) => copies,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list copies to remove");
-                all_gone = false;
+                left = left.and(Err(format!("listing the {} copies: {e}", group_kind.kind)));
                 continue;
             }
         };
@@ -418,9 +423,10 @@ async fn withdraw_copies(
             release,
             report_left_alone: true,
         };
-        all_gone &= remove_all(ctx, (owner, about), (&group_kind, &resource), &mine, releasing).await;
+        let removed = remove_all(ctx, (owner, about), (&group_kind, &resource), &mine, releasing).await;
+        left = left.and(removed);
     }
-    all_gone
+    left
 }
 
 /// How a removal treats the copies it finds.
@@ -433,14 +439,14 @@ struct Releasing {
 }
 
 /// Deletes (or orphans) the given copies that `owner` still owns, reporting what it did with one
-/// event per kind of result.
+/// event per kind of result. `Ok` when all are out of our hands, else what kept the first one.
 async fn remove_all(
     ctx: &Context,
     (owner, about): (&Owner, &ObjectReference),
     (group_kind, resource): (&GroupKind, &ApiResource),
     copies: &[Arc<CachedCopy>],
     releasing: Releasing,
-) -> bool {
+) -> Result<(), String> {
     let Releasing {
         release,
         report_left_alone,
@@ -461,7 +467,7 @@ async fn remove_all(
     let mut deleted = Vec::new();
     let mut orphaned = Vec::new();
     let mut events = Vec::new();
-    let mut all_gone = true;
+    let mut left = Ok(());
     for (copy, result) in results {
         match result {
             Ok(Removed::Deleted) => deleted.push(copy),
@@ -472,8 +478,9 @@ async fn remove_all(
             }),
             Ok(_) => {}
             Err(e) => {
-                tracing::warn!(copy, error = %crate::error::describe(&e), "could not remove copy");
-                all_gone = false;
+                let error = crate::error::describe_removal(&e);
+                tracing::warn!(copy, error, "could not remove copy");
+                left = left.and(Err(format!("{} {copy}: {error}", group_kind.kind)));
             }
         }
     }
@@ -490,5 +497,5 @@ async fn remove_all(
         });
     }
     ctx.events.publish_all(about, events).await;
-    all_gone
+    left
 }

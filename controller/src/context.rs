@@ -33,6 +33,8 @@ pub struct Settings {
     pub author_access: AuthorAccessMode,
     /// The kinds that grant power the platform lets be projected.
     pub allowed_power_kinds: AllowedPowerKinds,
+    /// Kinds recreated when an update is refused as immutable, beyond ConfigMaps and Secrets.
+    pub recreate_on_immutable: shared::recreate::RecreateKinds,
 }
 
 /// Shared by every reconcile.

@@ -51,6 +51,13 @@ impl Discovery {
         self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
+    /// Forgets the cached resolution of `source`'s kind (the apiserver answered that it does not
+    /// serve it), so the next reconcile asks discovery again.
+    pub fn forget(&self, source: &SourceRef) {
+        let key = (source.group.clone(), source.version.clone(), source.kind.clone());
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+    }
+
     /// Resolves `source` (its group, version and kind) to a namespaced API resource.
     pub async fn resolve(&self, source: &SourceRef) -> Result<Resolved, ResolveError> {
         let key = (source.group.clone(), source.version.clone(), source.kind.clone());

@@ -71,15 +71,33 @@ pub fn api_error(action: &'static str) -> impl FnOnce(kube::Error) -> Error {
 /// Client errors as a person should read them in a condition, an event or a log line.
 pub use runtime::api_error::{describe, describe_status};
 
+/// Why a copy could not be removed, as `DeletionBlocked` and the logs say it. A conflict (409: the
+/// copy changed between our read and our delete, twice in a row) reads the same however often it
+/// happens: the apiserver's words carry both resourceVersions, and a message that changes with
+/// every pass would make a new event and a status write each time another writer touches the copy.
+pub fn describe_removal(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(s) if s.code == 409 => {
+            "it kept changing while being deleted (another writer; 409 Conflict twice in a row)".to_owned()
+        }
+        other => describe(other),
+    }
+}
+
+/// How a person names a resource type: `<plural>.<group>`, or `<plural>` for the core group.
+pub fn resource_name(resource: &ApiResource) -> String {
+    if resource.group.is_empty() {
+        resource.plural.clone()
+    } else {
+        format!("{}.{}", resource.plural, resource.group)
+    }
+}
+
 /// The message of `SourceForbidden`: the controller may not `verbs` the source's kind (or, with
 /// `object`, that object), because its RBAC does not cover the kind; `refusal` is the apiserver's
 /// message.
 pub fn forbidden_message(verbs: &str, resource: &ApiResource, object: Option<&str>, refusal: &str) -> String {
-    let kind = if resource.group.is_empty() {
-        resource.plural.clone()
-    } else {
-        format!("{}.{}", resource.plural, resource.group)
-    };
+    let kind = resource_name(resource);
     let what = match object {
         Some(object) => format!("{verbs} {kind} {object}"),
         None => format!("{verbs} {kind} in all namespaces"),
@@ -165,6 +183,30 @@ mod tests {
             ),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_removal_conflict_reads_the_same_whatever_the_resource_versions() {
+        let conflict = |rv: u32| {
+            let message = format!(
+                "Operation cannot be fulfilled on ConfigMap \"hot\": the ResourceVersion in the \
+                 precondition ({rv}) does not match the ResourceVersion in record ({}). The object \
+                 might have been modified",
+                rv + 1
+            );
+            kube::Error::Api(
+                kube::core::Status::failure(&message, "Conflict")
+                    .with_code(409)
+                    .boxed(),
+            )
+        };
+        assert_eq!(
+            describe_removal(&conflict(11291)),
+            describe_removal(&conflict(11305))
+        );
+        assert!(describe_removal(&conflict(1)).contains("409 Conflict twice in a row"));
+        let refused = kube::Error::Api(forbidden().boxed());
+        assert_eq!(describe_removal(&refused), describe(&refused));
     }
 
     #[test]

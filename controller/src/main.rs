@@ -107,6 +107,7 @@ async fn main() -> anyhow::Result<()> {
         initial_list: args.initial_list,
         author_access: args.author_access,
         allowed_power_kinds: args.allow_power_kinds.clone(),
+        recreate_on_immutable: args.recreate_on_immutable.clone(),
     };
     // Every replica watches and indexes from the start; only the reconcilers wait for the lease.
     let replica = Replica::start(client.clone(), metrics, settings, readiness.clone());
@@ -151,25 +152,26 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// The watch stream of one CR kind, feeding `writer`'s store (each CR compacted as it is decoded,
-/// `shared::stored_cr`) and filtered to relevant changes.
+/// `shared::stored_cr`) and filtered to relevant changes; `deleted` is told of each CR the watch
+/// reports deleted.
 fn cr_stream<K>(
     client: &Client,
     writer: reflector::store::Writer<StoredCr<K>>,
     finalizer: &'static str,
     initial: shared::initial_list::InitialList,
+    deleted: impl Fn(&StoredCr<K>) + Send + 'static,
 ) -> impl futures::Stream<Item = Result<StoredCr<K>, watcher::Error>> + Send + 'static
 where
     K: Resource<DynamicType = ()> + serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
-    initial_list::watch(
+    let events = initial_list::watch(
         Api::<StoredCr<K>>::all(client.clone()),
         watcher::Config::default().any_semantic(),
         initial,
     )
     .default_backoff()
-    .reflect(writer)
-    .applied_objects()
-    .filter({
+    .reflect(writer);
+    on_deleted(events, deleted).applied_objects().filter({
         let mut changes = shared::relevance::RelevantChanges::default();
         move |change| {
             let relevant = match change {
@@ -177,6 +179,22 @@ where
                 Err(_) => true,
             };
             std::future::ready(relevant)
+        }
+    })
+}
+
+/// Passes every watch event on, telling `deleted` of each object the watch reports deleted (before
+/// `applied_objects` drops those events).
+fn on_deleted<K, S>(
+    events: S,
+    deleted: impl Fn(&K) + Send + 'static,
+) -> impl futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send
+where
+    S: futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send,
+{
+    events.inspect(move |event| {
+        if let Ok(Event::Delete(object)) = event {
+            deleted(object);
         }
     })
 }
@@ -355,13 +373,19 @@ impl Replica {
         let projection_changes = tokio::sync::mpsc::unbounded_channel();
         let cluster_changes = tokio::sync::mpsc::unbounded_channel();
         tasks.push(tokio::spawn(warm::feed(
-            cr_stream(&client, projection_writer, PROJECTION_FINALIZER, initial),
+            cr_stream(&client, projection_writer, PROJECTION_FINALIZER, initial, {
+                let ctx = ctx.clone();
+                move |cr| reconcile::forget_deleted(&ctx, cr)
+            }),
             projection_changes.0.clone(),
             warm_tx.clone(),
             leading.clone(),
         )));
         tasks.push(tokio::spawn(warm::feed(
-            cr_stream(&client, cluster_writer, CLUSTER_PROJECTION_FINALIZER, initial),
+            cr_stream(&client, cluster_writer, CLUSTER_PROJECTION_FINALIZER, initial, {
+                let ctx = ctx.clone();
+                move |cr| reconcile::forget_deleted(&ctx, cr)
+            }),
             cluster_changes.0.clone(),
             warm_tx,
             leading.clone(),
@@ -518,6 +542,32 @@ fn group_of(name: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
+    use futures::StreamExt;
+    use kube::runtime::watcher::Event;
+    use std::sync::{Arc, Mutex};
+
+    #[tokio::test]
+    async fn every_deletion_the_watch_reports_is_told_and_every_event_passes_on() {
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let events = futures::stream::iter([
+            Ok(Event::Init),
+            Ok(Event::InitApply("a")),
+            Ok(Event::InitDone),
+            Ok(Event::Apply("b")),
+            Ok(Event::Delete("a")),
+            Err(kube::runtime::watcher::Error::NoResourceVersion),
+            Ok(Event::Delete("b")),
+        ]);
+        let passed: Vec<_> = super::on_deleted(events, {
+            let told = told.clone();
+            move |name: &&str| told.lock().unwrap().push(*name)
+        })
+        .collect()
+        .await;
+        assert_eq!(passed.len(), 7, "nothing is held back");
+        assert_eq!(*told.lock().unwrap(), ["a", "b"]);
+    }
+
     #[test]
     fn group_of_crd_and_api_service_names() {
         assert_eq!(super::group_of("widgets.example.com"), "example.com");

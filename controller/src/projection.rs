@@ -174,9 +174,10 @@ async fn project(
         ctx.events
             .publish(&about, Reason::DestinationForbidden, message.clone())
             .await;
-        // Its author could not have made the copy: it goes.
+        // Its author could not have made the copy: it goes. A copy that cannot be removed yet is
+        // tried again: `DestinationForbidden` backs off.
         let current = Some((&read.group_kind, &read.resource));
-        p.withdraw(ctx, recorded.as_ref(), current, Release::Delete).await;
+        let _ = p.withdraw(ctx, recorded.as_ref(), current, Release::Delete).await;
         return Err(failed(Reason::DestinationForbidden, message));
     }
     let rules = CopyRules::of_projection(&p.spec);
@@ -213,6 +214,7 @@ async fn project(
             &desired,
             &owner,
             existing,
+            ctx.settings.recreate_on_immutable.allows(&read.group_kind),
         )
         .await
     };
@@ -308,20 +310,19 @@ async fn project(
 }
 
 /// Releases (deletes or orphans, as `release` says) every copy this Projection may have written: the
-/// recorded one and the one at the current coordinates. Returns whether all are out of our hands.
+/// recorded one and the one at the current coordinates. `Ok` when all are out of our hands, else
+/// what kept one.
 async fn withdraw_copies(
     p: &Projection,
     ctx: &Context,
     recorded: Option<&WrittenDestination>,
     current: Option<(&GroupKind, &ApiResource)>,
     release: Release,
-) -> bool {
+) -> Result<(), String> {
     let (owner, about) = (&p.owner(), &p.object_ref(&()));
-    let mut all_gone = true;
+    let mut left = Ok(());
     if let Some(old) = recorded {
-        all_gone &= remove_recorded(p, ctx, (owner, about), old, release)
-            .await
-            .is_ok();
+        left = remove_recorded(p, ctx, (owner, about), old, release).await;
     }
     if let Some((group_kind, resource)) = current {
         let target = target_of(p);
@@ -335,13 +336,14 @@ async fn withdraw_copies(
                 Ok(Removed::Orphaned) => publish_orphaned(ctx, about, note).await,
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!(error = %crate::error::describe(&e), "could not remove copy");
-                    all_gone = false;
+                    let error = crate::error::describe_removal(&e);
+                    tracing::warn!(error, "could not remove copy");
+                    left = left.and(Err(format!("{} {note}: {error}", resource.kind)));
                 }
             }
         }
     }
-    all_gone
+    left
 }
 
 async fn publish_orphaned(ctx: &Context, about: &ObjectReference, copy: String) {
@@ -350,14 +352,14 @@ async fn publish_orphaned(ctx: &Context, about: &ObjectReference, copy: String) 
 }
 
 /// Releases the copy recorded in status, if it still is ours; a copy whose ownership annotation was
-/// removed or changed is left alone, with an event.
+/// removed or changed is left alone, with an event. `Err` says what kept it.
 async fn remove_recorded(
     p: &Projection,
     ctx: &Context,
     (owner, about): (&Owner, &ObjectReference),
     recorded: &WrittenDestination,
     release: Release,
-) -> Result<(), ()> {
+) -> Result<(), String> {
     let namespace = p.namespace().unwrap_or_default();
     let Some(resource) = crate::writer::recorded_resource(ctx, recorded).await? else {
         return Ok(());
@@ -378,8 +380,9 @@ async fn remove_recorded(
         }
         Ok(Removed::Absent) => {}
         Err(e) => {
-            tracing::warn!(error = %crate::error::describe(&e), copy = %note, "could not remove copy");
-            return Err(());
+            let error = crate::error::describe_removal(&e);
+            tracing::warn!(error, copy = %note, "could not remove copy");
+            return Err(format!("{} {note}: {error}", recorded.kind));
         }
     }
     Ok(())

@@ -6,7 +6,7 @@ use crate::{
     author_access::Answer,
     context::Context,
     copy_store::CopyStore,
-    error::{Error, api_error, describe_status, forbidden_message},
+    error::{Error, api_error, describe_status, forbidden_message, resource_name},
     index::CrRef,
     metrics::{E2eLabels, KindLabels, ReconcileLabels},
     runtime_metrics::{ControllerMetrics, ReconcileEnd, RuntimeMetrics, queue_key},
@@ -32,7 +32,8 @@ use shared::{
     author::{AccessQuestion, Author, denial_message},
     crd::{CopyControls, SourceRef, WrittenDestination},
     kind_policy::{check_kind, check_object},
-    lifecycle::{Release, is_suspended, on_cr_deletion, on_source_loss},
+    lifecycle::{Release, deletion_blocked_message, is_suspended, on_cr_deletion, on_source_loss},
+    not_found::{NotFound, classify_not_found, kind_not_served_message},
     ownership::Owner,
     projectable::check_projectable,
     reason::{Reason, Retry},
@@ -150,9 +151,10 @@ pub async fn read_source(
         })?;
 
     let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &source.namespace, &resource);
-    let object = match api.get_opt(&source.name).await {
-        Ok(Some(o)) => o,
-        Ok(None) => {
+    let object = match api.get(&source.name).await {
+        Ok(o) => o,
+        // Only a 404 that names the object says it is gone (`shared::not_found`).
+        Err(kube::Error::Api(s)) if classify_not_found(&s, &source.name) == Some(NotFound::Object) => {
             let (reason, message) = if ever_projected {
                 (
                     Reason::SourceDeleted,
@@ -168,6 +170,16 @@ pub async fn read_source(
                 reason,
                 message,
                 resource,
+            });
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            // The kind is not served (any more): the copies stay, and the kind is resolved afresh.
+            ctx.discovery.forget(source);
+            let object = format!("{}/{}", source.namespace, source.name);
+            return Err(Problem::Report {
+                reason: Reason::SourceResolutionFailed,
+                message: kind_not_served_message(&resource_name(&resource), &object, &describe_status(&s)),
+                transient: true,
             });
         }
         Err(kube::Error::Api(s)) if s.code == 403 => {
@@ -321,7 +333,9 @@ pub async fn read_or_withdraw<K: ProjectionKind>(
                 Problem::Withdraw { resource, reason, .. } => {
                     let release = on_source_loss(cr.controls().source_deletion_policy, *reason);
                     let kind = source.group_kind();
-                    cr.withdraw(ctx, recorded, Some((&kind, resource)), release).await
+                    cr.withdraw(ctx, recorded, Some((&kind, resource)), release)
+                        .await
+                        .is_ok()
                 }
                 Problem::Report { .. } => false,
             };
@@ -351,12 +365,35 @@ async fn cleanup<K: ProjectionKind>(cr: &K, ctx: &Context) -> Result<Action, Err
     let current = resolved_kind(ctx, cr.source()).await;
     let release = on_cr_deletion(cr.controls().deletion_policy);
     let current = current.as_ref().map(|(gk, r)| (gk, r));
-    if !cr.withdraw(ctx, cr.recorded(), current, release).await {
-        return Err(copies_remain());
+    if let Err(cause) = cr.withdraw(ctx, cr.recorded(), current, release).await {
+        return Err(block_deletion(cr, ctx, &cause).await);
     }
     cr.forget(ctx);
     // The backoff is reset by `reconcile` once the finalizer is removed too.
     Ok(Action::await_change())
+}
+
+/// The finalizer holds a CR whose copies cannot be removed (`cause`): never silently. Its `Ready`
+/// condition and a Warning event say what blocks the deletion and how to release it; retried with
+/// backoff, since access given back to the controller wakes no watch.
+async fn block_deletion<K: ProjectionKind>(cr: &K, ctx: &Context, cause: &str) -> Error {
+    let kubectl_name = match cr.meta().namespace.as_deref() {
+        Some(namespace) => format!("{} {} -n {namespace}", K::KIND.to_lowercase(), cr.name_any()),
+        None => format!("{} {}", K::KIND.to_lowercase(), cr.name_any()),
+    };
+    let finalizers = cr.meta().finalizers.clone().unwrap_or_default();
+    let message = deletion_blocked_message(&kubectl_name, &finalizers, K::FINALIZER, cause);
+    ctx.events
+        .publish(&cr.object_ref(&()), Reason::DeletionBlocked, message.clone())
+        .await;
+    let (current, next) = cr.blocked_statuses(&message, &Time(Timestamp::now()));
+    if let Err(e) = write_status(cr, ctx, &current, &next).await {
+        tracing::warn!(error = %e, "could not report the blocked deletion in status");
+    }
+    Error::Retry {
+        reason: Reason::DeletionBlocked,
+        message,
+    }
 }
 
 impl Problem {
@@ -463,14 +500,6 @@ pub fn written_destination(resource: &ApiResource, name: &str) -> WrittenDestina
     }
 }
 
-/// A cleanup that could not remove every copy yet: retried with backoff, the finalizer kept.
-pub fn copies_remain() -> Error {
-    Error::Retry {
-        reason: Reason::DestinationDeleteFailed,
-        message: "copies could not be removed yet".into(),
-    }
-}
-
 /// `<group>/<version>, Kind=<Kind>` as the Go operator prints a GVK (`/v1, Kind=ConfigMap`).
 pub fn gvk_display(resource: &ApiResource) -> String {
     format!("{}/{}, Kind={}", resource.group, resource.version, resource.kind)
@@ -491,6 +520,9 @@ pub trait ProjectionKind:
     /// The status as it is, and as it becomes while suspended: the last pass's, with the
     /// `Suspended` condition (`now` its transition time when it is new).
     fn suspended_statuses(&self, now: &Time) -> (Self::Status, Self::Status);
+    /// The status as it is, and as it becomes while its deletion is blocked: `Ready=False` with
+    /// `DeletionBlocked` and `message`, the rest as the last pass left it.
+    fn blocked_statuses(&self, message: &str, now: &Time) -> (Self::Status, Self::Status);
     /// How the watch indexes name this CR.
     fn waker(&self) -> CrRef;
     /// The owner stamped on this CR's copies.
@@ -506,14 +538,15 @@ pub trait ProjectionKind:
     /// Puts the copies in place and reports.
     fn apply(&self, ctx: &Context) -> impl Future<Output = Result<Action, Error>> + Send;
     /// Releases (deletes or orphans, as `release` says) every copy this CR may have written, of
-    /// the `recorded` kind and of the `current` one; true when none is left in our hands.
+    /// the `recorded` kind and of the `current` one; `Ok` when none is left in our hands, else
+    /// what kept one (the copy and the apiserver's answer).
     fn withdraw(
         &self,
         ctx: &Context,
         recorded: Option<&WrittenDestination>,
         current: Option<(&GroupKind, &ApiResource)>,
         release: Release,
-    ) -> impl Future<Output = bool> + Send;
+    ) -> impl Future<Output = Result<(), String>> + Send;
     /// Drops what the indexes keep about this CR, once its copies are gone.
     fn forget(&self, ctx: &Context);
     /// The kind and name of the copies the status last recorded.
@@ -545,6 +578,22 @@ macro_rules! spec_fields {
             (current, next)
         }
 
+        fn blocked_statuses(
+            &self,
+            message: &str,
+            now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+        ) -> (Self::Status, Self::Status) {
+            let current = self.status.clone().unwrap_or_default();
+            let mut next = current.clone();
+            next.conditions = shared::lifecycle::deletion_blocked_conditions(
+                &current.conditions,
+                message,
+                self.meta().generation,
+                now,
+            );
+            (current, next)
+        }
+
         fn recorded(&self) -> Option<&shared::crd::WrittenDestination> {
             self.status
                 .as_ref()
@@ -561,7 +610,7 @@ macro_rules! spec_fields {
             recorded: Option<&shared::crd::WrittenDestination>,
             current: Option<(&shared::source::GroupKind, &kube::api::ApiResource)>,
             release: shared::lifecycle::Release,
-        ) -> impl Future<Output = bool> + Send {
+        ) -> impl Future<Output = Result<(), String>> + Send {
             withdraw_copies(self, ctx, recorded, current, release)
         }
     };
@@ -660,4 +709,16 @@ pub async fn write_status<K: ProjectionKind, S: Serialize + PartialEq>(
         .map_err(api_error("writing status"))?;
     ctx.statuses.record(&uid, &value);
     Ok(())
+}
+
+/// Drops what is kept about a CR the watch reports deleted, whichever way it went: the finalizer
+/// path forgets it too, but a CR whose finalizer was removed by hand (or whose last reconcile never
+/// ran) would otherwise leave its entries in the per-CR maps for the life of the process.
+pub fn forget_deleted<K: ProjectionKind>(ctx: &Context, stored: &StoredCr<K>) {
+    let uid = stored.meta().uid.as_deref().unwrap_or_default();
+    ctx.statuses.forget(uid);
+    ctx.backoff.reset(uid);
+    if let Ok(cr) = stored.expand() {
+        cr.forget(ctx);
+    }
 }

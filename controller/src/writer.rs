@@ -13,9 +13,10 @@ use serde_json::Value;
 use shared::{
     adoption::{Consent, adoption_patch, consent},
     crd::WrittenDestination,
-    lifecycle::{Release, orphan_patch},
+    lifecycle::{AfterDeleteConflict, Release, after_delete_conflict, orphan_patch},
     ownership::Owner,
     reason::Reason,
+    recreate::{immutable_fields, immutable_message, is_immutable_refusal},
     source::GroupKind,
     verified,
     write_plan::{WritePlan, plan_update},
@@ -34,7 +35,8 @@ pub enum Written {
     Updated,
     /// The copy already matched; nothing was sent.
     Unchanged,
-    /// The apiserver refused an in-place update (an immutable field): deleted and created anew.
+    /// The apiserver refused an in-place update (an immutable field) of a kind that may be recreated
+    /// (`shared::recreate`): deleted and created anew.
     Recreated(String),
     /// An existing object whose owner named us in `projection.sh/adopt-by` became our copy.
     Adopted,
@@ -51,6 +53,9 @@ pub enum WriteError {
     Create(kube::Error),
     /// Updating (or recreating) the copy failed.
     Update(kube::Error),
+    /// The apiserver refused an in-place update as immutable and the kind is not recreated: the copy
+    /// was left as it is; the message names the field and the way out.
+    Immutable(String),
 }
 
 impl WriteError {
@@ -61,13 +66,14 @@ impl WriteError {
             Self::Fetch(_) => Reason::DestinationFetchFailed,
             Self::Create(_) => Reason::DestinationCreateFailed,
             Self::Update(_) => Reason::DestinationUpdateFailed,
+            Self::Immutable(_) => Reason::DestinationImmutable,
         }
     }
 
     /// The message for a person.
     pub fn message(&self) -> String {
         match self {
-            Self::Conflict(m) => m.clone(),
+            Self::Conflict(m) | Self::Immutable(m) => m.clone(),
             Self::Fetch(e) | Self::Create(e) | Self::Update(e) => crate::error::describe(e),
         }
     }
@@ -97,7 +103,8 @@ pub enum Existing {
 }
 
 /// Writes `desired` (a built copy) so that the object at its coordinates matches it, if it is ours
-/// (or only creates it, when `existing` says to keep what exists).
+/// (or only creates it, when `existing` says to keep what exists). An update refused as immutable
+/// deletes and recreates the copy only when `recreatable` (`shared::recreate::RecreateKinds`).
 #[allow(clippy::too_many_arguments)]
 pub async fn write_copy(
     registry: &WatchRegistry,
@@ -107,6 +114,7 @@ pub async fn write_copy(
     desired: &Value,
     owner: &Owner,
     existing_copy: Existing,
+    recreatable: bool,
 ) -> Result<Written, WriteError> {
     let text = |field: &str| desired["metadata"][field].as_str().unwrap_or_default().to_owned();
     let (namespace, name) = (text("namespace"), text("name"));
@@ -199,8 +207,16 @@ pub async fn write_copy(
                 existing = api.get_opt(&name).await.map_err(WriteError::Fetch)?.map(Arc::new);
                 last_error = Some(kube::Error::Api(s));
             }
-            Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains("immutable") => {
-                let reason = s.message.clone();
+            Err(kube::Error::Api(s)) if is_immutable_refusal(&s) && !recreatable => {
+                let copy = format!("{namespace}/{name}");
+                let fields = immutable_fields(&s);
+                return Err(WriteError::Immutable(immutable_message(
+                    &copy, group_kind, &fields, &s.message,
+                )));
+            }
+            Err(kube::Error::Api(s)) if is_immutable_refusal(&s) => {
+                // The first line: a PersistentVolumeClaim's refusal goes on with a diff of its spec.
+                let reason = s.message.lines().next().unwrap_or_default().to_owned();
                 return recreate(registry, api, &key, &current, &desired_object(desired)?, owner)
                     .await
                     .map(|()| Written::Recreated(reason));
@@ -308,25 +324,27 @@ async fn recreate(
 }
 
 /// The API resource of copies recorded in a status, or `None` when their kind is no longer served
-/// (its CRD was deleted, and its objects with it).
+/// (its CRD was deleted, and its objects with it); `Err` says why it could not be resolved.
 pub async fn recorded_resource(
     ctx: &crate::context::Context,
     recorded: &WrittenDestination,
-) -> Result<Option<ApiResource>, ()> {
+) -> Result<Option<ApiResource>, String> {
     let gvk = kube::core::GroupVersionKind::gvk(&recorded.group, &recorded.version, &recorded.kind);
     match kube::discovery::pinned_kind(&ctx.client, &gvk).await {
         Ok((resource, _)) => Ok(Some(resource)),
         Err(kube::Error::Discovery(_)) => Ok(None),
         Err(kube::Error::Api(s)) if s.is_not_found() => Ok(None),
         Err(e) => {
-            tracing::warn!(error = %crate::error::describe(&e), "could not resolve the recorded copies' kind");
-            Err(())
+            let error = crate::error::describe(&e);
+            tracing::warn!(error, "could not resolve the recorded copies' kind");
+            Err(format!("resolving the kind {}: {error}", recorded.kind))
         }
     }
 }
 
 /// Deletes `current` (a copy as last seen) if `owner` owns it, with uid and resourceVersion
-/// preconditions; a copy that changed meanwhile is read again once.
+/// preconditions; a copy that changed meanwhile is read again once (`after_delete_conflict`), and a
+/// second conflict is returned as the error, so the pass backs off instead of looping.
 pub async fn remove_known(
     registry: &WatchRegistry,
     api: &Api<DynamicObject>,
@@ -334,47 +352,41 @@ pub async fn remove_known(
     current: &DynamicObject,
     owner: &Owner,
 ) -> Result<Removed, kube::Error> {
-    if !owner.owns(current.metadata.annotations.as_ref()) {
-        return Ok(Removed::LeftAlone);
-    }
-    if current.metadata.deletion_timestamp.is_some() {
-        return Ok(Removed::Deleted);
-    }
-    registry.record_delete(ObjectKey::of(group_kind, current));
-    let preconditions = Preconditions {
-        uid: current.uid(),
-        resource_version: current.resource_version(),
-    };
-    match api
-        .delete(
-            &current.name_any(),
-            &DeleteParams {
-                preconditions: Some(preconditions),
-                ..Default::default()
-            },
-        )
-        .await
-    {
-        Ok(_) => Ok(Removed::Deleted),
-        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(Removed::Absent),
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            remove_copy(registry, api, group_kind, &current.name_any(), owner).await
+    let name = current.name_any();
+    let mut fresh: Option<DynamicObject> = None;
+    let mut reads = 0;
+    loop {
+        let seen = fresh.as_ref().unwrap_or(current);
+        if !owner.owns(seen.metadata.annotations.as_ref()) {
+            return Ok(Removed::LeftAlone);
         }
-        Err(e) => Err(e),
-    }
-}
-
-/// Deletes the copy at `name` (in `api`'s namespace) if `owner` owns it.
-pub async fn remove_copy(
-    registry: &WatchRegistry,
-    api: &Api<DynamicObject>,
-    group_kind: &GroupKind,
-    name: &str,
-    owner: &Owner,
-) -> Result<Removed, kube::Error> {
-    match api.get_opt(name).await? {
-        None => Ok(Removed::Absent),
-        Some(current) => Box::pin(remove_known(registry, api, group_kind, &current, owner)).await,
+        if seen.metadata.deletion_timestamp.is_some() {
+            return Ok(Removed::Deleted);
+        }
+        registry.record_delete(ObjectKey::of(group_kind, seen));
+        let preconditions = Preconditions {
+            uid: seen.uid(),
+            resource_version: seen.resource_version(),
+        };
+        let params = DeleteParams {
+            preconditions: Some(preconditions),
+            ..Default::default()
+        };
+        match api.delete(&name, &params).await {
+            Ok(_) => return Ok(Removed::Deleted),
+            Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(Removed::Absent),
+            Err(kube::Error::Api(s)) if s.code == 409 => match after_delete_conflict(reads) {
+                AfterDeleteConflict::ReadAgain => {
+                    reads += 1;
+                    match api.get_opt(&name).await? {
+                        None => return Ok(Removed::Absent),
+                        Some(object) => fresh = Some(object),
+                    }
+                }
+                AfterDeleteConflict::GiveUp => return Err(kube::Error::Api(s)),
+            },
+            Err(e) => return Err(e),
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use k8s_openapi::{
     api::{
         apps::v1::Deployment,
         coordination::v1::Lease,
-        core::v1::{ConfigMap, Secret, Service},
+        core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service},
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
@@ -945,6 +945,91 @@ async fn an_immutable_copy_is_recreated_when_its_source_changes() {
     env.finish().await;
 }
 
+/// An update refused as immutable for a kind other than ConfigMap and Secret never deletes the copy
+/// (a PersistentVolumeClaim's volume could go with it): the copy stays as it is and the Projection
+/// names the immutable field and the ways out. A platform that opts the kind in
+/// (`--recreate-on-immutable`) gets it recreated.
+#[tokio::test]
+async fn an_immutable_copy_of_another_kind_is_kept_and_its_field_named() {
+    let env = env("immutable-pvc").await;
+    let (src, dst) = env.names();
+    let controller_process = controller(&[]).await;
+    create(
+        &env.api::<PersistentVolumeClaim>(&src),
+        json!({"metadata": {"name": "data", "annotations": opted_in()},
+               "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "slow",
+                        "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .await;
+    let projections = env.projections();
+    create(
+        &projections,
+        projection(
+            "data",
+            json!({"version": "v1", "kind": "PersistentVolumeClaim", "namespace": src, "name": "data"}),
+            json!({}),
+        ),
+    )
+    .await;
+    wait_ready(&projections, "data").await;
+    let copies = env.api::<PersistentVolumeClaim>(&dst);
+    let first = copies.get("data").await.expect("copy");
+    assert_eq!(
+        first.spec.as_ref().and_then(|s| s.storage_class_name.as_deref()),
+        Some("slow")
+    );
+
+    // Leaving the storage class out would change the claim's spec, which the apiserver refuses.
+    merge(
+        &projections,
+        "data",
+        json!({"spec": {"fields": {"exclude": ["$.spec.storageClassName"]}}}),
+    )
+    .await;
+    let ready = wait_not_ready(&projections, "data", "DestinationImmutable").await;
+    let message = ready["message"].as_str().unwrap_or_default().to_owned();
+    for part in [
+        format!("the copy {dst}/data was left unchanged"),
+        "refuses to change the immutable field spec in place".to_owned(),
+        "delete the copy by hand".to_owned(),
+        "--recreate-on-immutable=PersistentVolumeClaim".to_owned(),
+        "the apiserver said: PersistentVolumeClaim \"data\" is invalid: spec: Forbidden".to_owned(),
+    ] {
+        assert!(message.contains(&part), "{part:?} not in {message:?}");
+    }
+    let note = wait_for_event(&env.client, &dst, "data", "DestinationImmutable").await;
+    assert_eq!(note, message, "the event says what the condition says");
+    let copy = copies.get("data").await.expect("the copy is still there");
+    assert_eq!(copy.uid(), first.uid(), "the copy was not deleted");
+    assert_eq!(copy.resource_version(), first.resource_version(), "nor changed");
+    let events = projection_tests::events_about(&env.client, &dst, "data").await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("DestinationRecreated")),
+        "{events:?}"
+    );
+    drop(controller_process);
+
+    // Opted in by the platform: the next controller recreates the claim without the storage class.
+    let _controller = controller(&["--recreate-on-immutable", "PersistentVolumeClaim"]).await;
+    let recreated = wait_object(&copies, "data", "the claim recreated", |c| {
+        c.uid() != first.uid()
+            && c.metadata.deletion_timestamp.is_none()
+            && c.spec.as_ref().is_some_and(|s| s.storage_class_name.is_none())
+    })
+    .await;
+    assert_ne!(recreated.uid(), first.uid());
+    let note = wait_for_event(&env.client, &dst, "data", "DestinationRecreated").await;
+    assert!(note.contains("spec is immutable after creation"), "{note}");
+    assert!(
+        !note.contains("@@"),
+        "the apiserver's first line, not its diff: {note}"
+    );
+    wait_ready(&projections, "data").await;
+    env.finish().await;
+}
+
 #[tokio::test]
 async fn a_chained_projection_stays_stable() {
     let env = env("chain").await;
@@ -1362,5 +1447,81 @@ async fn a_refused_finalizer_removal_is_retried_with_backoff() {
         }
     })
     .await;
+    env.finish().await;
+}
+
+/// A copy another writer keeps changing while its Projection is deleted: each delete carries a
+/// resourceVersion precondition, so it conflicts (409) whenever the copy moved since it was read.
+/// A pass reads it again once, then gives up and reports `DeletionBlocked`, and the deletion still
+/// completes (every write of the other writer wakes the Projection). Whether two conflicts in a row
+/// happen depends on timing (on this machine they did in most runs, the deletion taking 0.1 to
+/// 1.2 s): what is asserted holds either way, the deletion completes and the blocked pass
+/// reads the same each time, so repeats are one event series, not one event per conflict.
+#[tokio::test]
+async fn a_copy_changed_continuously_by_another_writer_is_still_deleted_without_an_event_flood() {
+    let env = env("hot").await;
+    let _controller = controller(&[]).await;
+    let (_, dst) = env.names();
+    env.project_new_configmap("hot", "hot", json!({"v": "1"}), json!({}))
+        .await;
+    wait_ready(&env.projections(), "hot").await;
+    let copies = env.api::<ConfigMap>(&dst);
+    // A bounded writer: at most 8 s, and it stops at the first refused write (the copy gone).
+    let writer = {
+        let copies = copies.clone();
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let mut n = 0u32;
+            while started.elapsed() < Duration::from_secs(8) {
+                let patch = json!({"metadata": {"annotations": {"example.com/bump": n.to_string()}}});
+                if copies
+                    .patch("hot", &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+                n += 1;
+            }
+            n
+        })
+    };
+    wait_object(&copies, "hot", "the other writer at work", |c| {
+        c.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("example.com/bump"))
+    })
+    .await;
+    delete(&env.projections(), "hot").await;
+    wait_for("the Projection and its copy gone", TIMEOUT, || async {
+        let projection = env
+            .projections()
+            .get_opt("hot")
+            .await
+            .map_err(|e| e.to_string())?;
+        let copy = copies.get_opt("hot").await.map_err(|e| e.to_string())?;
+        match (projection, copy) {
+            (None, None) => Ok(()),
+            (p, c) => Err(format!(
+                "projection {:?}, copy {}",
+                p.map(|p| p.status),
+                c.is_some()
+            )),
+        }
+    })
+    .await;
+    let writes = writer.await.expect("the writer ran");
+    assert!(writes > 0, "the other writer wrote");
+    let blocked: Vec<_> = projection_tests::events_about(&env.client, &dst, "hot")
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("DeletionBlocked"))
+        .collect();
+    assert!(blocked.len() <= 1, "one series at most: {blocked:?}");
+    if let Some(event) = blocked.first() {
+        let note = event.note.as_deref().unwrap_or_default();
+        assert!(note.contains("kept changing while being deleted"), "{note}");
+    }
     env.finish().await;
 }

@@ -13,6 +13,7 @@ use kube::{
 };
 use projection_tests::{ServiceProcess, events_about, http_get, metric_value, wait_for, wait_for_event};
 use serde_json::json;
+use shared::crd::ClusterProjection;
 use std::time::Duration;
 
 mod common;
@@ -172,6 +173,301 @@ async fn a_kind_outside_the_controllers_rbac_is_reported_at_once() {
     env.finish().await;
     drop(controller);
     account.home.delete_and_wait(&env.client).await;
+}
+
+/// `supportedKinds` narrowed after copies of a kind exist: deleting a Projection cannot remove its
+/// copy (the controller's GET is refused, 403), so the finalizer holds it. Never silently: the
+/// Projection says `Ready=False` `DeletionBlocked`, naming the copy, the kind and the refusal, and
+/// the exact command that releases it, with a Warning event. That command releases one Projection
+/// (its copy stays behind); giving the access back completes the deletion of the other.
+#[tokio::test]
+async fn a_deletion_blocked_by_narrowed_rbac_says_why_and_how_to_release_it() {
+    let env = env("rbac-blocked").await;
+    let (src, dst) = env.names();
+    let account = ControllerAccount::create(&env, "rbac-blocked-home", &["configmaps", "secrets"]).await;
+    let sa_namespace = account.namespace().to_owned();
+    let mut controller = ServiceProcess::start_as(
+        binary(),
+        &[
+            "--requeue-interval",
+            "2s",
+            "--leader-elect=true",
+            "--leader-election-namespace",
+            &sa_namespace,
+        ],
+        &account.kubeconfig,
+        &[],
+    );
+    controller.wait_ready().await;
+
+    let projections = env.projections();
+    for name in ["tls", "kept"] {
+        create(
+            &env.api::<Secret>(&src),
+            json!({"metadata": {"name": name, "annotations": opted_in()}, "stringData": {"key": "v"}}),
+        )
+        .await;
+        create(
+            &projections,
+            projection(
+                name,
+                json!({"version": "v1", "kind": "Secret", "namespace": src, "name": name}),
+                json!({}),
+            ),
+        )
+        .await;
+        wait_ready(&projections, name).await;
+    }
+
+    account.grant(&["configmaps"]).await;
+    wait_for("Secrets to be refused to the controller", TIMEOUT, || async {
+        let answer = account.can_i("get", "secrets");
+        (answer == "no").then_some(()).ok_or(answer)
+    })
+    .await;
+    let copies = env.api::<Secret>(&dst);
+    let mut commands = Vec::new();
+    for name in ["tls", "kept"] {
+        delete(&projections, name).await;
+        let blocked = wait_not_ready(&projections, name, "DeletionBlocked").await;
+        let message = blocked["message"].as_str().unwrap_or_default().to_owned();
+        for part in [
+            "deletion is blocked: the copies could not be removed: Secret ".to_owned(),
+            format!("secrets \"{name}\" is forbidden"),
+            "give the controller back access to that kind, Helm value supportedKinds".to_owned(),
+            format!(
+                "remove the finalizer by hand: kubectl patch projection {name} -n {dst} --type=json -p '"
+            ),
+        ] {
+            assert!(message.contains(&part), "{part:?} not in {message:?}");
+        }
+        let note = wait_for_event(&env.client, &dst, name, "DeletionBlocked").await;
+        assert_eq!(note, message, "the event says what the condition says");
+        let event = events_about(&env.client, &dst, name)
+            .await
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("DeletionBlocked"))
+            .expect("the event");
+        assert_eq!(event.type_.as_deref(), Some("Warning"));
+        let held = projections.get(name).await.expect("held by its finalizer");
+        assert!(held.metadata.deletion_timestamp.is_some());
+        assert!(
+            copies.get_opt(name).await.expect("get").is_some(),
+            "the copy is still there"
+        );
+        let command = message
+            .split_once("remove the finalizer by hand: kubectl ")
+            .map(|(_, c)| c.to_owned())
+            .expect("the command");
+        commands.push(command);
+    }
+
+    // The command in the message, as a person would paste it: the Projection goes, its copy stays.
+    let (args, patch) = commands[1].split_once(" -p '").expect("-p '<patch>'");
+    let patch = patch.strip_suffix('\'').expect("quoted patch");
+    let mut argv: Vec<&str> = args.split_whitespace().collect();
+    argv.extend(["-p", patch]);
+    projection_tests::kubectl_ok(&argv);
+    wait_gone(&projections, "kept").await;
+    assert!(
+        copies.get_opt("kept").await.expect("get").is_some(),
+        "a copy left behind by a hand-removed finalizer stays"
+    );
+
+    // Access given back: the next retry removes the copy, then the finalizer.
+    account.grant(&["configmaps", "secrets"]).await;
+    wait_gone(&copies, "tls").await;
+    wait_gone(&projections, "tls").await;
+    assert!(controller.is_running());
+
+    env.finish().await;
+    drop(controller);
+    account.home.delete_and_wait(&env.client).await;
+}
+
+/// The same for a ClusterProjection, whose copies are found through the cache of its kind's copies
+/// (its watch is refused after the narrowing) and whose events are in `default`.
+#[tokio::test]
+async fn a_cluster_projection_whose_copies_cannot_be_removed_says_so() {
+    let env = env("rbac-blocked-cp").await;
+    let (src, dst) = env.names();
+    let account = ControllerAccount::create(&env, "rbac-blocked-cp-home", &["configmaps", "secrets"]).await;
+    let sa_namespace = account.namespace().to_owned();
+    let mut controller = ServiceProcess::start_as(
+        binary(),
+        &[
+            "--requeue-interval",
+            "2s",
+            "--leader-elect=true",
+            "--leader-election-namespace",
+            &sa_namespace,
+        ],
+        &account.kubeconfig,
+        &[],
+    );
+    controller.wait_ready().await;
+    create(
+        &env.api::<Secret>(&src),
+        json!({"metadata": {"name": "shared", "annotations": opted_in()}, "stringData": {"key": "v"}}),
+    )
+    .await;
+    let cps: Api<ClusterProjection> = Api::all(env.client.clone());
+    let name = format!("{dst}-blocked");
+    let _guard = projection_tests::ClusterScopedGuard::new("clusterprojections", &name);
+    create_cluster_projection(
+        &cps,
+        &name,
+        json!({"source": {"version": "v1", "kind": "Secret", "namespace": src, "name": "shared"},
+               "destination": {"namespaces": [dst]}}),
+    )
+    .await;
+    let ready_with = |status: &'static str, reason: &'static str| {
+        let cps = cps.clone();
+        let name = name.clone();
+        async move {
+            wait_for(&format!("{name} Ready={status} {reason}"), TIMEOUT, || async {
+                let cp = cps.get(&name).await.map_err(|e| e.to_string())?;
+                let conditions = cp.status.map(|s| s.conditions).unwrap_or_default();
+                match condition(&conditions, "Ready") {
+                    Some(c) if c.status == status && c.reason == reason => Ok(c.message.clone()),
+                    other => Err(format!("{other:?}")),
+                }
+            })
+            .await
+        }
+    };
+    ready_with("True", "Projected").await;
+    let copies = env.api::<Secret>(&dst);
+    assert!(copies.get_opt("shared").await.expect("get").is_some());
+
+    account.grant(&["configmaps"]).await;
+    wait_for("Secrets to be refused to the controller", TIMEOUT, || async {
+        let answer = account.can_i("list", "secrets");
+        (answer == "no").then_some(()).ok_or(answer)
+    })
+    .await;
+    delete(&cps, &name).await;
+    let message = ready_with("False", "DeletionBlocked").await;
+    for part in [
+        "deletion is blocked: the copies could not be removed: ".to_owned(),
+        "Secret".to_owned(),
+        "forbidden".to_owned(),
+        format!("remove the finalizer by hand: kubectl patch clusterprojection {name} --type=json -p '"),
+        r#""value":"projection.sh/cluster-finalizer""#.to_owned(),
+    ] {
+        assert!(message.contains(&part), "{part:?} not in {message:?}");
+    }
+    let note = wait_for_event(&env.client, "default", &name, "DeletionBlocked").await;
+    assert_eq!(note, message, "the event says what the condition says");
+    assert!(
+        copies.get_opt("shared").await.expect("get").is_some(),
+        "the copy is still there"
+    );
+
+    account.grant(&["configmaps", "secrets"]).await;
+    wait_gone(&copies, "shared").await;
+    wait_gone(&cps, &name).await;
+    assert!(controller.is_running());
+
+    env.finish().await;
+    drop(controller);
+    account.home.delete_and_wait(&env.client).await;
+}
+
+/// A Projection whose finalizer is removed by hand (here while its deletion is blocked) never
+/// completes the controller's cleanup, yet what the controller kept about it goes when the CR watch
+/// reports it deleted: the watches of the kind it alone read stop (`projection_watched_gvks`).
+#[tokio::test]
+async fn a_projection_released_by_hand_is_forgotten() {
+    let env = env("rbac-forgotten").await;
+    let (src, _) = env.names();
+    let account = ControllerAccount::create(&env, "rbac-forgotten-home", &["configmaps", "secrets"]).await;
+    let sa_namespace = account.namespace().to_owned();
+    let mut controller = ServiceProcess::start_as(
+        binary(),
+        &[
+            "--requeue-interval",
+            "2s",
+            "--leader-elect=true",
+            "--leader-election-namespace",
+            &sa_namespace,
+        ],
+        &account.kubeconfig,
+        &[],
+    );
+    controller.wait_ready().await;
+    let watched = |controller: &ServiceProcess| {
+        let text = controller.metrics();
+        (
+            metric_value(&text, "projection_watched_gvks").unwrap_or(-1.0),
+            metric_value(&text, "projection_watched_dest_gvks").unwrap_or(-1.0),
+        )
+    };
+    let before = watched(&controller);
+    create(
+        &env.api::<Secret>(&src),
+        json!({"metadata": {"name": "tls", "annotations": opted_in()}, "stringData": {"key": "v"}}),
+    )
+    .await;
+    let projections = env.projections();
+    create(
+        &projections,
+        projection(
+            "tls",
+            json!({"version": "v1", "kind": "Secret", "namespace": src, "name": "tls"}),
+            json!({}),
+        ),
+    )
+    .await;
+    wait_ready(&projections, "tls").await;
+    let reading = watched(&controller);
+    assert_eq!(
+        reading,
+        (before.0 + 1.0, before.1 + 1.0),
+        "Secrets and their copies are watched"
+    );
+
+    account.grant(&["configmaps"]).await;
+    wait_for("Secrets to be refused to the controller", TIMEOUT, || async {
+        let answer = account.can_i("get", "secrets");
+        (answer == "no").then_some(()).ok_or(answer)
+    })
+    .await;
+    delete(&projections, "tls").await;
+    wait_not_ready(&projections, "tls", "DeletionBlocked").await;
+    assert_eq!(
+        watched(&controller),
+        reading,
+        "still read while the Projection waits"
+    );
+    merge(&projections, "tls", json!({"metadata": {"finalizers": null}})).await;
+    wait_gone(&projections, "tls").await;
+    wait_for("the watches nobody reads any more to stop", TIMEOUT, || async {
+        let now = watched(&controller);
+        (now == before)
+            .then_some(())
+            .ok_or_else(|| format!("watched (sources, copies) = {now:?}, want {before:?}"))
+    })
+    .await;
+
+    env.finish().await;
+    drop(controller);
+    account.home.delete_and_wait(&env.client).await;
+}
+
+/// Waits until `name` no longer exists at all (not merely Terminating, as `wait_absent` accepts).
+async fn wait_gone<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    wait_for(&format!("{name} gone"), TIMEOUT, || async {
+        match api.get_opt(name).await {
+            Ok(None) => Ok(()),
+            Ok(Some(o)) => Err(format!("still there: {:?}", o.meta().finalizers)),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
 }
 
 /// A replica whose CR watches never sync (here its ClusterRole grants nothing) is not ready, and

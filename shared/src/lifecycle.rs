@@ -47,6 +47,42 @@ pub fn suspended_conditions(current: &[Condition], generation: Option<i64>, now:
     conditions
 }
 
+/// The conditions of a CR whose deletion is blocked: `Ready=False` with `DeletionBlocked` and
+/// `message` (its transition time kept while it stays False), the others as the last pass left them.
+pub fn deletion_blocked_conditions(
+    current: &[Condition],
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> Vec<Condition> {
+    let since = current
+        .iter()
+        .find(|c| c.r#type == crate::status::READY && c.status == "False")
+        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+    let ready = Condition {
+        r#type: crate::status::READY.to_owned(),
+        status: "False".to_owned(),
+        reason: Reason::DeletionBlocked.as_str().to_owned(),
+        message: message.to_owned(),
+        observed_generation: generation,
+        last_transition_time: since,
+    };
+    let mut conditions: Vec<Condition> = current
+        .iter()
+        .map(|c| {
+            if c.r#type == ready.r#type {
+                ready.clone()
+            } else {
+                c.clone()
+            }
+        })
+        .collect();
+    if !conditions.iter().any(|c| c.r#type == ready.r#type) {
+        conditions.push(ready);
+    }
+    conditions
+}
+
 /// The value of the CR's `projection.sh/requested-at` annotation, if any.
 pub fn requested_at(annotations: Option<&BTreeMap<String, String>>) -> Option<&str> {
     annotations.and_then(|a| a.get(REQUESTED_AT)).map(String::as_str)
@@ -134,6 +170,46 @@ pub fn orphan_patch(meta: &ObjectMeta, owner: &Owner) -> Option<Value> {
         metadata["resourceVersion"] = Value::String(rv.clone());
     }
     Some(json!({ "metadata": metadata }))
+}
+
+/// What to do after a delete of a copy was refused because the copy changed since it was read
+/// (409 on the resourceVersion precondition), `reads` fresh reads into the attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterDeleteConflict {
+    /// Read the copy again and decide anew (is it still ours?).
+    ReadAgain,
+    /// Someone keeps writing the copy: give up for this pass, so the failure backs off instead of
+    /// holding a reconcile slot in a GET/DELETE loop.
+    GiveUp,
+}
+
+/// A copy that changed meanwhile is read again once; a second conflict ends the attempt.
+pub fn after_delete_conflict(reads: u32) -> AfterDeleteConflict {
+    if reads == 0 {
+        AfterDeleteConflict::ReadAgain
+    } else {
+        AfterDeleteConflict::GiveUp
+    }
+}
+
+/// The finalizer of a CR blocks its deletion while copies cannot be removed: how a person learns
+/// why, and how to release it. `cr` is how kubectl names it (`projection <name> -n <namespace>` or
+/// `clusterprojection <name>`), `finalizers` the CR's current finalizers, `finalizer` ours, `cause`
+/// what the removal of copies ran into (the apiserver's message).
+pub fn deletion_blocked_message(cr: &str, finalizers: &[String], finalizer: &str, cause: &str) -> String {
+    // Removing by index with a test of the value first: the patch fails instead of removing another
+    // controller's finalizer if the list changed meanwhile.
+    let index = finalizers.iter().position(|f| f == finalizer).unwrap_or(0);
+    let patch = format!(
+        r#"[{{"op":"test","path":"/metadata/finalizers/{index}","value":"{finalizer}"}},{{"op":"remove","path":"/metadata/finalizers/{index}"}}]"#
+    );
+    format!(
+        "deletion is blocked: the copies could not be removed: {cause}. The finalizer {finalizer} \
+         holds this object until they are; retried with backoff. To release it, remove the cause \
+         (access refused: give the controller back access to that kind, Helm value supportedKinds) \
+         and deletion completes on the next retry; or, accepting that the copies stay behind \
+         unmanaged, remove the finalizer by hand: kubectl patch {cr} --type=json -p '{patch}'"
+    )
 }
 
 #[cfg(test)]
@@ -241,6 +317,89 @@ mod tests {
         ];
         for (policy, reason, release) in table {
             assert_eq!(on_source_loss(policy, reason), release, "{policy:?} {reason}");
+        }
+    }
+
+    #[test]
+    fn a_delete_conflict_reads_again_once() {
+        assert_eq!(after_delete_conflict(0), AfterDeleteConflict::ReadAgain);
+        for reads in [1, 2, 10] {
+            assert_eq!(
+                after_delete_conflict(reads),
+                AfterDeleteConflict::GiveUp,
+                "{reads}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_blocked_deletion_names_its_cause_and_the_exact_command() {
+        let cause =
+            r#"secrets "tls" is forbidden: User "system:serviceaccount:p:c" cannot get resource "secrets""#;
+        let finalizers = vec![
+            "example.com/other".to_owned(),
+            "projection.sh/finalizer".to_owned(),
+        ];
+        let m = deletion_blocked_message(
+            "projection tls -n team-a",
+            &finalizers,
+            "projection.sh/finalizer",
+            cause,
+        );
+        for part in [
+            "deletion is blocked: the copies could not be removed: secrets \"tls\" is forbidden",
+            "retried with backoff. To release it, remove the cause (access refused: give the \
+             controller back access to that kind, Helm value supportedKinds) and deletion completes",
+            "remove the finalizer by hand: kubectl patch projection tls -n team-a --type=json -p ",
+            r#"'[{"op":"test","path":"/metadata/finalizers/1","value":"projection.sh/finalizer"},{"op":"remove","path":"/metadata/finalizers/1"}]'"#,
+        ] {
+            assert!(m.contains(part), "{part:?} not in {m:?}");
+        }
+        let cluster = deletion_blocked_message(
+            "clusterprojection shared",
+            &["projection.sh/cluster-finalizer".to_owned()],
+            "projection.sh/cluster-finalizer",
+            "denied",
+        );
+        assert!(
+            cluster.contains(r#"kubectl patch clusterprojection shared --type=json -p '[{"op":"test","path":"/metadata/finalizers/0","value":"projection.sh/cluster-finalizer"}"#),
+            "{cluster}"
+        );
+    }
+
+    #[test]
+    fn a_blocked_deletion_turns_ready_false_and_keeps_the_rest() {
+        let resolved = condition("SourceResolved", "True", "Resolved", 3);
+        let ready = condition("Ready", "True", "Projected", 5);
+        // (current conditions, now, Ready's expected transition time)
+        let table = [
+            (vec![resolved.clone(), ready.clone()], 10, 10),
+            (
+                vec![
+                    resolved.clone(),
+                    condition("Ready", "False", "DeletionBlocked", 8),
+                ],
+                20,
+                8,
+            ),
+            (vec![], 30, 30),
+        ];
+        for (current, now, since) in table {
+            let next = deletion_blocked_conditions(&current, "blocked: x", Some(4), &at(now));
+            let ready = next.iter().find(|c| c.r#type == "Ready").expect("Ready");
+            assert_eq!(
+                (
+                    ready.status.as_str(),
+                    ready.reason.as_str(),
+                    ready.message.as_str()
+                ),
+                ("False", "DeletionBlocked", "blocked: x")
+            );
+            assert_eq!(ready.last_transition_time, at(since));
+            assert_eq!(ready.observed_generation, Some(4));
+            let others: Vec<&Condition> = next.iter().filter(|c| c.r#type != "Ready").collect();
+            let before: Vec<&Condition> = current.iter().filter(|c| c.r#type != "Ready").collect();
+            assert_eq!(others, before, "the other conditions keep their values");
         }
     }
 }

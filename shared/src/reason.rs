@@ -87,6 +87,12 @@ named_enum! {
         /// The CR's author may not create the kind in a destination namespace (a
         /// SubjectAccessReview for the author, `--author-access=enforce`): no copy there.
         DestinationForbidden,
+        /// An update was refused as immutable for a kind that is not recreated (not a ConfigMap or
+        /// Secret, not opted in with `--recreate-on-immutable`): the copy is left as it is.
+        DestinationImmutable,
+        /// The CR is being deleted but its copies cannot be removed (e.g. the controller may no
+        /// longer read their kind): the finalizer holds it, and the message says how to release it.
+        DeletionBlocked,
     }
 }
 
@@ -168,7 +174,8 @@ impl Reason {
             | DestinationInvalid => Verb::Validate,
             DestinationFetchFailed => Verb::Get,
             DestinationCreateFailed | DestinationForbidden => Verb::Create,
-            DestinationUpdateFailed => Verb::Update,
+            DestinationUpdateFailed | DestinationImmutable => Verb::Update,
+            DeletionBlocked => Verb::Delete,
             Resolved | SourceNotResolved | DestinationDeleteFailed | DestinationWriteFailed | Suspended => {
                 return None;
             }
@@ -193,7 +200,10 @@ impl Reason {
             | SourceNotProjectable
             | DestinationConflict
             | TargetResolutionFailed
-            | DestinationInvalid => Retry::OnChange,
+            | DestinationInvalid
+            // A person must delete the copy or opt the kind in (a flag: a restart, which reconciles
+            // everything), or the source or spec must change back.
+            | DestinationImmutable => Retry::OnChange,
             // The apiserver may answer otherwise next time (or an admin widens the RBAC).
             SourceForbidden
             | SourceFetchFailed
@@ -202,7 +212,9 @@ impl Reason {
             | DestinationUpdateFailed
             | DestinationDeleteFailed
             | DestinationWriteFailed
-            | DestinationForbidden => Retry::Backoff,
+            | DestinationForbidden
+            // Access given back to the controller is noticed by no watch: retry until it is.
+            | DeletionBlocked => Retry::Backoff,
             // Not failures: nothing to retry until something changes.
             Resolved | Projected | Updated | DestinationRecreated | DestinationDeleted
             | DestinationLeftAlone | SourceNotResolved | Suspended | DestinationOrphaned
@@ -226,7 +238,9 @@ impl Reason {
             | DestinationWriteFailed
             | TargetResolutionFailed
             | DestinationInvalid
-            | DestinationForbidden => ResultCategory::DestinationError,
+            | DestinationForbidden
+            | DestinationImmutable
+            | DeletionBlocked => ResultCategory::DestinationError,
             SourceResolutionFailed
             | SourceForbidden
             | SourceFetchFailed
@@ -290,6 +304,8 @@ mod tests {
                 "DestinationOrphaned",
                 "DestinationAdopted",
                 "DestinationForbidden",
+                "DestinationImmutable",
+                "DeletionBlocked",
             ]
         );
         for reason in Reason::ALL {
@@ -462,6 +478,20 @@ mod tests {
             (
                 DestinationForbidden,
                 Some(Verb::Create),
+                true,
+                Retry::Backoff,
+                "destination_error",
+            ),
+            (
+                DestinationImmutable,
+                Some(Verb::Update),
+                true,
+                Retry::OnChange,
+                "destination_error",
+            ),
+            (
+                DeletionBlocked,
+                Some(Verb::Delete),
                 true,
                 Retry::Backoff,
                 "destination_error",

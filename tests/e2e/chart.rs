@@ -126,6 +126,11 @@ fn values_schema_rejects_typos_and_bad_values_naming_the_field() {
         ),
         ("controller.extraArgs", json!(["-v"]), "extraArgs"),
         (
+            "controller.recreateOnImmutable",
+            json!(["jobs.batch"]),
+            "/controller/recreateOnImmutable/0",
+        ),
+        (
             "webhook.accessReviewCacheSeconds",
             json!(3600),
             "/webhook/accessReviewCacheSeconds",
@@ -237,6 +242,20 @@ fn deployments_are_hardened_and_probe_the_right_ports() {
         let args = args_of(controller);
         assert!(args.contains(&"--leader-elect".to_owned()), "{args:?}");
         assert!(args.contains(&"--source-mode=allowlist".to_owned()), "{args:?}");
+        // Only ConfigMaps and Secrets are recreated unless the platform opts kinds in.
+        assert_eq!(flag_value(controller, "--recreate-on-immutable"), None);
+        let opted = rendered(&[(
+            "controller.recreateOnImmutable",
+            json!(["PersistentVolumeClaim", "Job.batch"]),
+        )]);
+        assert_eq!(
+            flag_value(
+                opted.get("Deployment", "projection-controller"),
+                "--recreate-on-immutable"
+            )
+            .as_deref(),
+            Some("PersistentVolumeClaim,Job.batch")
+        );
         assert_eq!(
             controller["spec"]["template"]["spec"]["serviceAccountName"],
             "projection-controller"
