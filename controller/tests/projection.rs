@@ -10,12 +10,10 @@ use k8s_openapi::{
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
 use kube::{
-    Api, Client, ResourceExt,
-    api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
+    Api, ResourceExt,
+    api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
 };
-use projection_tests::{
-    ServiceProcess, kubectl_ok, metric_value, wait_crd_established, wait_for, wait_for_event,
-};
+use projection_tests::{ServiceProcess, kubectl_ok, metric_value, wait_for, wait_for_event};
 use serde_json::{Value, json};
 use shared::crd::{ClusterProjection, Projection};
 use std::time::Duration;
@@ -370,43 +368,6 @@ async fn deployments_are_mirrored() {
         revision
     );
     env.finish().await;
-}
-
-async fn install_widget_crd(client: &Client, group: &str, versions: &[&str]) -> String {
-    let plural = "widgets";
-    let name = format!("{plural}.{group}");
-    let versions: Vec<Value> = versions
-        .iter()
-        .enumerate()
-        .map(|(i, v)| json!({"name": v, "served": true, "storage": i == 0, "schema": {"openAPIV3Schema": {
-            "type": "object", "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}))
-        .collect();
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"group": group, "scope": "Namespaced", "names": {"plural": plural, "singular": "widget", "kind": "Widget"},
-                 "versions": versions}}))
-    .expect("crd");
-    let api = Api::<CustomResourceDefinition>::all(client.clone());
-    api.patch(
-        &name,
-        &PatchParams::apply("projection-tests").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("CRD applied");
-    wait_crd_established(client, &name).await;
-    name
-}
-
-fn widgets(client: &Client, group: &str, version: &str, namespace: &str) -> Api<DynamicObject> {
-    let resource = ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: format!("{group}/{version}"),
-        kind: "Widget".into(),
-        plural: "widgets".into(),
-    };
-    Api::namespaced_with(client.clone(), namespace, &resource)
 }
 
 #[tokio::test]

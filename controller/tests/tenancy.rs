@@ -417,3 +417,48 @@ async fn a_projection_is_made_only_where_its_author_may_create_the_kind() {
     assert!(copy_absent(&env.api(&dst), "cfg").await);
     env.finish().await;
 }
+
+#[tokio::test]
+async fn a_kind_served_only_after_admission_is_checked_when_it_is() {
+    // GitOps applies CRs before CRDs: admission could not check a kind it did not know, so the
+    // controller checks the author when the kind appears.
+    let env = env("late-kind").await;
+    let (src, dst) = env.names();
+    let _controller = controller(&["--author-access=enforce"]).await;
+    let user = format!("tenant-{dst}");
+    tenant_of(&env.client, &dst, &user).await;
+    let group = format!("{src}.test.projection.sh");
+    grant(&env.client, &dst, &user, rule(&group, "widgets", "*")).await;
+    let api: Api<Projection> = Api::namespaced(client_as(&user, &[]).await, &dst);
+    let source = json!({"group": group, "kind": "Widget", "namespace": src, "name": "w"});
+    create(
+        &api,
+        projection_by("late", source, json!({}), &record(&user, &[])),
+    )
+    .await;
+    wait_not_ready(&env.projections(), "late", "SourceResolutionFailed").await;
+
+    let crd = install_widget_crd(&env.client, &group, &["v1"]).await;
+    let _crd = ClusterScopedGuard::new("customresourcedefinitions", &crd);
+    let widget: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": "Widget",
+        "metadata": {"name": "w", "annotations": opted_in()}, "spec": {"secret": "x"}}))
+    .expect("widget");
+    widgets(&env.client, &group, "v1", &src)
+        .create(&PostParams::default(), &widget)
+        .await
+        .expect("widget created");
+    let condition = wait_not_ready(&env.projections(), "late", "SourceForbidden").await;
+    assert!(
+        condition["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!("the author {user} may not get widgets.{group} {src}/w")),
+        "{condition}"
+    );
+    assert!(matches!(
+        widgets(&env.client, &group, "v1", &dst).get_opt("w").await,
+        Ok(None)
+    ));
+    env.finish().await;
+}

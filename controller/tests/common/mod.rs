@@ -4,12 +4,16 @@
 
 pub mod account;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::{
+    api::core::v1::ConfigMap, apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
 use kube::{
     Api, Client,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
 };
-use projection_tests::{ServiceProcess, TestNamespace, client, exclusive, install_crds, wait_for};
+use projection_tests::{
+    ServiceProcess, TestNamespace, client, exclusive, install_crds, wait_crd_established, wait_for,
+};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use shared::crd::{ClusterProjection, Projection};
@@ -485,4 +489,44 @@ pub fn loud_lines_about(controller: &ServiceProcess, needle: &str) -> usize {
                 .is_ok_and(|v| matches!(v["level"].as_str(), Some("WARN" | "ERROR")))
         })
         .count()
+}
+
+/// Installs a namespaced `Widget` CRD of `group` serving `versions` (the first stored), and waits
+/// until it is established; returns its name. `widgets` reads and writes its objects.
+pub async fn install_widget_crd(client: &Client, group: &str, versions: &[&str]) -> String {
+    let plural = "widgets";
+    let name = format!("{plural}.{group}");
+    let versions: Vec<Value> = versions
+        .iter()
+        .enumerate()
+        .map(|(i, v)| json!({"name": v, "served": true, "storage": i == 0, "schema": {"openAPIV3Schema": {
+            "type": "object", "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}))
+        .collect();
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"group": group, "scope": "Namespaced", "names": {"plural": plural, "singular": "widget", "kind": "Widget"},
+                 "versions": versions}}))
+    .expect("crd");
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    api.patch(
+        &name,
+        &PatchParams::apply("projection-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("CRD applied");
+    wait_crd_established(client, &name).await;
+    name
+}
+
+/// The `Widget`s of `group`/`version` in `namespace`.
+pub fn widgets(client: &Client, group: &str, version: &str, namespace: &str) -> Api<DynamicObject> {
+    let resource = ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: format!("{group}/{version}"),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    };
+    Api::namespaced_with(client.clone(), namespace, &resource)
 }
