@@ -1183,6 +1183,7 @@ async fn leader_election_hands_over_when_the_leader_dies() {
     let env = env("leader").await;
     let namespace = env.source.name().to_owned();
     let args = [
+        "--author-access=trusted",
         "--leader-elect",
         "--leader-election-lease-duration",
         "4s",

@@ -32,6 +32,7 @@ async fn a_kind_outside_the_controllers_rbac_is_reported_at_once() {
     let mut controller = ServiceProcess::start_as(
         binary(),
         &[
+            "--author-access=trusted",
             "--requeue-interval",
             "5s",
             "--leader-elect=true",
@@ -189,6 +190,7 @@ async fn a_deletion_blocked_by_narrowed_rbac_says_why_and_how_to_release_it() {
     let mut controller = ServiceProcess::start_as(
         binary(),
         &[
+            "--author-access=trusted",
             "--requeue-interval",
             "2s",
             "--leader-elect=true",
@@ -296,6 +298,7 @@ async fn a_cluster_projection_whose_copies_cannot_be_removed_says_so() {
     let mut controller = ServiceProcess::start_as(
         binary(),
         &[
+            "--author-access=trusted",
             "--requeue-interval",
             "2s",
             "--leader-elect=true",
@@ -386,6 +389,7 @@ async fn a_projection_released_by_hand_is_forgotten() {
     let mut controller = ServiceProcess::start_as(
         binary(),
         &[
+            "--author-access=trusted",
             "--requeue-interval",
             "2s",
             "--leader-elect=true",
@@ -491,7 +495,8 @@ async fn a_replica_that_cannot_list_the_crs_is_not_ready_and_stops_on_sigterm() 
     })
     .await;
 
-    let mut controller = ServiceProcess::start_as(binary(), &[], &account.kubeconfig, &[]);
+    let mut controller =
+        ServiceProcess::start_as(binary(), &["--author-access=trusted"], &account.kubeconfig, &[]);
     let port = controller.http_port;
     wait_for("the controller's /healthz", TIMEOUT, || async {
         match http_get(port, "/healthz") {

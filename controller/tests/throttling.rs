@@ -110,8 +110,12 @@ async fn squeezed_by_api_priority_and_fairness_the_controller_backs_off_and_conv
     let rejected_before = flow_control("rejected_requests_total", &level);
     let dispatched_before = flow_control("dispatched_requests_total", &level);
 
-    let mut controller =
-        ServiceProcess::start_as(binary(), &["--requeue-interval", "5m"], &account.kubeconfig, &[]);
+    let mut controller = ServiceProcess::start_as(
+        binary(),
+        &["--requeue-interval", "5m", "--author-access=trusted"],
+        &account.kubeconfig,
+        &[],
+    );
     controller.wait_ready().await;
     let cps: Api<ClusterProjection> = Api::all(env.client.clone());
     let cp = format!("apf-{}", namespaces.run);

@@ -936,6 +936,31 @@ async fn an_overlap_is_warned_of_and_a_loop_is_denied_with_its_chain() {
         &out,
         &format!("ClusterProjection {name} copies ConfigMap {b}/cfg to ConfigMap {a}/cfg"),
     );
+    // Someone who may write Projections in a but not read b/cfg learns nothing of the other CRs:
+    // the access check answers first.
+    let stranger = format!("stranger-{a}");
+    kubectl_ok(&[
+        "-n",
+        a,
+        "create",
+        "role",
+        "projections",
+        "--verb=*",
+        "--resource=projections.projection.sh",
+    ]);
+    kubectl_ok(&[
+        "-n",
+        a,
+        "create",
+        "rolebinding",
+        "stranger",
+        "--role=projections",
+        &format!("--user={stranger}"),
+    ]);
+    let loop_back = manifest("Projection", "back", Some(a), json!({"source": source(b)}));
+    let out = kubectl_stdin(&[&format!("--as={stranger}"), "apply", "-f", "-"], &loop_back);
+    assert_denied(&out, &format!("{stranger} may not get configmaps {b}/cfg"));
+    assert!(!stderr(&out).contains(&format!("{b}/first")), "{}", stderr(&out));
     let metrics = webhook.process.metrics();
     assert!(metrics.contains("projection_webhook_requests_total"), "{metrics}");
 }
