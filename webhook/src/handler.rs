@@ -5,13 +5,17 @@
 use crate::{
     cluster_view::ClusterView,
     error::RequestError,
-    metrics::{CategoryLabels, Metrics, RequestLabels},
+    metrics::{CategoryLabels, EndpointLabels, Metrics, RequestLabels},
     review::{Endpoint, ReviewSettings, Verdict, operation_label, resource_label, review},
 };
 use axum::{
     Json, Router,
     body::Body,
-    extract::State,
+    extract::{Request, State},
+    http::{
+        StatusCode,
+        header::{CONTENT_LENGTH, RETRY_AFTER},
+    },
     response::{IntoResponse, Response},
     routing::post,
 };
@@ -19,6 +23,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use kube::core::{
     DynamicObject,
     admission::{AdmissionRequest, AdmissionResponse, AdmissionReview},
+    response::Status,
 };
 use std::{sync::Arc, time::Duration, time::Instant};
 
@@ -28,8 +33,13 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// Most bytes of an oversized body read (and dropped) before it is answered; past this, or past the
 /// body timeout, the answer goes out while the client is still sending.
 const DISCARD_LIMIT_BYTES: usize = 8 * MAX_BODY_BYTES;
-/// Longest wait for a request body (the apiserver's own timeout is a few seconds).
+/// Default longest wait for a whole request body (the apiserver's own timeout is a few seconds).
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A review's weight in the in-flight limit grows by one per this many bytes of its body.
+pub const WEIGHT_UNIT_BYTES: u64 = 256 * 1024;
+/// The message of a review shed because the webhook is at its in-flight limit.
+pub const OVERLOADED: &str = "webhook overloaded, retry";
 
 /// Everything a request handler needs.
 pub struct App<C> {
@@ -39,6 +49,49 @@ pub struct App<C> {
     pub cluster: C,
     /// Request metrics.
     pub metrics: Arc<Metrics>,
+    /// The reviews handled at once.
+    pub in_flight: InFlightLimit,
+    /// Longest wait for a whole request body.
+    pub body_timeout: Duration,
+}
+
+/// How many reviews are handled at once, weighted by body size so the bodies buffered and parsed
+/// at once stay bounded in bytes, not only in number (a review of a 4 MiB body holds that body and
+/// its parsed form until it is answered). A review that finds the limit reached is answered at
+/// once with HTTP 429 (shed), before its body is read.
+#[derive(Clone, Debug)]
+pub struct InFlightLimit {
+    permits: Arc<tokio::sync::Semaphore>,
+    total: u32,
+}
+
+impl InFlightLimit {
+    /// `total` units: that many small reviews at once, or fewer large ones (see [`review_weight`]).
+    pub fn new(total: u32) -> Self {
+        let total = total.max(1);
+        Self {
+            permits: Arc::new(tokio::sync::Semaphore::new(total as usize)),
+            total,
+        }
+    }
+
+    /// A slot for a review whose body announces `content_length` bytes, or `None` when the limit is
+    /// reached.
+    fn try_enter(&self, content_length: Option<u64>) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.permits
+            .clone()
+            .try_acquire_many_owned(review_weight(content_length, self.total))
+            .ok()
+    }
+}
+
+/// What a review counts against a limit of `total`: one, plus one per [`WEIGHT_UNIT_BYTES`] of its
+/// announced body (a body without `Content-Length` may grow to [`MAX_BODY_BYTES`] and counts so);
+/// never more than `total`, so a review of a large body is not refused for ever.
+pub fn review_weight(content_length: Option<u64>, total: u32) -> u32 {
+    let bytes = content_length.map_or(MAX_BODY_BYTES as u64, |l| l.min(MAX_BODY_BYTES as u64));
+    let weight = 1 + bytes / WEIGHT_UNIT_BYTES;
+    u32::try_from(weight).unwrap_or(u32::MAX).min(total.max(1))
 }
 
 /// `POST /validate` and `POST /mutate`.
@@ -49,17 +102,27 @@ pub fn router<C: ClusterView>(app: Arc<App<C>>) -> Router {
         .with_state(app)
 }
 
-async fn validate<C: ClusterView>(State(app): State<Arc<App<C>>>, body: Body) -> Response {
-    handle(&app, Endpoint::Validate, body).await
+async fn validate<C: ClusterView>(State(app): State<Arc<App<C>>>, request: Request) -> Response {
+    handle(&app, Endpoint::Validate, request).await
 }
 
-async fn mutate<C: ClusterView>(State(app): State<Arc<App<C>>>, body: Body) -> Response {
-    handle(&app, Endpoint::Mutate, body).await
+async fn mutate<C: ClusterView>(State(app): State<Arc<App<C>>>, request: Request) -> Response {
+    handle(&app, Endpoint::Mutate, request).await
 }
 
-async fn handle<C: ClusterView>(app: &App<C>, endpoint: Endpoint, body: Body) -> Response {
+async fn handle<C: ClusterView>(app: &App<C>, endpoint: Endpoint, request: Request) -> Response {
     let started = Instant::now();
-    let (response, labels) = match read_request(body).await {
+    let (parts, body) = request.into_parts();
+    let content_length = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    // Held until the answer is built: the body and its parsed form live that long.
+    let Some(_slot) = app.in_flight.try_enter(content_length) else {
+        return shed(app, endpoint);
+    };
+    let (response, labels) = match read_request(body, app.body_timeout).await {
         Ok(request) => {
             let (answer, verdict) = review(endpoint, app.settings, &app.cluster, &request).await;
             log_outcome(endpoint, &request, &answer, verdict);
@@ -103,11 +166,38 @@ async fn handle<C: ClusterView>(app: &App<C>, endpoint: Endpoint, body: Body) ->
     response
 }
 
-async fn read_request(mut body: Body) -> Result<AdmissionRequest<DynamicObject>, RequestError> {
-    let deadline = tokio::time::Instant::now() + BODY_TIMEOUT;
+/// The answer to a review over the in-flight limit, sent without reading its body: HTTP 429 with
+/// `Retry-After`, and a well-formed AdmissionReview denying with code 429 (its uid is unknown: the
+/// body was not read).
+fn shed<C>(app: &App<C>, endpoint: Endpoint) -> Response {
+    app.metrics
+        .shed_total
+        .get_or_create(&EndpointLabels {
+            endpoint: endpoint.label(),
+        })
+        .inc();
+    tracing::debug!(
+        endpoint = endpoint.label(),
+        "in-flight limit reached; review shed"
+    );
+    let mut answer = AdmissionResponse::invalid(OVERLOADED);
+    answer.result = Status::failure(OVERLOADED, "TooManyRequests").with_code(429);
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(RETRY_AFTER, "1")],
+        Json(answer.into_review()),
+    )
+        .into_response()
+}
+
+async fn read_request(
+    mut body: Body,
+    timeout: Duration,
+) -> Result<AdmissionRequest<DynamicObject>, RequestError> {
+    let deadline = tokio::time::Instant::now() + timeout;
     let collected = tokio::time::timeout_at(deadline, Limited::new(&mut body, MAX_BODY_BYTES).collect())
         .await
-        .map_err(|_| RequestError::Timeout(BODY_TIMEOUT))?;
+        .map_err(|_| RequestError::Timeout(timeout))?;
     let collected = match collected {
         Ok(collected) => collected,
         Err(e) if e.is::<LengthLimitError>() => {
@@ -161,5 +251,41 @@ fn log_outcome(
             message = %answer.result.message,
             "denied"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_review_weighs_one_plus_its_body_in_quarter_mebibytes_within_the_limit() {
+        let mib = 1024 * 1024;
+        for (length, total, weight) in [
+            (Some(0), 64, 1),
+            (Some(2_000), 64, 1),
+            (Some(256 * 1024), 64, 2),
+            (Some(mib), 64, 5),
+            (Some(4 * mib), 64, 17),
+            (Some(100 * mib), 64, 17), // refused at the body limit anyway
+            (None, 64, 17),            // no Content-Length: it may grow to the limit
+            (Some(4 * mib), 4, 4),     // never more than the whole limit
+            (Some(0), 0, 1),
+        ] {
+            assert_eq!(review_weight(length, total), weight, "{length:?} of {total}");
+        }
+    }
+
+    #[test]
+    fn the_limit_sheds_what_does_not_fit_and_takes_it_again_once_released() {
+        let limit = InFlightLimit::new(20);
+        let large = limit.try_enter(Some(4 * 1024 * 1024)).expect("17 of 20");
+        let small = limit.try_enter(Some(100)).expect("18 of 20");
+        assert!(limit.try_enter(None).is_none(), "17 more do not fit");
+        let _two = limit.try_enter(Some(100)).expect("19 of 20");
+        let _three = limit.try_enter(Some(100)).expect("20 of 20");
+        assert!(limit.try_enter(Some(0)).is_none(), "full");
+        drop((large, small));
+        assert!(limit.try_enter(None).is_some(), "room again once answered");
     }
 }

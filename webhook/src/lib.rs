@@ -148,6 +148,8 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
         },
         cluster,
         metrics,
+        in_flight: handler::InFlightLimit::new(args.max_in_flight_reviews),
+        body_timeout: args.body_timeout,
     });
     let listener = tokio::net::TcpListener::bind(args.bind_address)
         .await
@@ -157,6 +159,7 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
     server::serve_tls(
         listener,
         tls_config,
+        args.server_limits(),
         handler::router(app),
         stop_accepting.cancelled_owned(),
         args.drain_timeout,

@@ -2,6 +2,7 @@
 //! negotiates): input it refuses still gets its HTTP answer, not a reset stream; TLS garbage and
 //! clients that stall mid-handshake or mid-request neither crash it nor keep others waiting.
 
+use clap::Parser as _;
 use futures::StreamExt;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::{
@@ -77,6 +78,7 @@ async fn start_server(alpn: &[u8]) -> (SocketAddr, TlsConnector) {
     tokio::spawn(serve_tls(
         listener,
         tls,
+        webhook::cli::Args::parse_from(["projection-webhook"]).server_limits(),
         app,
         std::future::pending(),
         Duration::from_secs(1),

@@ -6,7 +6,7 @@ use shared::projectable::SourceMode;
 use std::sync::Arc;
 use webhook::{
     cluster_view::ClusterView,
-    handler::{App, router},
+    handler::{App, BODY_TIMEOUT, InFlightLimit, router},
     metrics::Metrics,
     policy::PolicySettings,
     review::ReviewSettings,
@@ -35,5 +35,7 @@ pub fn admission_router<C: ClusterView>(
         settings,
         cluster,
         metrics,
+        in_flight: InFlightLimit::new(64),
+        body_timeout: BODY_TIMEOUT,
     }))
 }
