@@ -103,6 +103,12 @@ pub struct Args {
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub access_review_cache_ttl: Duration,
 
+    /// Most bytes the kept SubjectAccessReview grants may take in all (each counted with its user,
+    /// uid, groups and extra); the grants closest to expiring go first. A grant whose question is
+    /// over 4 KiB (a forged userInfo) is never kept. "0" keeps nothing.
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    pub access_review_cache_bytes: usize,
+
     /// How long a read of a source's metadata that let a projection in is reused for the same
     /// source; "0" reads it from the apiserver every time. Only reads that allow are reused: a
     /// source that is missing, not opted in or opted out is read again, so an opt-in takes effect
@@ -315,6 +321,7 @@ mod tests {
         assert!(!args.tenant_mode);
         assert!(args.check_source_access);
         assert_eq!(args.access_review_cache_ttl, Duration::from_secs(5));
+        assert_eq!(args.access_review_cache_bytes, 4 * 1024 * 1024);
         assert_eq!(args.source_mode, SourceMode::Allowlist);
         assert_eq!(args.tls_reload_interval, Duration::from_secs(1));
         assert_eq!(args.self_managed_certificate_secret, None);

@@ -29,7 +29,8 @@ use tokio_util::sync::CancellationToken;
 /// How often the discovery snapshot is refreshed in the background (misses refresh at once).
 const DISCOVERY_REFRESH: Duration = Duration::from_secs(60);
 
-/// At most this many SubjectAccessReview grants are kept (a few hundred bytes each).
+/// At most this many SubjectAccessReview grants are kept (a few hundred bytes each; the total is
+/// bounded in bytes too, by --access-review-cache-bytes).
 const ACCESS_REVIEW_CACHE_CAPACITY: usize = 10_000;
 
 /// At most this many sources' metadata reads are kept (about 150 bytes each).
@@ -112,7 +113,11 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
 
     let cluster = cluster_view::KubeCluster::new(
         client.clone(),
-        access_cache::AllowedAnswers::new(args.access_review_cache_ttl, ACCESS_REVIEW_CACHE_CAPACITY),
+        access_cache::AllowedAnswers::new(
+            args.access_review_cache_ttl,
+            ACCESS_REVIEW_CACHE_CAPACITY,
+            args.access_review_cache_bytes,
+        ),
         metrics.access_review_cache_lookups_total.clone(),
         source_cache::SourceMetadataCache::new(
             args.source_metadata_cache_ttl,
