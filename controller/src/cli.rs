@@ -1,7 +1,8 @@
 //! Command-line flags. Names and defaults follow the Go operator so manifests carry over.
 
 use clap::Parser;
-use shared::{initial_list::InitialList, projectable::SourceMode};
+use crate::author_access::AuthorAccessMode;
+use shared::{initial_list::InitialList, kind_policy::AllowedPowerKinds, projectable::SourceMode};
 use std::time::Duration;
 
 /// projection-controller: mirrors namespaced objects for Projection and ClusterProjection.
@@ -24,6 +25,20 @@ pub struct Args {
     /// Reconciles running at once (1 to 1024); each CR is still reconciled by one at a time.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub max_concurrent_reconciles: u16,
+
+    /// Whether each CR's author (recorded at admission in projection.sh/author) must be allowed to
+    /// get the source and create its kind where the copies go, asked of the apiserver by
+    /// SubjectAccessReview where the copies are made (enforce), or only the controller's own
+    /// access counts, as in the Go operator (trusted: the webhook is then the only guard).
+    #[arg(long, value_enum, default_value = "enforce")]
+    pub author_access: AuthorAccessMode,
+
+    /// Kinds that grant power (RBAC Roles and RoleBindings, ServiceAccounts, Endpoints,
+    /// EndpointSlices, ServiceAccount token Secrets) that may be projected, comma-separated, e.g.
+    /// `RoleBinding.rbac.authorization.k8s.io,Secret/service-account-token`; give the webhook the
+    /// same list. By default none; projection.sh kinds never.
+    #[arg(long, default_value = "", value_parser = |s: &str| s.parse::<AllowedPowerKinds>())]
+    pub allow_power_kinds: AllowedPowerKinds,
 
     /// Address of the Prometheus metrics endpoint; "0" disables it.
     #[arg(long, default_value = "0")]

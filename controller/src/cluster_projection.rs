@@ -11,7 +11,7 @@ use crate::{
     error::Error,
     index::{CrRef, ObjectKey},
     reconcile::{
-        ProjectionKind, Source, conclude, gvk_display, hold_if_suspended, observe_first_copy,
+        ProjectionKind, Source, conclude, forbidden_namespaces, gvk_display, hold_if_suspended, observe_first_copy,
         read_or_withdraw, spec_fields, written_destination,
     },
     watches::Tier,
@@ -32,7 +32,7 @@ use shared::{
     copy::{BuiltContent, CopyRules},
     crd::{AppliedOnce, ClusterProjection, ClusterProjectionStatus, WrittenDestination},
     destination::Target,
-    fan_out::{CopyWrite, EventNote, Tally, name_first, pass_events, verdict},
+    fan_out::{CopyFailure, CopyWrite, EventNote, Tally, name_first, pass_events, verdict},
     keys::CLUSTER_PROJECTION_FINALIZER,
     lifecycle::{Release, handled_request, requested_at, stamp_request},
     ownership::Owner,
@@ -183,6 +183,11 @@ async fn fan_out(
     ctx.namespaces.synced().await;
     let name = destination_name(cp);
     let targets = ctx.namespaces.resolve(&rule, source, &name);
+    // Namespaces where the author may not create the kind get no copy, and lose the one they had;
+    // they stay targets, counted as failed.
+    let forbidden = forbidden_namespaces(ctx, &read, &targets.write).await;
+    let is_forbidden = |n: &String| forbidden.iter().any(|(f, _)| f == n);
+    let allowed: Vec<String> = targets.write.iter().filter(|n| !is_forbidden(n)).cloned().collect();
 
     // Build and write, and remove the copies no longer wanted.
     // The content is the same in every namespace: built (and refused) once.
@@ -199,11 +204,11 @@ async fn fan_out(
         .filter(|c| c.is_owned_by(&owner) && c.name() == name)
         .map(|c| c.namespace().to_owned())
         .collect();
-    let plan = apply_once::plan(&targets.write, &record, &exist);
+    let plan = apply_once::plan(&allowed, &record, &exist);
     let (to_write, existing) = if once {
         (&plan.create, Existing::Keep)
     } else {
-        (&targets.write, Existing::Update)
+        (&allowed, Existing::Update)
     };
     let copies = Copies {
         name: &name,
@@ -213,12 +218,18 @@ async fn fan_out(
     // The copies no longer wanted go at the same time: a namespace that lost its label need not
     // wait for the comparison of every other target.
     let earlier = earlier_kind(recorded.as_ref(), &written);
-    let keep = targets.keep();
+    let mut keep = targets.keep();
+    keep.retain(|n| !is_forbidden(n));
     let (writes, cleaned) = futures::join!(
         write_all(ctx, &read, &built, &owner, to_write, copies),
         remove_unwanted(cp, ctx, &read, &keep, &name, earlier),
     );
-    let tally = Tally::of(writes);
+    let mut tally = Tally::of(writes);
+    tally.failures.extend(forbidden.into_iter().map(|(namespace, message)| CopyFailure {
+        namespace,
+        reason: Reason::DestinationForbidden,
+        message,
+    }));
     let waiting = tally
         .conflicts()
         .map(|namespace| ObjectKey {

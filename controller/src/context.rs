@@ -2,9 +2,10 @@
 //! and the per-object failure counts that drive the backoff.
 
 use crate::{
+    author_access::{AuthorAccess, AuthorAccessMode},
     discovery::Discovery, events::Events, metrics::Metrics, namespaces::Namespaces, watches::WatchRegistry,
 };
-use shared::projectable::SourceMode;
+use shared::{kind_policy::AllowedPowerKinds, projectable::SourceMode};
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -24,6 +25,10 @@ pub struct Settings {
     pub reconcile_concurrency: u16,
     /// How every watch receives its initial objects.
     pub initial_list: shared::initial_list::InitialList,
+    /// Whether each CR's recorded author is checked where the copies are made.
+    pub author_access: AuthorAccessMode,
+    /// The kinds that grant power the platform lets be projected.
+    pub allowed_power_kinds: AllowedPowerKinds,
 }
 
 /// Shared by every reconcile.
@@ -35,6 +40,7 @@ pub struct Context {
     pub events: Events,
     pub metrics: Arc<Metrics>,
     pub settings: Settings,
+    pub author_access: AuthorAccess,
     pub backoff: Backoff,
     pub statuses: WrittenStatuses,
 }

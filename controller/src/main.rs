@@ -1,6 +1,7 @@
 //! projection-controller: reconciles `Projection`s (and serves metrics and probes), optionally as
 //! one of several replicas behind a leader Lease.
 
+mod author_access;
 mod cli;
 mod cluster_projection;
 mod content;
@@ -104,6 +105,8 @@ async fn main() -> anyhow::Result<()> {
         write_concurrency: usize::from(args.selector_write_concurrency),
         reconcile_concurrency: args.max_concurrent_reconciles,
         initial_list: args.initial_list,
+        author_access: args.author_access,
+        allowed_power_kinds: args.allow_power_kinds.clone(),
     };
     // Every replica watches and indexes from the start; only the reconcilers wait for the lease.
     let replica = Replica::start(client.clone(), metrics, settings, readiness.clone());
@@ -321,6 +324,7 @@ impl Replica {
             namespaces,
             events: events::Events::new(client.clone()),
             metrics,
+            author_access: author_access::AuthorAccess::new(settings.author_access),
             settings,
             backoff: context::Backoff::default(),
             statuses: context::WrittenStatuses::default(),

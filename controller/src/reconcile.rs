@@ -3,6 +3,7 @@
 //! bookkeeping at the end of a pass.
 
 use crate::{
+    author_access::Answer,
     context::Context,
     copy_store::CopyStore,
     error::{Error, api_error, describe_status, forbidden_message},
@@ -12,7 +13,12 @@ use crate::{
     watches::{Tier, WatchError},
     writer::FIELD_MANAGER,
 };
-use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use futures::StreamExt;
+use k8s_openapi::{
+    api::core::v1::ObjectReference,
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+    jiff::Timestamp,
+};
 use kube::{
     Api, Resource, ResourceExt,
     api::{ApiResource, DynamicObject, Patch, PatchParams},
@@ -23,6 +29,8 @@ use kube::{
 };
 use serde::{Serialize, de::DeserializeOwned};
 use shared::{
+    author::{AccessQuestion, Author, denial_message},
+    kind_policy::{check_kind, check_object},
     crd::{CopyControls, SourceRef, WrittenDestination},
     lifecycle::{Release, is_suspended, on_cr_deletion, on_source_loss},
     ownership::Owner,
@@ -46,6 +54,17 @@ pub struct Source {
     pub resolved_message: String,
     /// Our copies of this kind for the reconciling tier (a synced cache).
     pub copies: CopyStore,
+    /// The CR's author and what it was found allowed, when authors are checked.
+    pub author: Option<AuthorGrant>,
+}
+
+/// The recorded author of a CR whose access to the source was checked.
+pub struct AuthorGrant {
+    /// The author.
+    pub author: Author,
+    /// Whether the author may create the kind in every namespace (asked once for a
+    /// ClusterProjection; when not, each target namespace is asked).
+    pub everywhere: bool,
 }
 
 /// Why there is nothing to project.
@@ -98,6 +117,15 @@ pub async fn read_source(
     };
     let resource = resolved.resource;
     let group_kind = source.group_kind();
+    // Kinds that are never copied, or only when the platform allows them: refused before any
+    // watch of the kind starts; copies made before the refusal go.
+    if let Err(message) = check_kind(&group_kind, &ctx.settings.allowed_power_kinds) {
+        return Err(Problem::Withdraw {
+            reason: Reason::SourceNotProjectable,
+            message,
+            resource,
+        });
+    }
     ctx.watches.set_reads(waker, SourceKey::of(source));
     let copies = ctx
         .watches
@@ -170,13 +198,98 @@ pub async fn read_source(
             resource,
         });
     }
+    let secret_type = object.data.get("type").and_then(|t| t.as_str());
+    if let Err(message) = check_object(&group_kind, secret_type, &ctx.settings.allowed_power_kinds) {
+        return Err(Problem::Withdraw {
+            reason: Reason::SourceNotProjectable,
+            message,
+            resource,
+        });
+    }
     Ok(Source {
         resource,
         group_kind,
         object,
         resolved_message: resolved.message,
         copies,
+        author: None,
     })
+}
+
+/// Checks the author recorded on a CR (`meta`) against `source`: may they get it, and create its
+/// kind where the copies go (the CR's own namespace for a Projection; every namespace for a
+/// ClusterProjection, whose targets are asked one by one when that is not allowed). No recorded
+/// author: nothing is written and nothing removed. A denial withdraws the copies: its author could
+/// not have made them.
+async fn check_author(ctx: &Context, meta: &ObjectMeta, source: &mut Source) -> Result<(), Problem> {
+    if !ctx.author_access.enforced() {
+        return Ok(());
+    }
+    let author = Author::recorded_in(meta.annotations.as_ref()).map_err(|problem| Problem::Report {
+        reason: Reason::SourceForbidden,
+        message: problem.to_string(),
+        transient: false,
+    })?;
+    let resource = &source.resource;
+    let (namespace, name) = (
+        source.object.metadata.namespace.clone().unwrap_or_default(),
+        source.object.metadata.name.clone().unwrap_or_default(),
+    );
+    let read = AccessQuestion::read_source(&resource.group, &resource.plural, &namespace, &name);
+    let destination = meta.namespace.clone().unwrap_or_default();
+    let create = AccessQuestion::create_copies(&resource.group, &resource.plural, &destination);
+    let mut everywhere = false;
+    for (question, reason) in [(read, Reason::SourceForbidden), (create, Reason::DestinationForbidden)] {
+        match ctx.author_access.ask(&ctx.client, &author, &question).await {
+            Ok(Answer::Allowed) => everywhere = question.namespace.is_empty(),
+            // A ClusterProjection's author may still create copies in some namespaces.
+            Ok(Answer::Denied(_)) if question.verb == "create" && destination.is_empty() => {}
+            Ok(Answer::Denied(why)) => {
+                return Err(Problem::Withdraw {
+                    reason,
+                    message: denial_message(&author, &question, why.as_deref()),
+                    resource: resource.clone(),
+                });
+            }
+            Err(e) => {
+                return Err(Problem::Report {
+                    reason,
+                    message: format!(
+                        "cannot check the author's access ({}); retrying",
+                        crate::error::describe(&e)
+                    ),
+                    transient: true,
+                });
+            }
+        }
+    }
+    source.author = Some(AuthorGrant { author, everywhere });
+    Ok(())
+}
+
+/// The target namespaces of a ClusterProjection where its author may not create the copies, with
+/// the denial's message (or why it could not be asked: those are not written this pass either).
+pub async fn forbidden_namespaces(ctx: &Context, source: &Source, targets: &[String]) -> Vec<(String, String)> {
+    let Some(grant) = source.author.as_ref().filter(|g| !g.everywhere) else {
+        return Vec::new();
+    };
+    let resource = &source.resource;
+    let answers = futures::stream::iter(targets.iter().cloned())
+        .map(|namespace| async move {
+            let question = AccessQuestion::create_copies(&resource.group, &resource.plural, &namespace);
+            let message = match ctx.author_access.ask(&ctx.client, &grant.author, &question).await {
+                Ok(Answer::Allowed) => None,
+                Ok(Answer::Denied(why)) => Some(denial_message(&grant.author, &question, why.as_deref())),
+                Err(e) => Some(format!(
+                    "cannot check the author's access to {} ({}); retrying",
+                    question.describe(),
+                    crate::error::describe(&e)
+                )),
+            };
+            message.map(|m| (namespace, m))
+        })
+        .buffer_unordered(ctx.settings.write_concurrency.max(1));
+    answers.filter_map(|answer| async move { answer }).collect().await
 }
 
 /// Reads the source of `cr` as [`read_source`] does. When there is nothing to project and the
@@ -190,7 +303,11 @@ pub async fn read_or_withdraw<K: ProjectionKind>(
     ever_projected: bool,
 ) -> Result<Source, Failure> {
     let source = cr.source();
-    match read_source(ctx, source, &cr.waker(), K::TIER, ever_projected).await {
+    let read = match read_source(ctx, source, &cr.waker(), K::TIER, ever_projected).await {
+        Ok(mut read) => check_author(ctx, cr.meta(), &mut read).await.map(|()| read),
+        Err(problem) => Err(problem),
+    };
+    match read {
         Ok(read) => Ok(read),
         Err(problem) => {
             let withdrawn = match &problem {

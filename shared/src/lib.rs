@@ -4,6 +4,7 @@
 
 pub mod adoption;
 pub mod apply_once;
+pub mod author;
 pub mod cache_trim;
 pub mod cached_copy;
 pub mod claims;
@@ -16,6 +17,7 @@ pub mod field_exclusion;
 pub mod globs;
 pub mod initial_list;
 pub mod key_selection;
+pub mod kind_policy;
 pub mod keys;
 pub mod lifecycle;
 pub mod metadata_hygiene;

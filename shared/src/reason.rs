@@ -84,6 +84,9 @@ named_enum! {
         DestinationOrphaned,
         /// Event: an existing object whose owner consented (`projection.sh/adopt-by`) became a copy.
         DestinationAdopted,
+        /// The CR's author may not create the kind in a destination namespace (a
+        /// SubjectAccessReview for the author, `--author-access=enforce`): no copy there.
+        DestinationForbidden,
     }
 }
 
@@ -164,7 +167,7 @@ impl Reason {
             | TargetResolutionFailed
             | DestinationInvalid => Verb::Validate,
             DestinationFetchFailed => Verb::Get,
-            DestinationCreateFailed => Verb::Create,
+            DestinationCreateFailed | DestinationForbidden => Verb::Create,
             DestinationUpdateFailed => Verb::Update,
             Resolved | SourceNotResolved | DestinationDeleteFailed | DestinationWriteFailed | Suspended => {
                 return None;
@@ -198,7 +201,8 @@ impl Reason {
             | DestinationCreateFailed
             | DestinationUpdateFailed
             | DestinationDeleteFailed
-            | DestinationWriteFailed => Retry::Backoff,
+            | DestinationWriteFailed
+            | DestinationForbidden => Retry::Backoff,
             // Not failures: nothing to retry until something changes.
             Resolved | Projected | Updated | DestinationRecreated | DestinationDeleted
             | DestinationLeftAlone | SourceNotResolved | Suspended | DestinationOrphaned
@@ -221,7 +225,8 @@ impl Reason {
             | DestinationDeleteFailed
             | DestinationWriteFailed
             | TargetResolutionFailed
-            | DestinationInvalid => ResultCategory::DestinationError,
+            | DestinationInvalid
+            | DestinationForbidden => ResultCategory::DestinationError,
             SourceResolutionFailed
             | SourceForbidden
             | SourceFetchFailed
@@ -284,6 +289,7 @@ mod tests {
                 "Suspended",
                 "DestinationOrphaned",
                 "DestinationAdopted",
+                "DestinationForbidden",
             ]
         );
         for reason in Reason::ALL {

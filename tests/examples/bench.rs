@@ -729,14 +729,17 @@ async fn measure(
             create_namespace(client, ns, json!({RUN_LABEL: run})).await?;
         }
         let t = Instant::now();
+        // Written straight to the apiserver, as the webhook would record their author.
+        let author = projection_tests::author_annotation(&client).await?;
         in_parallel((0..plan.projections).collect(), |i| {
             let (client, source_ns, dest) = (client.clone(), source_ns.clone(), dest[i % dest.len()].clone());
+            let author = author.clone();
             async move {
                 let resource = kind_resource(i % plan.kinds);
                 let name = format!("s-{i}");
                 let api = Api::<DynamicObject>::namespaced_with(client.clone(), &source_ns, &resource);
                 api.create(&PostParams::default(), &source_object(&resource, &source_ns, &name)?).await?;
-                let p: Projection = serde_json::from_value(json!({"metadata": {"name": name, "labels": {RUN_LABEL: run}},
+                let p: Projection = serde_json::from_value(json!({"metadata": {"name": name, "labels": {RUN_LABEL: run}, "annotations": author},
                     "spec": {"source": {"group": resource.group, "kind": resource.kind, "namespace": source_ns, "name": name}}}))?;
                 Api::<Projection>::namespaced(client, &dest).create(&PostParams::default(), &p).await?;
                 Ok(())
@@ -888,8 +891,9 @@ async fn measure_fan_out(
     } else {
         json!({"namespaces": targets})
     };
+    let author = projection_tests::author_annotation(&client).await?;
     let cp: ClusterProjection = serde_json::from_value(
-        json!({"metadata": {"name": run, "labels": {RUN_LABEL: run}},
+        json!({"metadata": {"name": run, "labels": {RUN_LABEL: run}, "annotations": author},
         "spec": {"source": {"kind": "ConfigMap", "namespace": source_ns, "name": "fanout"}, "destination": destination}}),
     )?;
     let cps: Api<ClusterProjection> = Api::all(client.clone());

@@ -762,3 +762,21 @@ pub fn service_account_kubeconfig(namespace: &str, name: &str) -> PathBuf {
     .expect("kubeconfig written");
     path
 }
+
+/// The annotation recording the user of `client` as the author of a CR (`projection.sh/author`),
+/// as the webhook records it: for tools that write CRs straight to the apiserver (the benchmark,
+/// fault injection), so a controller that checks authors (its default) copies for them.
+pub async fn author_annotation(client: &Client) -> anyhow::Result<serde_json::Value> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let review = Api::<SelfSubjectReview>::all(client.clone())
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+        .context("asking the apiserver who we are (SelfSubjectReview)")?;
+    let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
+    let author = shared::author::Author::of(
+        user.username.as_deref().unwrap_or_default(),
+        user.groups.as_deref().unwrap_or_default(),
+    )
+    .map_err(anyhow::Error::msg)?;
+    Ok(serde_json::json!({shared::author::AUTHOR: author.record()}))
+}

@@ -3,7 +3,7 @@
 
 use crate::error::ConfigError;
 use clap::Parser;
-use shared::projectable::SourceMode;
+use shared::{kind_policy::AllowedPowerKinds, projectable::SourceMode};
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 /// projection-webhook: admission webhook for projection.sh resources.
@@ -85,6 +85,13 @@ pub struct Args {
     /// Deny ClusterProjection creates and spec changes (namespace tenants only).
     #[arg(long, default_value_t = false)]
     pub tenant_mode: bool,
+
+    /// Kinds that grant power (RBAC Roles and RoleBindings, ServiceAccounts, Endpoints,
+    /// EndpointSlices, ServiceAccount token Secrets) that may be projected, comma-separated, e.g.
+    /// `RoleBinding.rbac.authorization.k8s.io,Secret/service-account-token`; give the controller
+    /// the same list. By default none; projection.sh kinds never.
+    #[arg(long, default_value = "", value_parser = |s: &str| s.parse::<AllowedPowerKinds>())]
+    pub allow_power_kinds: AllowedPowerKinds,
 
     /// Which sources may be projected: allowlist (only sources annotated
     /// projection.sh/projectable="true") or permissive (all but those annotated "false").

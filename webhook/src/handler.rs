@@ -124,7 +124,7 @@ async fn handle<C: ClusterView>(app: &App<C>, endpoint: Endpoint, request: Reque
     };
     let (response, labels) = match read_request(body, app.body_timeout).await {
         Ok(request) => {
-            let (answer, verdict) = review(endpoint, app.settings, &app.cluster, &request).await;
+            let (answer, verdict) = review(endpoint, &app.settings, &app.cluster, &request).await;
             log_outcome(endpoint, &request, &answer, verdict);
             if let Verdict::Error(category) = verdict {
                 app.metrics

@@ -150,6 +150,7 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
                 source_mode: args.source_mode,
                 check_source_access: args.check_source_access,
             },
+            allowed_power_kinds: args.allow_power_kinds.clone(),
         },
         cluster,
         metrics,

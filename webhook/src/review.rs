@@ -19,8 +19,10 @@ use kube::core::{
 };
 use serde_json::{Value, json};
 use shared::{
+    author::{AUTHOR, Author},
     copy::CopyRules,
     crd::{ClusterProjectionSpec, ProjectionSpec, SourceRef},
+    kind_policy::{AllowedPowerKinds, check_kind},
     validation::{check_cluster_projection, check_projection},
 };
 
@@ -44,12 +46,14 @@ impl Endpoint {
 }
 
 /// Settings of the review.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ReviewSettings {
     /// `--tenant-mode`: ClusterProjection creates and spec changes are denied.
     pub tenant_mode: bool,
     /// Source policy.
     pub policy: PolicySettings,
+    /// `--allow-power-kinds`: the kinds that grant power a platform lets be projected.
+    pub allowed_power_kinds: AllowedPowerKinds,
 }
 
 /// How a review ended, for metrics.
@@ -125,7 +129,7 @@ fn spec_of(object: Option<&DynamicObject>) -> Option<&Value> {
 /// Reviews one request at `endpoint`.
 pub async fn review<C: ClusterView>(
     endpoint: Endpoint,
-    settings: ReviewSettings,
+    settings: &ReviewSettings,
     cluster: &C,
     request: &AdmissionRequest<DynamicObject>,
 ) -> (AdmissionResponse, Verdict) {
@@ -171,39 +175,30 @@ pub async fn review<C: ClusterView>(
         ),
         Checked::Cluster(s) => (s.source.clone(), s.destination.name.clone()),
     };
+    // The operator's own kinds, and kinds that grant power unless the platform allows them.
+    if let Err(message) = check_kind(&source.group_kind(), &settings.allowed_power_kinds) {
+        return deny(message);
+    }
     match endpoint {
-        Endpoint::Mutate => (
-            default_destination_name(allow, spec, &source, destination_name.as_deref()),
-            Verdict::Allowed,
-        ),
-        Endpoint::Validate => {
-            let changed =
-                |field: &str| old_spec.and_then(|s| s.get(field)) != spec.and_then(|s| s.get(field));
-            // The other CRs: a loop is denied, an overlap warned of (when the copies may have moved).
-            let mut claim_warnings = Vec::new();
-            if let Some(claims) = cluster.claims()
-                && (changed("source") || changed("destination"))
-            {
-                let candidate = match &checked {
-                    Checked::Projection(spec) => Candidate::Projection { namespace, spec },
-                    Checked::Cluster(spec) => Candidate::Cluster { spec },
-                };
-                let verdict = claims.check(&request.name, candidate);
-                if let Some(denial) = verdict.denial {
-                    return deny(denial);
-                }
-                claim_warnings = verdict.warnings;
-            }
-            let with_warnings = |mut response: AdmissionResponse, mut warnings: Vec<String>| {
-                warnings.extend(claim_warnings.iter().cloned());
-                response.warnings = (!warnings.is_empty()).then_some(warnings);
-                (response, Verdict::Allowed)
+        Endpoint::Mutate => {
+            // Whoever writes the spec is its author: the controller checks the author's access
+            // where each copy is made, and the chart's admission policy holds the record to the
+            // requesting user even when this webhook is bypassed.
+            let username = request.user_info.username.as_deref().unwrap_or_default();
+            let groups = request.user_info.groups.as_deref().unwrap_or_default();
+            let author = match Author::of(username, groups) {
+                Ok(author) => author,
+                Err(why) => return deny(format!("cannot record the author of this spec: {why}")),
             };
-            // `spec.keys` decides what of the source a copy shows: a change of it is a change of
-            // what the author exposes, checked like a new source.
-            if !changed("source") && !changed("keys") {
-                return with_warnings(allow, Vec::new());
-            }
+            let mut operations = vec![author_operation(request.object.as_ref(), &author)];
+            operations.extend(default_destination_name(spec, &source, destination_name.as_deref()));
+            (with_patch(allow, operations), Verdict::Allowed)
+        }
+        Endpoint::Validate => {
+            // Any change of the spec can widen what a copy shows (a removed exclusion, a wider
+            // metadata include, another destination), and it makes its writer the author: the
+            // writer must be able to read the source, whatever field changed. First, before
+            // anything about the source or the other CRs is revealed.
             let mut warnings = match check_source(cluster, settings.policy, &request.user_info, &source).await
             {
                 Ok(PolicyVerdict::Allow { warnings }) => warnings,
@@ -215,13 +210,31 @@ pub async fn review<C: ClusterView>(
                     );
                 }
             };
+            let changed =
+                |field: &str| old_spec.and_then(|s| s.get(field)) != spec.and_then(|s| s.get(field));
+            // The other CRs: a loop is denied, an overlap warned of (when the copies may have moved).
+            if let Some(claims) = cluster.claims()
+                && (changed("source") || changed("destination"))
+            {
+                let candidate = match &checked {
+                    Checked::Projection(spec) => Candidate::Projection { namespace, spec },
+                    Checked::Cluster(spec) => Candidate::Cluster { spec },
+                };
+                let verdict = claims.check(&request.name, candidate);
+                if let Some(denial) = verdict.denial {
+                    return deny(denial);
+                }
+                warnings.extend(verdict.warnings);
+            }
             // After the source policy: only a user who may read the source learns about its keys.
             match check_content(cluster, &source, &checked.copy_rules()).await {
                 ContentVerdict::Deny(message) => return deny(message),
                 ContentVerdict::Warn(warning) => warnings.push(warning),
                 ContentVerdict::Fine => {}
             }
-            with_warnings(allow, warnings)
+            let mut response = allow;
+            response.warnings = (!warnings.is_empty()).then_some(warnings);
+            (response, Verdict::Allowed)
         }
     }
 }
@@ -239,30 +252,41 @@ fn policy_failure(error: &PolicyError) -> String {
     format!("cannot check the source right now ({error}); try again")
 }
 
-/// Adds `spec.destination.name` (the source's name) when absent; nothing else is changed.
-fn default_destination_name(
-    response: AdmissionResponse,
-    spec: Option<&Value>,
-    source: &SourceRef,
-    destination_name: Option<&str>,
-) -> AdmissionResponse {
+/// The patch operation recording `author` in the object's annotations (added or replaced).
+fn author_operation(object: Option<&DynamicObject>, author: &Author) -> Value {
+    let has_annotations = object.is_some_and(|o| o.metadata.annotations.is_some());
+    if has_annotations {
+        // `add` on an existing member replaces it (RFC 6902); `/` in the key is escaped as `~1`.
+        let path = format!("/metadata/annotations/{}", AUTHOR.replace('~', "~0").replace('/', "~1"));
+        json!({"op": "add", "path": path, "value": author.record()})
+    } else {
+        json!({"op": "add", "path": "/metadata/annotations", "value": {AUTHOR: author.record()}})
+    }
+}
+
+/// The operation adding `spec.destination.name` (the source's name) when absent.
+fn default_destination_name(spec: Option<&Value>, source: &SourceRef, destination_name: Option<&str>) -> Option<Value> {
     if destination_name.is_some() {
-        return response;
+        return None;
     }
     let has_destination = spec
         .and_then(|s| s.get("destination"))
         .is_some_and(Value::is_object);
-    let operation = if has_destination {
+    Some(if has_destination {
         json!({"op": "add", "path": "/spec/destination/name", "value": source.name})
     } else {
         json!({"op": "add", "path": "/spec/destination", "value": {"name": source.name}})
-    };
-    let patch: json_patch::Patch = match serde_json::from_value(json!([operation])) {
+    })
+}
+
+/// `response` with the JSON patch of `operations`.
+fn with_patch(response: AdmissionResponse, operations: Vec<Value>) -> AdmissionResponse {
+    let patch: json_patch::Patch = match serde_json::from_value(Value::Array(operations)) {
         Ok(patch) => patch,
-        Err(e) => return response.deny(format!("internal error building the default patch: {e}")),
+        Err(e) => return response.deny(format!("internal error building the patch: {e}")),
     };
     match response.clone().with_patch(patch) {
         Ok(patched) => patched,
-        Err(e) => response.deny(format!("internal error encoding the default patch: {e}")),
+        Err(e) => response.deny(format!("internal error encoding the patch: {e}")),
     }
 }

@@ -299,6 +299,7 @@ async fn source_policy_verdicts() {
                 source_mode: SourceMode::Permissive,
                 check_source_access: false,
             },
+            allowed_power_kinds: Default::default(),
         },
     );
     assert_eq!(

@@ -27,6 +27,7 @@ pub fn controller_rules(kinds: &[&str]) -> Value {
         {"apiGroups": ["projection.sh"],
          "resources": ["projections/finalizers", "clusterprojections/finalizers"], "verbs": ["update"]},
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
          "verbs": ["get", "list", "watch"]},

@@ -22,9 +22,15 @@ pub fn binary() -> &'static Path {
 }
 
 /// A controller with a long retry cap, so anything that recovers within a test's timeout was woken
-/// by a watch, not by a timer.
+/// by a watch, not by a timer. The suites that test reconciling, not tenancy, write their CRs as
+/// the admin without the webhook (so without an author record): their controller trusts its own
+/// access (`--author-access=trusted`, the Go operator's behaviour) unless `extra` says otherwise;
+/// the `tenancy` suite runs the default, `enforce`.
 pub async fn controller(extra: &[&str]) -> ServiceProcess {
     let mut args = vec!["--requeue-interval", "5m"];
+    if !extra.iter().any(|a| a.starts_with("--author-access")) {
+        args.push("--author-access=trusted");
+    }
     args.extend_from_slice(extra);
     let mut process = ServiceProcess::start(binary(), &args);
     process.wait_ready().await;

@@ -102,12 +102,13 @@ pub async fn leader_kill(
     for replica in &mut replicas {
         replica.wait_ready().await;
     }
+    let author = projection_tests::author_annotation(client).await?;
     Api::<ClusterProjection>::all(client.clone())
         .create(
             &PostParams::default(),
             &serde_json::from_value(json!({
                 "apiVersion": "projection.sh/v1", "kind": "ClusterProjection",
-                "metadata": {"name": format!("{run}-leader"), "labels": {RUN_LABEL: run}},
+                "metadata": {"name": format!("{run}-leader"), "labels": {RUN_LABEL: run}, "annotations": author},
                 "spec": {
                     "source": {"version": "v1", "kind": "ConfigMap", "namespace": source_ns, "name": "settings"},
                     "destination": {"namespaces": names, "name": COPY},

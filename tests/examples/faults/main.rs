@@ -300,11 +300,12 @@ async fn controller_kills(
     let stranger_versions = stranger_versions(client, &strangers).await?;
 
     let cps: Api<ClusterProjection> = Api::all(client.clone());
+    let author = projection_tests::author_annotation(client).await?;
     cps.create(
         &PostParams::default(),
         &serde_json::from_value(json!({
             "apiVersion": "projection.sh/v1", "kind": "ClusterProjection",
-            "metadata": {"name": run, "labels": {RUN_LABEL: run}},
+            "metadata": {"name": run, "labels": {RUN_LABEL: run}, "annotations": author},
             "spec": {
                 "source": {"version": "v1", "kind": "ConfigMap", "namespace": source_ns, "name": "settings"},
                 "destination": {
@@ -742,12 +743,13 @@ async fn create_projection(
     source_ns: &str,
     dest_ns: &str,
 ) -> anyhow::Result<(Api<ConfigMap>, String)> {
+    let author = projection_tests::author_annotation(client).await?;
     Api::<Projection>::namespaced(client.clone(), dest_ns)
         .create(
             &PostParams::default(),
             &serde_json::from_value(json!({
                 "apiVersion": "projection.sh/v1", "kind": "Projection",
-                "metadata": {"name": "settings", "labels": {RUN_LABEL: run}},
+                "metadata": {"name": "settings", "labels": {RUN_LABEL: run}, "annotations": author},
                 "spec": {
                     "source": {"version": "v1", "kind": "ConfigMap", "namespace": source_ns, "name": "settings"},
                     "destination": {"name": COPY},

@@ -21,6 +21,7 @@ pub fn default_settings(tenant_mode: bool) -> ReviewSettings {
             source_mode: SourceMode::Allowlist,
             check_source_access: true,
         },
+        allowed_power_kinds: Default::default(),
     }
 }
 

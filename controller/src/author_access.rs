@@ -1,0 +1,79 @@
+//! The author's access, checked where the copies are made: before a pass writes anything, the CR's
+//! recorded author (`projection.sh/author`, see `shared::author`) must be allowed to `get` the
+//! source and to `create` its kind where the copies go, as the apiserver's authorizer answers a
+//! SubjectAccessReview for that author. So tenancy does not rest on the webhook: a CR admitted with
+//! the webhook down or bypassed, of a kind not served at admission, or edited to show more, copies
+//! only what its author could have copied by hand.
+//!
+//! Grants are reused for [`GRANT_TTL`] (denials never), as the webhook does; each pass asks again
+//! after that, so a revoked grant takes effect at the next pass of the CR past the TTL.
+
+use kube::{Api, Client, api::PostParams};
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use quick_cache::sync::Cache;
+use shared::author::{AccessQuestion, Author};
+use std::time::{Duration, Instant};
+
+/// How long a grant is reused.
+pub const GRANT_TTL: Duration = Duration::from_secs(10);
+/// Most grants kept (each a few hundred bytes: the author's record and the question).
+const GRANTS_KEPT: usize = 10_000;
+
+/// `--author-access`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum AuthorAccessMode {
+    /// The recorded author must be allowed to read the source and create the copies.
+    #[default]
+    Enforce,
+    /// The Go operator's behaviour: the controller's own access is all that counts (only the
+    /// webhook checks the author, at admission).
+    Trusted,
+}
+
+/// The authorizer's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// Allowed.
+    Allowed,
+    /// Denied, with the authorizer's reason if it gave one.
+    Denied(Option<String>),
+}
+
+/// Asks the apiserver's authorizer about authors, reusing grants.
+pub struct AuthorAccess {
+    mode: AuthorAccessMode,
+    grants: Cache<(String, AccessQuestion), Instant>,
+}
+
+impl AuthorAccess {
+    /// Checks in `mode`.
+    pub fn new(mode: AuthorAccessMode) -> Self {
+        Self {
+            mode,
+            grants: Cache::new(GRANTS_KEPT),
+        }
+    }
+
+    /// Whether authors are checked at all.
+    pub fn enforced(&self) -> bool {
+        self.mode == AuthorAccessMode::Enforce
+    }
+
+    /// Whether `author` may do what `question` asks.
+    pub async fn ask(&self, client: &Client, author: &Author, question: &AccessQuestion) -> Result<Answer, kube::Error> {
+        let key = (author.record(), question.clone());
+        if self.grants.get(&key).is_some_and(|until| until > Instant::now()) {
+            return Ok(Answer::Allowed);
+        }
+        let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
+        let review = author.access_review(question.attributes());
+        let answer = reviews.create(&PostParams::default(), &review).await?;
+        let status = answer.status.unwrap_or_default();
+        if status.allowed && status.denied != Some(true) {
+            self.grants.insert(key, Instant::now() + GRANT_TTL);
+            Ok(Answer::Allowed)
+        } else {
+            Ok(Answer::Denied(status.reason.filter(|r| !r.is_empty())))
+        }
+    }
+}

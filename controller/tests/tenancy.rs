@@ -1,0 +1,344 @@
+//! Tenancy held by the controller itself, with no webhook at all (as with the webhook down under
+//! `failurePolicy: Ignore`): the CR's recorded author must be allowed to read the source and to
+//! create its kind where the copies go; a CR without an author copies nothing; the operator's own
+//! kinds and kinds that grant power are never copied unless allowed; and the chart's admission
+//! policy holds the author record to the requesting user. Users are impersonated (`--as`).
+
+mod common;
+
+use common::*;
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Secret},
+    rbac::v1::{Role, RoleBinding},
+};
+use kube::{Api, Client, api::PostParams};
+use projection_tests::{
+    ClusterScopedGuard, TestNamespace, chart, kubectl_stdin, test_config, wait_for,
+};
+use serde_json::{Value, json};
+use shared::{
+    author::{AUTHOR, Author},
+    crd::{ClusterProjection, Projection},
+};
+
+/// A client acting as `user` in `groups` (the admin impersonating them, as `kubectl --as`).
+async fn client_as(user: &str, groups: &[&str]) -> Client {
+    let mut config = test_config().await.expect("test kubeconfig");
+    config.auth_info.impersonate = Some(user.to_owned());
+    config.auth_info.impersonate_groups = Some(groups.iter().map(|g| (*g).to_owned()).collect());
+    Client::try_from(config).expect("impersonating client")
+}
+
+/// The record the webhook writes for `user`: impersonated users get `system:authenticated` too.
+fn record(user: &str, groups: &[&str]) -> String {
+    let mut all: Vec<String> = groups.iter().map(|g| (*g).to_owned()).collect();
+    all.push("system:authenticated".to_owned());
+    Author::of(user, &all).expect("recordable").record()
+}
+
+/// Grants `user` the `verbs` on `resources` (core group unless `group`) in `namespace`, optionally
+/// on `names` only.
+async fn grant(client: &Client, namespace: &str, user: &str, rule: Value) {
+    let name = format!("grant-{}", rand_suffix(user, &rule));
+    let roles: Api<Role> = Api::namespaced(client.clone(), namespace);
+    create(&roles, json!({"metadata": {"name": name}, "rules": [rule]})).await;
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), namespace);
+    create(
+        &bindings,
+        json!({"metadata": {"name": name},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}),
+    )
+    .await;
+}
+
+fn rand_suffix(user: &str, rule: &Value) -> String {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    (user, rule.to_string()).hash(&mut h);
+    format!("{:x}", h.finish())
+}
+
+/// A tenant of `namespace`: manages Projections and ConfigMaps there.
+async fn tenant_of(client: &Client, namespace: &str, user: &str) {
+    grant(
+        client,
+        namespace,
+        user,
+        json!({"apiGroups": ["projection.sh"], "resources": ["projections"], "verbs": ["*"]}),
+    )
+    .await;
+    grant(
+        client,
+        namespace,
+        user,
+        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}),
+    )
+    .await;
+}
+
+fn projection_by(name: &str, source: Value, extra: Value, author: &str) -> Value {
+    let mut value = projection(name, source, extra);
+    value["metadata"]["annotations"] = json!({AUTHOR: author});
+    value
+}
+
+async fn copy_absent(api: &Api<ConfigMap>, name: &str) -> bool {
+    matches!(api.get_opt(name).await, Ok(None))
+}
+
+#[tokio::test]
+async fn a_cr_without_a_recorded_author_copies_nothing() {
+    let env = env("no-author").await;
+    let _controller = controller(&["--author-access=enforce"]).await;
+    env.project_new_configmap("p", "cfg", json!({"k": "v"}), json!({})).await;
+    let condition = wait_not_ready(&env.projections(), "p", "SourceForbidden").await;
+    let message = condition["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains("no author is recorded"), "{message}");
+    assert!(copy_absent(&env.api(env.dest.name()), "cfg").await, "a copy was made without an author");
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn an_author_who_cannot_read_the_source_gets_no_copy_until_granted() {
+    let env = env("unreadable").await;
+    let (src, dst) = env.names();
+    let _controller = controller(&["--author-access=enforce"]).await;
+    let user = format!("tenant-{dst}");
+    tenant_of(&env.client, &dst, &user).await;
+    source_configmap(&env.api(&src), "cfg", json!({"password": "hunter2"})).await;
+
+    // Written by the tenant itself (no webhook), with its own record: admitted, but the controller
+    // asks the apiserver whether the tenant may read the source.
+    let tenant = client_as(&user, &[]).await;
+    let api: Api<Projection> = Api::namespaced(tenant, &dst);
+    create(&api, projection_by("p", cm_source(&src, "cfg"), json!({}), &record(&user, &[]))).await;
+    let condition = wait_not_ready(&env.projections(), "p", "SourceForbidden").await;
+    let message = condition["message"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        message.contains(&format!("the author {user} may not get configmaps {src}/cfg")),
+        "{message}"
+    );
+    assert!(copy_absent(&env.api(&dst), "cfg").await, "a copy was made for an author who may not read the source");
+
+    // Granted: the retry picks it up.
+    grant(
+        &env.client,
+        &src,
+        &user,
+        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": ["cfg"]}),
+    )
+    .await;
+    wait_ready(&env.projections(), "p").await;
+    let copy: ConfigMap = env.api(&dst).get("cfg").await.expect("copy");
+    assert_eq!(data_of(&copy)["password"], "hunter2");
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_spec_edit_by_someone_who_cannot_read_the_source_withdraws_the_copy() {
+    let env = env("widening").await;
+    let (src, dst) = env.names();
+    let _controller = controller(&["--author-access=enforce"]).await;
+    let (alice, bob) = (format!("alice-{dst}"), format!("bob-{dst}"));
+    tenant_of(&env.client, &dst, &alice).await;
+    tenant_of(&env.client, &dst, &bob).await;
+    grant(
+        &env.client,
+        &src,
+        &alice,
+        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}),
+    )
+    .await;
+    source_configmap(&env.api(&src), "db", json!({"user": "app", "admin-password": "s3cret"})).await;
+    let exclude = json!({"fields": {"exclude": ["$.data['admin-password']"]}});
+    let as_alice: Api<Projection> = Api::namespaced(client_as(&alice, &[]).await, &dst);
+    create(&as_alice, projection_by("db", cm_source(&src, "db"), exclude, &record(&alice, &[]))).await;
+    wait_ready(&env.projections(), "db").await;
+    let copies: Api<ConfigMap> = env.api(&dst);
+    let copy = copies.get("db").await.expect("copy");
+    assert!(data_of(&copy).get("admin-password").is_none());
+
+    // Bob removes the exclusion; he becomes the author, and he may not read the source.
+    let as_bob: Api<Projection> = Api::namespaced(client_as(&bob, &[]).await, &dst);
+    let mut edited = as_bob.get("db").await.expect("projection");
+    edited.spec.controls.fields = None;
+    edited
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(AUTHOR.to_owned(), record(&bob, &[]));
+    as_bob
+        .replace("db", &PostParams::default(), &edited)
+        .await
+        .expect("bob's edit");
+    let condition = wait_not_ready(&env.projections(), "db", "SourceForbidden").await;
+    assert!(
+        condition["message"].as_str().unwrap_or_default().contains(&bob),
+        "{condition}"
+    );
+    wait_for("the copy withdrawn", TIMEOUT, || async {
+        match copies.get_opt("db").await {
+            Ok(None) => Ok(()),
+            Ok(Some(c)) if data_of(&c).get("admin-password").is_some() => {
+                panic!("the excluded key reached the copy for an author who may not read the source")
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn the_operators_own_kinds_and_power_kinds_are_never_sources() {
+    let env = env("power-kinds").await;
+    let (src, dst) = env.names();
+    let _controller = controller(&["--author-access=enforce"]).await;
+    let admin = projection_tests::author_annotation(&env.client).await.expect("admin record");
+    let admin = admin[AUTHOR].as_str().unwrap_or_default().to_owned();
+    // A Projection as a source: its copy would be a Projection made with the controller's authority.
+    let inner = projection_by("inner", cm_source(&src, "cfg"), json!({}), &admin);
+    create(&Api::<Projection>::namespaced(env.client.clone(), &src), inner).await;
+    let of_projection = json!({"group": "projection.sh", "version": "v1", "kind": "Projection",
+                               "namespace": src, "name": "inner"});
+    create(&env.projections(), projection_by("of-projection", of_projection, json!({}), &admin)).await;
+    let condition = wait_not_ready(&env.projections(), "of-projection", "SourceNotProjectable").await;
+    assert!(
+        condition["message"].as_str().unwrap_or_default().contains("projection.sh kinds cannot be projected"),
+        "{condition}"
+    );
+    // A RoleBinding (opted in by its owner) needs the platform's flag.
+    let bindings: Api<RoleBinding> = env.api(&src);
+    create(
+        &bindings,
+        json!({"metadata": {"name": "admins", "annotations": {"projection.sh/projectable": "true"}},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "someone"}]}),
+    )
+    .await;
+    let of_binding = json!({"group": "rbac.authorization.k8s.io", "version": "v1", "kind": "RoleBinding",
+                            "namespace": src, "name": "admins"});
+    create(&env.projections(), projection_by("of-binding", of_binding, json!({}), &admin)).await;
+    let condition = wait_not_ready(&env.projections(), "of-binding", "SourceNotProjectable").await;
+    assert!(
+        condition["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("--allow-power-kinds=RoleBinding.rbac.authorization.k8s.io"),
+        "{condition}"
+    );
+    assert!(matches!(env.api::<RoleBinding>(&dst).get_opt("admins").await, Ok(None)));
+    // A ServiceAccount token Secret, opted in: refused too.
+    let secrets: Api<Secret> = env.api(&src);
+    create(
+        &secrets,
+        json!({"metadata": {"name": "token", "annotations": {"projection.sh/projectable": "true",
+                                                             "kubernetes.io/service-account.name": "default"}},
+               "type": "kubernetes.io/service-account-token"}),
+    )
+    .await;
+    let of_token = json!({"version": "v1", "kind": "Secret", "namespace": src, "name": "token"});
+    create(&env.projections(), projection_by("of-token", of_token, json!({}), &admin)).await;
+    let condition = wait_not_ready(&env.projections(), "of-token", "SourceNotProjectable").await;
+    assert!(
+        condition["message"].as_str().unwrap_or_default().contains("ServiceAccount token Secret"),
+        "{condition}"
+    );
+    assert!(matches!(env.api::<Secret>(&dst).get_opt("token").await, Ok(None)));
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_cluster_projection_writes_only_where_its_author_may_create_the_kind() {
+    let env = env("cp-author").await;
+    let (src, dst) = env.names();
+    let other = TestNamespace::create(&env.client, "cp-author-other").await;
+    let _controller = controller(&["--author-access=enforce"]).await;
+    let user = format!("platform-{dst}");
+    grant(
+        &env.client,
+        &src,
+        &user,
+        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}),
+    )
+    .await;
+    grant(
+        &env.client,
+        &dst,
+        &user,
+        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}),
+    )
+    .await;
+    source_configmap(&env.api(&src), "cfg", json!({"k": "v"})).await;
+    let name = format!("author-{dst}");
+    let _guard = ClusterScopedGuard::new("clusterprojections", &name);
+    let cps: Api<ClusterProjection> = Api::all(env.client.clone());
+    create(
+        &cps,
+        json!({"apiVersion": "projection.sh/v1", "kind": "ClusterProjection",
+               "metadata": {"name": name, "annotations": {AUTHOR: record(&user, &[])}},
+               "spec": {"source": cm_source(&src, "cfg"),
+                        "destination": {"namespaces": [dst, other.name()]}}}),
+    )
+    .await;
+    let failed = wait_for("the other namespace failed as forbidden", TIMEOUT, || async {
+        let cp = cps.get(&name).await.map_err(|e| e.to_string())?;
+        let status = serde_json::to_value(cp.status).unwrap_or_default();
+        match status["failedNamespaces"].as_array() {
+            Some(failed) if !failed.is_empty() && status["namespacesWritten"] == 1 => Ok(failed.clone()),
+            _ => Err(status.to_string()),
+        }
+    })
+    .await;
+    assert_eq!(failed[0]["namespace"], other.name());
+    assert_eq!(failed[0]["reason"], "DestinationForbidden");
+    assert!(env.api::<ConfigMap>(&dst).get("cfg").await.is_ok());
+    assert!(copy_absent(&env.api(other.name()), "cfg").await);
+    cps.delete(&name, &Default::default()).await.expect("delete");
+    wait_absent(&cps, &name, "the ClusterProjection").await;
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn the_admission_policy_holds_the_author_record_to_the_requesting_user() {
+    let env = env("author-policy").await;
+    let (src, dst) = env.names();
+    // The chart's policy, alone, under a name of this test's own.
+    let release = format!("vap-{}", std::process::id());
+    let rendered = chart::helm_ok(&[
+        "template",
+        &release,
+        &chart::chart_dir().to_string_lossy(),
+        "--show-only",
+        "templates/author-policy.yaml",
+    ]);
+    let policy_name = format!("{release}-projection-author");
+    let _policy = ClusterScopedGuard::new("validatingadmissionpolicies", &policy_name);
+    let _binding = ClusterScopedGuard::new("validatingadmissionpolicybindings", &policy_name);
+    let applied = kubectl_stdin(&["apply", "-f", "-"], &rendered);
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+
+    let user = format!("tenant-{dst}");
+    tenant_of(&env.client, &dst, &user).await;
+    let api: Api<Projection> = Api::namespaced(client_as(&user, &[]).await, &dst);
+    let admin = projection_tests::author_annotation(&env.client).await.expect("admin record");
+    let forged = projection_by("forged", cm_source(&src, "cfg"), json!({}), admin[AUTHOR].as_str().unwrap_or_default());
+    // The policy takes a moment to be loaded by the apiserver: wait until it refuses the forgery.
+    let refusal = wait_for("the forged author refused", TIMEOUT, || async {
+        let object: Projection = serde_json::from_value(forged.clone()).map_err(|e| e.to_string())?;
+        match api.create(&PostParams::default(), &object).await {
+            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => Ok(s.message),
+            Ok(_) => {
+                let _ = api.delete("forged", &Default::default()).await;
+                Err("admitted".to_owned())
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+    assert!(refusal.contains("must record the user who writes the spec"), "{refusal}");
+    // Its own record passes.
+    create(&api, projection_by("own", cm_source(&src, "cfg"), json!({}), &record(&user, &[]))).await;
+    env.finish().await;
+}
