@@ -29,6 +29,14 @@ pub struct Args {
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub tls_reload_interval: Duration,
 
+    /// PEM CA bundle of the apiserver's client certificate for webhooks (its admission
+    /// configuration's kubeConfigFile). When set, every TLS client must present a certificate
+    /// chained to it, and reviews run every check. When not set, no caller is authenticated, and
+    /// reviews skip every check that reads the cluster (see docs/webhook.md). Read at start: a new
+    /// CA needs a restart.
+    #[arg(long, value_name = "PATH")]
+    pub client_ca_file: Option<PathBuf>,
+
     /// Self-managed certificate mode: the webhook creates and rotates its own CA and serving
     /// certificate, keeps them in this Secret (type kubernetes.io/tls; tls.crt, tls.key, ca.crt,
     /// ca.key) in --namespace, and sets the CA as caBundle of the webhook configurations named by
@@ -329,6 +337,7 @@ mod tests {
         assert!(args.check_source_access);
         assert_eq!(args.access_review_cache_ttl, Duration::from_secs(5));
         assert_eq!(args.access_review_cache_bytes, 4 * 1024 * 1024);
+        assert_eq!(args.client_ca_file, None);
         assert_eq!(args.source_mode, SourceMode::Allowlist);
         assert_eq!(args.tls_reload_interval, Duration::from_secs(1));
         assert_eq!(args.self_managed_certificate_secret, None);

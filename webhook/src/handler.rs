@@ -7,6 +7,7 @@ use crate::{
     error::RequestError,
     metrics::{CategoryLabels, EndpointLabels, Metrics, RequestLabels},
     review::{Endpoint, ReviewSettings, Verdict, operation_label, resource_label, review},
+    server::Caller,
 };
 use axum::{
     Json, Router,
@@ -25,7 +26,7 @@ use kube::core::{
     admission::{AdmissionRequest, AdmissionResponse, AdmissionReview},
     response::Status,
 };
-use std::{sync::Arc, time::Duration, time::Instant};
+use std::{borrow::Cow, sync::Arc, time::Duration, time::Instant};
 
 /// Largest accepted request body. An AdmissionReview holds the object and its old version; etcd
 /// refuses objects over 1.5 MiB, so twice that plus framing is generous.
@@ -113,6 +114,9 @@ async fn mutate<C: ClusterView>(State(app): State<Arc<App<C>>>, request: Request
 async fn handle<C: ClusterView>(app: &App<C>, endpoint: Endpoint, request: Request) -> Response {
     let started = Instant::now();
     let (parts, body) = request.into_parts();
+    // Who the connection's TLS handshake proved the caller to be (the server sets it on every
+    // request; a router called without the server keeps the settings' value).
+    let caller = parts.extensions.get::<Caller>().copied();
     let content_length = parts
         .headers
         .get(CONTENT_LENGTH)
@@ -124,7 +128,8 @@ async fn handle<C: ClusterView>(app: &App<C>, endpoint: Endpoint, request: Reque
     };
     let (response, labels) = match read_request(body, app.body_timeout).await {
         Ok(request) => {
-            let (answer, verdict) = review(endpoint, &app.settings, &app.cluster, &request).await;
+            let settings = settings_for(&app.settings, caller);
+            let (answer, verdict) = review(endpoint, &settings, &app.cluster, &request).await;
             log_outcome(endpoint, &request, &answer, verdict);
             if let Verdict::Error(category) = verdict {
                 app.metrics
@@ -164,6 +169,20 @@ async fn handle<C: ClusterView>(app: &App<C>, endpoint: Endpoint, request: Reque
         .get_or_create(&labels)
         .observe(started.elapsed().as_secs_f64());
     response
+}
+
+/// The settings for a request from `caller`: the app's, with whether the caller is authenticated
+/// taken from its connection (copied only when that differs, which it does not when every
+/// connection is alike, with or without `--client-ca-file`).
+fn settings_for(settings: &ReviewSettings, caller: Option<Caller>) -> Cow<'_, ReviewSettings> {
+    match caller {
+        Some(caller) if caller.verified != settings.policy.caller_authenticated => {
+            let mut copy = settings.clone();
+            copy.policy.caller_authenticated = caller.verified;
+            Cow::Owned(copy)
+        }
+        _ => Cow::Borrowed(settings),
+    }
 }
 
 /// The answer to a review over the in-flight limit, sent without reading its body: HTTP 429 with

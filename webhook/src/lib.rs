@@ -74,7 +74,20 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
     }
 
     let certs = tls::CertStore::new(metrics.clone());
-    let tls_config = certs.server_config()?;
+    let client_ca = match &args.client_ca_file {
+        Some(path) => {
+            let pem = std::fs::read(path)
+                .with_context(|| format!("reading --client-ca-file {}", path.display()))?;
+            Some(tls::client_verifier(&pem).context("--client-ca-file")?)
+        }
+        None => {
+            tracing::warn!(
+                "no --client-ca-file: callers are not authenticated, so reviews skip every check that reads the cluster (access, projectability, content, other CRs)"
+            );
+            None
+        }
+    };
+    let tls_config = certs.server_config(client_ca)?;
     if self_managed.is_none() {
         let files = tls::CertFiles::new(&args.tls_cert_file, &args.tls_key_file);
         files
@@ -149,6 +162,8 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
             policy: policy::PolicySettings {
                 source_mode: args.source_mode,
                 check_source_access: args.check_source_access,
+                // Every connection carries its own answer; this is what a request without one gets.
+                caller_authenticated: args.client_ca_file.is_some(),
             },
             allowed_power_kinds: args.allow_power_kinds.clone(),
         },

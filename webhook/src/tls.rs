@@ -14,7 +14,7 @@ use rustls::{
     ServerConfig,
     crypto::CryptoProvider,
     pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
-    server::{ClientHello, ResolvesServerCert},
+    server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier, danger::ClientCertVerifier},
     sign::CertifiedKey,
 };
 use std::{
@@ -89,15 +89,46 @@ impl CertStore {
             .and_then(|key| key.cert.first().map(|c| c.to_vec()))
     }
 
-    /// A TLS 1.2/1.3 server configuration (ALPN h2 and http/1.1) serving the current certificate.
-    pub fn server_config(self: &Arc<Self>) -> Result<Arc<ServerConfig>, rustls::Error> {
-        let mut config = ServerConfig::builder_with_provider(self.provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
-            .with_no_client_auth()
-            .with_cert_resolver(self.clone());
+    /// A TLS 1.2/1.3 server configuration (ALPN h2 and http/1.1) serving the current certificate;
+    /// with `client_ca`, a client must present a certificate chained to it (see
+    /// [`client_verifier`]), otherwise no client certificate is asked for.
+    pub fn server_config(
+        self: &Arc<Self>,
+        client_ca: Option<Arc<dyn ClientCertVerifier>>,
+    ) -> Result<Arc<ServerConfig>, rustls::Error> {
+        let builder = ServerConfig::builder_with_provider(self.provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
+        let builder = match client_ca {
+            Some(verifier) => builder.with_client_cert_verifier(verifier),
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder.with_cert_resolver(self.clone());
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(Arc::new(config))
     }
+}
+
+/// A verifier that requires every client to present a certificate chained to one of the CAs in
+/// `ca_pem` (PEM, one or more certificates; during a CA rotation, old and new), valid now and for
+/// client authentication: the apiserver's admission client certificate. Built from the provider of
+/// the serving side, so the workspace keeps one crypto provider.
+pub fn client_verifier(ca_pem: &[u8]) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem) {
+        let cert = cert.map_err(|e| TlsError::Pem(format!("client CA: {e}")))?;
+        roots
+            .add(cert)
+            .map_err(|e| TlsError::Pem(format!("client CA: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(TlsError::Pem("no certificate in the client CA file".into()));
+    }
+    WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        Arc::new(rustls::crypto::ring::default_provider()),
+    )
+    .build()
+    .map_err(|e| TlsError::Pem(format!("client CA: {e}")))
 }
 
 /// A certificate and key file pair (a mounted Secret), re-read to follow rotations.

@@ -20,6 +20,8 @@ pub fn default_settings(tenant_mode: bool) -> ReviewSettings {
         policy: PolicySettings {
             source_mode: SourceMode::Allowlist,
             check_source_access: true,
+            // In-process, the router is called without the server: as the apiserver would.
+            caller_authenticated: true,
         },
         allowed_power_kinds: Default::default(),
     }
