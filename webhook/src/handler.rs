@@ -31,6 +31,11 @@ use std::{borrow::Cow, sync::Arc, time::Duration, time::Instant};
 /// Largest accepted request body. An AdmissionReview holds the object and its old version; etcd
 /// refuses objects over 1.5 MiB, so twice that plus framing is generous.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// Most JSON values a body may hold. Parsed, each value costs tens of bytes however short its text
+/// (`[0,0,...]` takes two bytes a value), so this, not the byte limit, bounds what parsing a body
+/// costs: about 100,000 values of at most ~100 bytes each. An AdmissionReview of a Projection holds a
+/// few hundred (its managedFields included).
+pub const MAX_JSON_VALUES: usize = 100_000;
 /// Most bytes of an oversized body read (and dropped) before it is answered; past this, or past the
 /// body timeout, the answer goes out while the client is still sending.
 const DISCARD_LIMIT_BYTES: usize = 8 * MAX_BODY_BYTES;
@@ -58,31 +63,56 @@ pub struct App<C> {
 
 /// How many reviews are handled at once, weighted by body size so the bodies buffered and parsed
 /// at once stay bounded in bytes, not only in number (a review of a 4 MiB body holds that body and
-/// its parsed form until it is answered). A review that finds the limit reached is answered at
-/// once with HTTP 429 (shed), before its body is read.
+/// its parsed form until it is answered). Reviews of large bodies (more than one unit) may hold at
+/// most half of the units between them, so a flood of large bodies cannot take the room of the
+/// small reviews an apiserver sends (a Projection is a few KiB). A review that finds no room is
+/// answered at once with HTTP 429 (shed), before its body is read.
 #[derive(Clone, Debug)]
 pub struct InFlightLimit {
-    permits: Arc<tokio::sync::Semaphore>,
+    all: Arc<tokio::sync::Semaphore>,
+    large: Arc<tokio::sync::Semaphore>,
     total: u32,
+    large_total: u32,
+}
+
+/// The room a review holds until it is answered.
+#[derive(Debug)]
+pub struct InFlightSlot {
+    _all: tokio::sync::OwnedSemaphorePermit,
+    _large: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl InFlightLimit {
     /// `total` units: that many small reviews at once, or fewer large ones (see [`review_weight`]).
     pub fn new(total: u32) -> Self {
         let total = total.max(1);
+        let large_total = (total / 2).max(1);
         Self {
-            permits: Arc::new(tokio::sync::Semaphore::new(total as usize)),
+            all: Arc::new(tokio::sync::Semaphore::new(total as usize)),
+            large: Arc::new(tokio::sync::Semaphore::new(large_total as usize)),
             total,
+            large_total,
         }
     }
 
-    /// A slot for a review whose body announces `content_length` bytes, or `None` when the limit is
-    /// reached.
-    fn try_enter(&self, content_length: Option<u64>) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self.permits
-            .clone()
-            .try_acquire_many_owned(review_weight(content_length, self.total))
-            .ok()
+    /// Room for a review whose body announces `content_length` bytes, or `None` when there is none.
+    fn try_enter(&self, content_length: Option<u64>) -> Option<InFlightSlot> {
+        let weight = review_weight(content_length, self.total);
+        let large = if weight > 1 {
+            Some(
+                self.large
+                    .clone()
+                    .try_acquire_many_owned(weight.min(self.large_total))
+                    .ok()?,
+            )
+        } else {
+            None
+        };
+        let all = self.all.clone().try_acquire_many_owned(weight).ok()?;
+        Some(InFlightSlot {
+            _all: all,
+            _large: large,
+        })
     }
 }
 
@@ -230,8 +260,14 @@ async fn read_request(
         }
         Err(e) => return Err(RequestError::Body(e.to_string())),
     };
+    let bytes = collected.to_bytes();
+    if json_values_at_most(&bytes) > MAX_JSON_VALUES {
+        return Err(RequestError::TooComplex {
+            limit: MAX_JSON_VALUES,
+        });
+    }
     let review: AdmissionReview<DynamicObject> =
-        serde_json::from_slice(&collected.to_bytes()).map_err(RequestError::Malformed)?;
+        serde_json::from_slice(&bytes).map_err(RequestError::Malformed)?;
     if review.types.api_version != "admission.k8s.io/v1" || review.types.kind != "AdmissionReview" {
         return Err(RequestError::WrongType {
             api_version: review.types.api_version,
@@ -239,6 +275,30 @@ async fn read_request(
         });
     }
     review.try_into().map_err(|_| RequestError::NoRequest)
+}
+
+/// An upper bound of the number of JSON values in `text`: one, plus one per `,`, `[` and `{`
+/// outside strings (every value but the first follows one of them). Malformed text gets some
+/// number; the parser refuses it afterwards.
+pub fn json_values_at_most(text: &[u8]) -> usize {
+    let (mut count, mut in_string, mut escaped) = (1, false, false);
+    for &byte in text {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+        } else {
+            match byte {
+                b'"' => in_string = true,
+                b',' | b'[' | b'{' => count += 1,
+                _ => {}
+            }
+        }
+    }
+    count
 }
 
 /// Reads and drops the rest of `body`, up to `limit` bytes.
@@ -297,14 +357,54 @@ mod tests {
 
     #[test]
     fn the_limit_sheds_what_does_not_fit_and_takes_it_again_once_released() {
-        let limit = InFlightLimit::new(20);
-        let large = limit.try_enter(Some(4 * 1024 * 1024)).expect("17 of 20");
-        let small = limit.try_enter(Some(100)).expect("18 of 20");
-        assert!(limit.try_enter(None).is_none(), "17 more do not fit");
-        let _two = limit.try_enter(Some(100)).expect("19 of 20");
-        let _three = limit.try_enter(Some(100)).expect("20 of 20");
+        let mib = 1024 * 1024;
+        let limit = InFlightLimit::new(40);
+        let large = limit
+            .try_enter(Some(4 * mib))
+            .expect("17 of 40, 17 of the large 20");
+        assert!(
+            limit.try_enter(None).is_none(),
+            "large reviews hold at most half the units"
+        );
+        let medium = limit.try_enter(Some(256 * 1024)).expect("2 more large: 19 of 20");
+        let small: Vec<_> = (0..21).map(|_| limit.try_enter(Some(100))).collect();
+        assert!(
+            small.iter().all(Option::is_some),
+            "small reviews use the rest: 40 of 40"
+        );
         assert!(limit.try_enter(Some(0)).is_none(), "full");
         drop((large, small));
         assert!(limit.try_enter(None).is_some(), "room again once answered");
+        drop(medium);
+    }
+
+    #[test]
+    fn json_values_are_counted_outside_strings_only() {
+        for (text, at_most) in [
+            (r#"{}"#, 2),
+            (r#"0"#, 1),
+            (r#"[0,0,0]"#, 4),
+            (r#"{"a":[1,2],"b":{"c":"x"}}"#, 6),
+            (r#"{"a":"[,{,[,\",{"}"#, 2),
+            (r#"["\\",1]"#, 3),
+        ] {
+            assert_eq!(json_values_at_most(text.as_bytes()), at_most, "{text}");
+        }
+        // Never fewer than the values there are.
+        let dense = format!("[{}0]", "0,".repeat(1000));
+        assert!(json_values_at_most(dense.as_bytes()) >= 1001);
+        let review = include_str!("../tests/fixtures/projection-create.json");
+        let values = json_values_at_most(review.as_bytes());
+        assert!(values < 100, "{values}");
+    }
+
+    #[test]
+    fn a_limit_too_small_for_a_large_review_still_takes_one() {
+        let limit = InFlightLimit::new(3);
+        let large = limit.try_enter(None).expect("3 of 3, capped to the large share");
+        assert!(limit.try_enter(Some(0)).is_none());
+        drop(large);
+        let _small = limit.try_enter(Some(0)).expect("1 of 3");
+        let _small = limit.try_enter(Some(0)).expect("2 of 3");
     }
 }
