@@ -730,6 +730,86 @@ fn network_policies_by_default_open_only_the_admission_port() {
 }
 
 #[test]
+fn webhook_limits_and_client_authentication_reach_its_flags() {
+    let r = rendered(&[]);
+    let webhook = r.get("Deployment", "projection-webhook");
+    let args = args_of(webhook);
+    for flag in [
+        "--max-connections=256",
+        "--max-in-flight-reviews=64",
+        "--header-timeout=10s",
+        "--idle-timeout=60s",
+        "--body-timeout=10s",
+        "--http2-max-concurrent-streams=100",
+        "--access-review-cache-bytes=4194304",
+    ] {
+        assert!(args.contains(&flag.to_owned()), "{flag} missing: {args:?}");
+    }
+    // No client CA by default: callers unauthenticated, nothing mounted.
+    assert!(
+        !args.iter().any(|a| a.starts_with("--client-ca-file")),
+        "{args:?}"
+    );
+    assert!(!r.has("ConfigMap", "projection-webhook-client-ca"));
+
+    let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    let r = rendered(&[("webhook.clientAuth.caBundle", json!(pem))]);
+    let webhook = r.get("Deployment", "projection-webhook");
+    assert!(args_of(webhook).contains(&"--client-ca-file=/client-ca/ca.crt".to_owned()));
+    assert_eq!(
+        r.get("ConfigMap", "projection-webhook-client-ca")["data"]["ca.crt"],
+        pem
+    );
+    let pod = &webhook["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "client-ca")
+        .expect("the client CA volume");
+    assert_eq!(volume["configMap"]["name"], "projection-webhook-client-ca");
+    assert_eq!(
+        volume["configMap"]["items"],
+        json!([{"key": "ca.crt", "path": "ca.crt"}])
+    );
+    let mounted = container(webhook)["volumeMounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .any(|m| m["name"] == "client-ca" && m["mountPath"] == "/client-ca");
+    assert!(mounted, "the client CA is mounted at /client-ca");
+
+    // An existing ConfigMap instead.
+    let r = rendered(&[
+        ("webhook.clientAuth.configMapName", json!("apiserver-client-ca")),
+        ("webhook.clientAuth.configMapKey", json!("bundle.pem")),
+    ]);
+    assert!(!r.has("ConfigMap", "projection-webhook-client-ca"));
+    let pod = &r.get("Deployment", "projection-webhook")["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "client-ca")
+        .expect("the client CA volume");
+    assert_eq!(volume["configMap"]["name"], "apiserver-client-ca");
+    assert_eq!(
+        volume["configMap"]["items"],
+        json!([{"key": "bundle.pem", "path": "ca.crt"}])
+    );
+    // Both at once is refused.
+    let both = render(
+        "projection",
+        NS,
+        &[
+            ("webhook.clientAuth.configMapName", json!("x")),
+            ("webhook.clientAuth.caBundle", json!(pem)),
+        ],
+    );
+    assert!(both.is_err_and(|e| e.contains("caBundle or configMapName")));
+}
+
+#[test]
 fn names_follow_the_release_and_fit_kubernetes_limits() {
     let r = render("acme", NS, &[]).expect("renders");
     assert!(r.has("Deployment", "acme-projection-controller"));
