@@ -32,8 +32,8 @@ pub struct Args {
     /// PEM CA bundle of the apiserver's client certificate for webhooks (its admission
     /// configuration's kubeConfigFile). When set, every TLS client must present a certificate
     /// chained to it, and reviews run every check. When not set, no caller is authenticated, and
-    /// reviews skip every check that reads the cluster (see docs/webhook.md). Read at start: a new
-    /// CA needs a restart.
+    /// reviews skip every check that reads the cluster (see docs/webhook.md). Re-read every
+    /// --tls-reload-interval: a changed CA verifies new handshakes once it parses.
     #[arg(long, value_name = "PATH")]
     pub client_ca_file: Option<PathBuf>,
 

@@ -76,9 +76,12 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
     let certs = tls::CertStore::new(metrics.clone());
     let client_ca = match &args.client_ca_file {
         Some(path) => {
-            let pem = std::fs::read(path)
-                .with_context(|| format!("reading --client-ca-file {}", path.display()))?;
-            Some(tls::client_verifier(&pem).context("--client-ca-file")?)
+            let ca = tls::ClientCa::load(path).context("--client-ca-file")?;
+            tokio::spawn(
+                ca.clone()
+                    .watch(args.tls_reload_interval, stop_all.clone().cancelled_owned()),
+            );
+            Some(ca as Arc<dyn rustls::server::danger::ClientCertVerifier>)
         }
         None => {
             tracing::warn!(

@@ -98,11 +98,19 @@ impl CertStore {
     ) -> Result<Arc<ServerConfig>, rustls::Error> {
         let builder = ServerConfig::builder_with_provider(self.provider.clone())
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
+        let authenticating = client_ca.is_some();
         let builder = match client_ca {
             Some(verifier) => builder.with_client_cert_verifier(verifier),
             None => builder.with_no_client_auth(),
         };
         let mut config = builder.with_cert_resolver(self.clone());
+        if authenticating {
+            // A resumed session skips the client certificate: a client whose CA was replaced
+            // would keep its access until its session expired. Every handshake is a full one
+            // (the apiserver keeps its connections, so this costs little).
+            config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+            config.send_tls13_tickets = 0;
+        }
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(Arc::new(config))
     }
@@ -129,6 +137,110 @@ pub fn client_verifier(ca_pem: &[u8]) -> Result<Arc<dyn ClientCertVerifier>, Tls
     )
     .build()
     .map_err(|e| TlsError::Pem(format!("client CA: {e}")))
+}
+
+/// The client CA of `--client-ca-file`, re-read to follow a rotation (a mounted ConfigMap): every
+/// handshake is verified by the verifier of the file's current content. A file that no longer
+/// parses keeps the previous CA in use.
+#[derive(Debug)]
+pub struct ClientCa {
+    current: arc_swap::ArcSwap<CurrentVerifier>,
+    path: PathBuf,
+}
+
+/// What the `ArcSwap` holds (it needs a sized type).
+#[derive(Debug)]
+struct CurrentVerifier(Arc<dyn ClientCertVerifier>);
+
+impl ClientCa {
+    /// The CA in `path`; fails if the file is unreadable or holds no usable CA (the server does not
+    /// start without one).
+    pub fn load(path: &Path) -> Result<Arc<Self>, TlsError> {
+        let pem = read_file(path)?;
+        Ok(Arc::new(Self {
+            current: arc_swap::ArcSwap::from_pointee(CurrentVerifier(client_verifier(&pem)?)),
+            path: path.to_owned(),
+        }))
+    }
+
+    /// Re-reads the file every `interval` until `stop` resolves, verifying new handshakes with a
+    /// changed CA once it parses.
+    pub async fn watch(self: Arc<Self>, interval: Duration, stop: impl std::future::Future<Output = ()>) {
+        let mut last = read_file(&self.path).ok();
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                () = &mut stop => return,
+            }
+            // Mid-swap the file can be briefly missing; the next tick sees the new one.
+            let Ok(pem) = read_file(&self.path) else { continue };
+            if last.as_ref() == Some(&pem) {
+                continue;
+            }
+            match client_verifier(&pem) {
+                Ok(verifier) => {
+                    self.current.store(Arc::new(CurrentVerifier(verifier)));
+                    tracing::info!(path = %self.path.display(), "client CA reloaded");
+                }
+                Err(e) => tracing::warn!(error = %e, "new client CA unusable; keeping the previous one"),
+            }
+            last = Some(pem);
+        }
+    }
+
+    fn verifier(&self) -> Arc<dyn ClientCertVerifier> {
+        self.current.load().0.clone()
+    }
+}
+
+impl ClientCertVerifier for ClientCa {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        true
+    }
+
+    /// No hints: they would have to outlive a reload. An empty list lets the client send the
+    /// certificate it has (the apiserver has one).
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        self.verifier().verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.verifier().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.verifier().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.verifier().supported_verify_schemes()
+    }
 }
 
 /// A certificate and key file pair (a mounted Secret), re-read to follow rotations.
@@ -212,13 +324,14 @@ impl ResolvesServerCert for CertStore {
 }
 
 fn read_pair(cert: &Path, key: &Path) -> Result<FilePair, TlsError> {
-    let read = |path: &Path| {
-        std::fs::read(path).map_err(|source| TlsError::Read {
-            path: path.display().to_string(),
-            source,
-        })
-    };
-    Ok((read(cert)?, read(key)?))
+    Ok((read_file(cert)?, read_file(key)?))
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 fn certified_key(

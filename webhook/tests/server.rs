@@ -33,7 +33,7 @@ use webhook::{
     handler::{App, BODY_TIMEOUT, InFlightLimit, MAX_BODY_BYTES, router},
     metrics::Metrics,
     server::serve_tls,
-    tls::{CertStore, client_verifier},
+    tls::{CertStore, ClientCa as ClientCaFile},
 };
 
 mod common;
@@ -97,6 +97,8 @@ struct Started {
     connector: TlsConnector,
     /// The server's certificate, for clients of other configurations.
     server_cert: CertificateDer<'static>,
+    /// The client CA file it re-reads, if any.
+    client_ca_file: Option<std::path::PathBuf>,
 }
 
 /// A client configuration trusting `server_cert`, offering `alpn`, presenting `identity` if any.
@@ -142,9 +144,25 @@ async fn start_with<C: ClusterView>(alpn: &[u8], options: Options<C>) -> Started
     }));
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("address");
-    let verifier = options
-        .client_ca
-        .map(|pem| client_verifier(pem.as_bytes()).expect("client CA"));
+    // A client CA goes through a file, re-read every 50 ms, as --client-ca-file does.
+    let client_ca_file = options.client_ca.map(|pem| {
+        static FILES: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "webhook-client-ca-{}-{}.pem",
+            std::process::id(),
+            FILES.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::write(&path, pem).expect("write the client CA");
+        path
+    });
+    let verifier = client_ca_file.as_ref().map(|path| {
+        let ca = ClientCaFile::load(path).expect("client CA");
+        tokio::spawn(
+            ca.clone()
+                .watch(Duration::from_millis(50), std::future::pending()),
+        );
+        ca as Arc<dyn rustls::server::danger::ClientCertVerifier>
+    });
     let tls = store.server_config(verifier).expect("server TLS config");
     tokio::spawn(serve_tls(
         listener,
@@ -160,6 +178,7 @@ async fn start_with<C: ClusterView>(alpn: &[u8], options: Options<C>) -> Started
         addr,
         connector: connector_for(&server_cert, alpn, None),
         server_cert,
+        client_ca_file,
     }
 }
 
@@ -699,4 +718,39 @@ async fn an_authenticated_caller_gets_every_check_so_the_answers_differ() {
         answers[2]["warnings"].is_array(),
         "the missing source: {answers:#?}"
     );
+}
+
+#[tokio::test]
+async fn a_rotated_client_ca_verifies_new_handshakes_without_a_restart() {
+    let (old, new) = (ClientCa::new("old-ca"), ClientCa::new("new-ca"));
+    let mut options = options();
+    options.client_ca = Some(old.pem.clone());
+    let Started {
+        addr,
+        server_cert,
+        client_ca_file,
+        ..
+    } = start_with(b"h2", options).await;
+    let with_old = connector_for(&server_cert, b"h2", Some(old.issue("kube-apiserver")));
+    let with_new = connector_for(&server_cert, b"h2", Some(new.issue("kube-apiserver")));
+    assert_bad_request(post_to(addr, &with_old, b"h2", empty_json()).await);
+    assert!(try_post_to(addr, &with_new, b"h2", empty_json()).await.is_err());
+
+    let path = client_ca_file.expect("a client CA file");
+    // Half-written: unusable, the old CA stays.
+    std::fs::write(&path, "-----BEGIN CERTIFICATE-----\nMII").expect("write");
+    std::fs::write(&path, &new.pem).expect("rotate the client CA");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while try_post_to(addr, &with_new, b"h2", empty_json()).await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new client CA was never used"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        try_post_to(addr, &with_old, b"h2", empty_json()).await.is_err(),
+        "the old CA's certificate is refused once the CA is replaced"
+    );
+    let _ = std::fs::remove_file(&path);
 }
