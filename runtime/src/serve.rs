@@ -5,6 +5,8 @@
 //!
 //! - at most `max_connections` connections at once; beyond that the loop stops accepting, so new
 //!   connections wait in the kernel's listen queue until one ends (they cost no memory of ours);
+//! - at most `max_connections_per_peer` of them from one IP address: a connection beyond that is
+//!   closed at once, so one client (a pod) cannot take every slot from the others (the apiserver);
 //! - the handshake and the first request must arrive within `header_timeout`, and HTTP/1.1 request
 //!   headers within it too (hyper's own timer);
 //! - a connection with no request in flight for `idle_timeout` is closed (HTTP/2: GOAWAY), which also
@@ -23,7 +25,12 @@ use hyper_util::{
     server::conn::auto::Builder,
     service::TowerToHyperService,
 };
-use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    future::Future,
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+    time::Duration,
+};
 use tokio::{
     io::{AsyncRead, AsyncWrite},
     net::{TcpListener, TcpStream},
@@ -37,6 +44,8 @@ use tower::ServiceExt as _;
 pub struct Limits {
     /// Connections served at once; more wait in the listen queue.
     pub max_connections: usize,
+    /// Connections served at once from one IP address; more are closed at once.
+    pub max_connections_per_peer: usize,
     /// Time for the handshake and the first request's headers, and for any HTTP/1.1 request's
     /// headers once it has started; also the grace a closing connection gets.
     pub header_timeout: Duration,
@@ -66,6 +75,7 @@ impl Limits {
     /// tiny GET requests.
     pub const PROBES: Self = Self {
         max_connections: 32,
+        max_connections_per_peer: 16,
         header_timeout: Duration::from_secs(5),
         idle_timeout: Duration::from_secs(60),
         max_concurrent_streams: 8,
@@ -109,6 +119,41 @@ impl Limits {
             .initial_connection_window_size(self.connection_window_bytes)
             .max_send_buf_size(256 * 1024);
         builder
+    }
+}
+
+/// The connections served per peer address.
+#[derive(Debug, Default)]
+struct Peers(std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>);
+
+/// One connection's place in [`Peers`], given back when dropped.
+struct PeerSlot(Arc<Peers>, IpAddr);
+
+impl Peers {
+    /// A place for a connection from `ip`, unless it already has `max`.
+    fn enter(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<PeerSlot> {
+        let mut peers = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = peers.entry(ip).or_default();
+        if *count >= max {
+            return None;
+        }
+        *count += 1;
+        Some(PeerSlot(self.clone(), ip))
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut peers = (self.0)
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = peers.get_mut(&self.1) {
+            *count -= 1;
+            if *count == 0 {
+                peers.remove(&self.1);
+            }
+        }
     }
 }
 
@@ -158,6 +203,7 @@ pub async fn serve<H, Fut, Io, Ext>(
     Ext: Clone + Send + Sync + 'static,
 {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let peers = Arc::new(Peers::default());
     let builder = limits.builder();
     let closing = CancellationToken::new();
     tokio::pin!(shutdown);
@@ -182,10 +228,14 @@ pub async fn serve<H, Fut, Io, Ext>(
             },
             () = &mut shutdown => break,
         };
+        let Some(peer_slot) = peers.enter(peer.ip(), limits.max_connections_per_peer) else {
+            tracing::debug!(%peer, "too many connections from this address; closed");
+            continue; // drops the connection and the slot
+        };
         let (handshake, app, builder, closing) =
             (handshake.clone(), app.clone(), builder.clone(), closing.clone());
         tokio::spawn(async move {
-            let _slot = slot;
+            let _slots = (slot, peer_slot);
             let Ok(Some((io, ext))) = tokio::time::timeout(limits.header_timeout, handshake(tcp, peer)).await
             else {
                 return tracing::debug!(%peer, "handshake failed or timed out");
@@ -263,6 +313,20 @@ async fn connection<Io, Ext>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_peer_gets_at_most_its_share_and_gets_it_back() {
+        let peers = Arc::new(Peers::default());
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let first = peers.enter(a, 2).expect("1 of 2");
+        let _second = peers.enter(a, 2).expect("2 of 2");
+        assert!(peers.enter(a, 2).is_none(), "a third from the same address");
+        let _other = peers.enter(b, 2).expect("another address has its own share");
+        drop(first);
+        let _again = peers.enter(a, 2).expect("a place given back");
+        drop((_second, _again, _other));
+        assert!(peers.0.lock().unwrap().is_empty(), "no entry left for gone peers");
+    }
 
     #[test]
     fn a_connection_is_idle_only_without_a_request_in_flight() {

@@ -736,6 +736,7 @@ fn webhook_limits_and_client_authentication_reach_its_flags() {
     let args = args_of(webhook);
     for flag in [
         "--max-connections=256",
+        "--max-connections-per-peer=64",
         "--max-in-flight-reviews=64",
         "--header-timeout=10s",
         "--idle-timeout=60s",

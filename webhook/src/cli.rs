@@ -155,6 +155,12 @@ pub struct Args {
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
 
+    /// Connections served at once from one IP address; more are closed at once, so that one client
+    /// (a pod) cannot take every connection from the apiserver. Mind a proxy in front of the
+    /// webhook (e.g. konnectivity), through which every apiserver connection comes from one address.
+    #[arg(long, default_value_t = 64)]
+    pub max_connections_per_peer: usize,
+
     /// Reviews handled at once, in units: a review counts one, plus one per 256 KiB of its body (a
     /// 4 MiB body counts 17), so the memory of bodies in flight stays bounded. A review over the
     /// limit is answered at once, unread: HTTP 429 with Retry-After and an AdmissionReview denying
@@ -208,6 +214,7 @@ impl Args {
     pub fn server_limits(&self) -> runtime::serve::Limits {
         runtime::serve::Limits {
             max_connections: self.max_connections.max(1),
+            max_connections_per_peer: self.max_connections_per_peer.max(1),
             header_timeout: self.header_timeout,
             idle_timeout: self.idle_timeout,
             max_concurrent_streams: self.http2_max_concurrent_streams,
@@ -349,6 +356,7 @@ mod tests {
         assert_eq!(args.self_managed().expect("file mode"), None);
         let limits = args.server_limits();
         assert_eq!(limits.max_connections, 256);
+        assert_eq!(limits.max_connections_per_peer, 64);
         assert_eq!(limits.header_timeout, Duration::from_secs(10));
         assert_eq!(limits.idle_timeout, Duration::from_secs(60));
         assert_eq!(limits.max_concurrent_streams, 100);

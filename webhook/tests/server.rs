@@ -219,6 +219,21 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let tcp = TcpStream::connect(addr).await.expect("connect");
+    try_post_over(tcp, connector, alpn, body).await
+}
+
+/// `try_post_to` over `tcp`.
+async fn try_post_over<B>(
+    tcp: TcpStream,
+    connector: &TlsConnector,
+    alpn: &[u8],
+    body: B,
+) -> Result<(StatusCode, Value), String>
+where
+    B: hyper::body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let tls = connector
         .connect(ServerName::try_from("localhost").expect("name"), tcp)
         .await
@@ -347,7 +362,11 @@ async fn closed_by_server(
 #[tokio::test]
 async fn tls_garbage_and_stalled_clients_neither_crash_the_server_nor_keep_others_waiting() {
     use tokio::io::AsyncWriteExt;
-    let (addr, connector) = start_server(b"h2").await;
+    // The stalled clients come from 127.0.0.1 like everyone here: as from many addresses, the share
+    // of one address is not what is tested (see connections_beyond_an_addresss_share_...).
+    let mut options = options();
+    options.limits.max_connections_per_peer = options.limits.max_connections;
+    let Started { addr, connector, .. } = start_with(b"h2", options).await;
     let answered = |(status, body): (StatusCode, Value)| {
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
         assert_eq!(body["kind"], "AdmissionReview", "{body}");
@@ -463,6 +482,46 @@ async fn a_connection_beyond_the_cap_waits_until_another_ends() {
         .expect("the waiting connection is served once a slot is free")
         .expect("task");
     assert!(third.is_ok(), "{third:?}");
+}
+
+#[tokio::test]
+async fn connections_beyond_an_addresss_share_are_closed_and_other_addresses_served() {
+    let mut options = options();
+    options.limits.max_connections_per_peer = 2;
+    options.limits.header_timeout = Duration::from_secs(60);
+    options.limits.idle_timeout = Duration::from_secs(60);
+    let Started { addr, connector, .. } = start_with(b"h2", options).await;
+    let first = tls_connect(addr, &connector).await.expect("first connection");
+    let _second = tls_connect(addr, &connector).await.expect("second connection");
+    // A third from 127.0.0.1 is closed at once, well before any timeout.
+    let mut third = TcpStream::connect(addr).await.expect("connect");
+    assert!(
+        closed_by_server(&mut third, Duration::from_secs(5))
+            .await
+            .is_some(),
+        "a connection beyond the address's share was kept"
+    );
+    // Another address (all of 127.0.0.0/8 is this host) has a share of its own.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind("127.0.0.2:0".parse().expect("address"))
+        .expect("bind 127.0.0.2");
+    let other = socket.connect(addr).await.expect("connect from 127.0.0.2");
+    assert_bad_request(
+        try_post_over(other, &connector, b"h2", empty_json())
+            .await
+            .expect("another address is answered"),
+    );
+    // A place given back is taken again.
+    drop(first);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match try_post_to(addr, &connector, b"h2", empty_json()).await {
+            Ok(answer) => break assert_bad_request(answer),
+            Err(e) => assert!(tokio::time::Instant::now() < deadline, "never served again: {e}"),
+        }
+        tokio::task::yield_now().await;
+    }
 }
 
 #[tokio::test]
