@@ -5,17 +5,18 @@
 //! the webhook down or bypassed, of a kind not served at admission, or edited to show more, copies
 //! only what its author could have copied by hand.
 //!
-//! Grants are reused for [`GRANT_TTL`] (denials never), as the webhook does; each pass asks again
-//! after that, so a revoked grant takes effect at the next pass of the CR past the TTL.
+//! Grants are reused for [`GRANT_TTL`] (denials never), as the webhook does: a source edit reaches
+//! its copies without a round trip to the authorizer; a revoked grant takes effect at the first
+//! pass of the CR past the TTL.
 
-use kube::{Api, Client, api::PostParams};
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use kube::{Api, Client, api::PostParams};
 use quick_cache::sync::Cache;
 use shared::author::{AccessQuestion, Author};
 use std::time::{Duration, Instant};
 
 /// How long a grant is reused.
-pub const GRANT_TTL: Duration = Duration::from_secs(10);
+pub const GRANT_TTL: Duration = Duration::from_secs(60);
 /// Most grants kept (each a few hundred bytes: the author's record and the question).
 const GRANTS_KEPT: usize = 10_000;
 
@@ -60,7 +61,12 @@ impl AuthorAccess {
     }
 
     /// Whether `author` may do what `question` asks.
-    pub async fn ask(&self, client: &Client, author: &Author, question: &AccessQuestion) -> Result<Answer, kube::Error> {
+    pub async fn ask(
+        &self,
+        client: &Client,
+        author: &Author,
+        question: &AccessQuestion,
+    ) -> Result<Answer, kube::Error> {
         let key = (author.record(), question.clone());
         if self.grants.get(&key).is_some_and(|until| until > Instant::now()) {
             return Ok(Answer::Allowed);

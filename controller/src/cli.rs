@@ -1,7 +1,7 @@
 //! Command-line flags. Names and defaults follow the Go operator so manifests carry over.
 
-use clap::Parser;
 use crate::author_access::AuthorAccessMode;
+use clap::Parser;
 use shared::{initial_list::InitialList, kind_policy::AllowedPowerKinds, projectable::SourceMode};
 use std::time::Duration;
 

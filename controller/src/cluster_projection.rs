@@ -11,8 +11,8 @@ use crate::{
     error::Error,
     index::{CrRef, ObjectKey},
     reconcile::{
-        ProjectionKind, Source, conclude, forbidden_namespaces, gvk_display, hold_if_suspended, observe_first_copy,
-        read_or_withdraw, spec_fields, written_destination,
+        ProjectionKind, Source, conclude, forbidden_namespaces, gvk_display, hold_if_suspended,
+        observe_first_copy, read_or_withdraw, spec_fields, written_destination,
     },
     watches::Tier,
     writer::{
@@ -187,7 +187,12 @@ async fn fan_out(
     // they stay targets, counted as failed.
     let forbidden = forbidden_namespaces(ctx, &read, &targets.write).await;
     let is_forbidden = |n: &String| forbidden.iter().any(|(f, _)| f == n);
-    let allowed: Vec<String> = targets.write.iter().filter(|n| !is_forbidden(n)).cloned().collect();
+    let allowed: Vec<String> = targets
+        .write
+        .iter()
+        .filter(|n| !is_forbidden(n))
+        .cloned()
+        .collect();
 
     // Build and write, and remove the copies no longer wanted.
     // The content is the same in every namespace: built (and refused) once.
@@ -225,11 +230,13 @@ async fn fan_out(
         remove_unwanted(cp, ctx, &read, &keep, &name, earlier),
     );
     let mut tally = Tally::of(writes);
-    tally.failures.extend(forbidden.into_iter().map(|(namespace, message)| CopyFailure {
-        namespace,
-        reason: Reason::DestinationForbidden,
-        message,
-    }));
+    tally
+        .failures
+        .extend(forbidden.into_iter().map(|(namespace, message)| CopyFailure {
+            namespace,
+            reason: Reason::DestinationForbidden,
+            message,
+        }));
     let waiting = tally
         .conflicts()
         .map(|namespace| ObjectKey {

@@ -3,7 +3,11 @@
 
 use crate::{
     author_access::{AuthorAccess, AuthorAccessMode},
-    discovery::Discovery, events::Events, metrics::Metrics, namespaces::Namespaces, watches::WatchRegistry,
+    discovery::Discovery,
+    events::Events,
+    metrics::Metrics,
+    namespaces::Namespaces,
+    watches::WatchRegistry,
 };
 use shared::{kind_policy::AllowedPowerKinds, projectable::SourceMode};
 use std::{

@@ -8,8 +8,8 @@ use crate::{
     error::Error,
     index::{CrRef, ObjectKey},
     reconcile::{
-        ProjectionKind, conclude, gvk_display, hold_if_suspended, observe_first_copy, read_or_withdraw,
-        spec_fields, written_destination,
+        ProjectionKind, conclude, forbidden_namespaces, gvk_display, hold_if_suspended, observe_first_copy,
+        read_or_withdraw, spec_fields, written_destination,
     },
     watches::Tier,
     writer::{Existing, Removed, Written, release_copy, write_copy},
@@ -168,6 +168,16 @@ async fn project(
             .publish(&about, Reason::DestinationConflict, message.clone())
             .await;
         return Err(failed(Reason::DestinationConflict, message));
+    }
+    let own = std::slice::from_ref(&target.namespace);
+    if let Some((_, message)) = forbidden_namespaces(ctx, &read, own).await.into_iter().next() {
+        ctx.events
+            .publish(&about, Reason::DestinationForbidden, message.clone())
+            .await;
+        // Its author could not have made the copy: it goes.
+        let current = Some((&read.group_kind, &read.resource));
+        p.withdraw(ctx, recorded.as_ref(), current, Release::Delete).await;
+        return Err(failed(Reason::DestinationForbidden, message));
     }
     let rules = CopyRules::of_projection(&p.spec);
     let built = build_or_report(ctx, &about, &read.object, &rules, failed).await?;

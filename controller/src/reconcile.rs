@@ -30,8 +30,8 @@ use kube::{
 use serde::{Serialize, de::DeserializeOwned};
 use shared::{
     author::{AccessQuestion, Author, denial_message},
-    kind_policy::{check_kind, check_object},
     crd::{CopyControls, SourceRef, WrittenDestination},
+    kind_policy::{check_kind, check_object},
     lifecycle::{Release, is_suspended, on_cr_deletion, on_source_loss},
     ownership::Owner,
     projectable::check_projectable,
@@ -216,11 +216,11 @@ pub async fn read_source(
     })
 }
 
-/// Checks the author recorded on a CR (`meta`) against `source`: may they get it, and create its
-/// kind where the copies go (the CR's own namespace for a Projection; every namespace for a
-/// ClusterProjection, whose targets are asked one by one when that is not allowed). No recorded
-/// author: nothing is written and nothing removed. A denial withdraws the copies: its author could
-/// not have made them.
+/// Checks the author recorded on a CR (`meta`) against `source`: may they get it? For a
+/// ClusterProjection, also whether they may create its kind in every namespace at once (when not,
+/// [`forbidden_namespaces`] asks target by target, as it does for a Projection's own namespace). No
+/// recorded author: nothing is written and nothing removed. A denied read withdraws the copies: their
+/// author could not have made them.
 async fn check_author(ctx: &Context, meta: &ObjectMeta, source: &mut Source) -> Result<(), Problem> {
     if !ctx.author_access.enforced() {
         return Ok(());
@@ -232,44 +232,51 @@ async fn check_author(ctx: &Context, meta: &ObjectMeta, source: &mut Source) -> 
     })?;
     let resource = &source.resource;
     let (namespace, name) = (
-        source.object.metadata.namespace.clone().unwrap_or_default(),
-        source.object.metadata.name.clone().unwrap_or_default(),
+        source.object.metadata.namespace.as_deref().unwrap_or_default(),
+        source.object.metadata.name.as_deref().unwrap_or_default(),
     );
-    let read = AccessQuestion::read_source(&resource.group, &resource.plural, &namespace, &name);
-    let destination = meta.namespace.clone().unwrap_or_default();
-    let create = AccessQuestion::create_copies(&resource.group, &resource.plural, &destination);
-    let mut everywhere = false;
-    for (question, reason) in [(read, Reason::SourceForbidden), (create, Reason::DestinationForbidden)] {
-        match ctx.author_access.ask(&ctx.client, &author, &question).await {
-            Ok(Answer::Allowed) => everywhere = question.namespace.is_empty(),
-            // A ClusterProjection's author may still create copies in some namespaces.
-            Ok(Answer::Denied(_)) if question.verb == "create" && destination.is_empty() => {}
-            Ok(Answer::Denied(why)) => {
-                return Err(Problem::Withdraw {
-                    reason,
-                    message: denial_message(&author, &question, why.as_deref()),
-                    resource: resource.clone(),
-                });
-            }
-            Err(e) => {
-                return Err(Problem::Report {
-                    reason,
-                    message: format!(
-                        "cannot check the author's access ({}); retrying",
-                        crate::error::describe(&e)
-                    ),
-                    transient: true,
-                });
-            }
-        }
+    let failed = |e: kube::Error| Problem::Report {
+        reason: Reason::SourceForbidden,
+        message: format!(
+            "cannot check the author's access ({}); retrying",
+            crate::error::describe(&e)
+        ),
+        transient: true,
+    };
+    let read = AccessQuestion::read_source(&resource.group, &resource.plural, namespace, name);
+    if let Answer::Denied(why) = ctx
+        .author_access
+        .ask(&ctx.client, &author, &read)
+        .await
+        .map_err(failed)?
+    {
+        return Err(Problem::Withdraw {
+            reason: Reason::SourceForbidden,
+            message: denial_message(&author, &read, why.as_deref()),
+            resource: resource.clone(),
+        });
     }
+    let cluster_scoped = meta.namespace.is_none();
+    let everywhere = cluster_scoped && {
+        let create = AccessQuestion::create_copies(&resource.group, &resource.plural, "");
+        ctx.author_access
+            .ask(&ctx.client, &author, &create)
+            .await
+            .map_err(failed)?
+            == Answer::Allowed
+    };
     source.author = Some(AuthorGrant { author, everywhere });
     Ok(())
 }
 
-/// The target namespaces of a ClusterProjection where its author may not create the copies, with
-/// the denial's message (or why it could not be asked: those are not written this pass either).
-pub async fn forbidden_namespaces(ctx: &Context, source: &Source, targets: &[String]) -> Vec<(String, String)> {
+/// The target namespaces where the CR's author may not create the copies, with the denial's
+/// message (or why it could not be asked: those are not written this pass either). Empty when
+/// authors are not checked, or the author may create the kind everywhere.
+pub async fn forbidden_namespaces(
+    ctx: &Context,
+    source: &Source,
+    targets: &[String],
+) -> Vec<(String, String)> {
     let Some(grant) = source.author.as_ref().filter(|g| !g.everywhere) else {
         return Vec::new();
     };

@@ -12,9 +12,7 @@ use k8s_openapi::api::{
     rbac::v1::{Role, RoleBinding},
 };
 use kube::{Api, Client, api::PostParams};
-use projection_tests::{
-    ClusterScopedGuard, TestNamespace, chart, kubectl_stdin, test_config, wait_for,
-};
+use projection_tests::{ClusterScopedGuard, TestNamespace, chart, kubectl_stdin, test_config, wait_for};
 use serde_json::{Value, json};
 use shared::{
     author::{AUTHOR, Author},
@@ -52,6 +50,11 @@ async fn grant(client: &Client, namespace: &str, user: &str, rule: Value) {
     .await;
 }
 
+/// An RBAC rule: `verb` on `resource` of `group`.
+fn rule(group: &str, resource: &str, verb: &str) -> Value {
+    json!({"apiGroups": [group], "resources": [resource], "verbs": [verb]})
+}
+
 fn rand_suffix(user: &str, rule: &Value) -> String {
     use std::hash::{DefaultHasher, Hash, Hasher};
     let mut h = DefaultHasher::new();
@@ -61,20 +64,8 @@ fn rand_suffix(user: &str, rule: &Value) -> String {
 
 /// A tenant of `namespace`: manages Projections and ConfigMaps there.
 async fn tenant_of(client: &Client, namespace: &str, user: &str) {
-    grant(
-        client,
-        namespace,
-        user,
-        json!({"apiGroups": ["projection.sh"], "resources": ["projections"], "verbs": ["*"]}),
-    )
-    .await;
-    grant(
-        client,
-        namespace,
-        user,
-        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}),
-    )
-    .await;
+    grant(client, namespace, user, rule("projection.sh", "projections", "*")).await;
+    grant(client, namespace, user, rule("", "configmaps", "*")).await;
 }
 
 fn projection_by(name: &str, source: Value, extra: Value, author: &str) -> Value {
@@ -91,11 +82,15 @@ async fn copy_absent(api: &Api<ConfigMap>, name: &str) -> bool {
 async fn a_cr_without_a_recorded_author_copies_nothing() {
     let env = env("no-author").await;
     let _controller = controller(&["--author-access=enforce"]).await;
-    env.project_new_configmap("p", "cfg", json!({"k": "v"}), json!({})).await;
+    env.project_new_configmap("p", "cfg", json!({"k": "v"}), json!({}))
+        .await;
     let condition = wait_not_ready(&env.projections(), "p", "SourceForbidden").await;
     let message = condition["message"].as_str().unwrap_or_default().to_owned();
     assert!(message.contains("no author is recorded"), "{message}");
-    assert!(copy_absent(&env.api(env.dest.name()), "cfg").await, "a copy was made without an author");
+    assert!(
+        copy_absent(&env.api(env.dest.name()), "cfg").await,
+        "a copy was made without an author"
+    );
     env.finish().await;
 }
 
@@ -112,14 +107,21 @@ async fn an_author_who_cannot_read_the_source_gets_no_copy_until_granted() {
     // asks the apiserver whether the tenant may read the source.
     let tenant = client_as(&user, &[]).await;
     let api: Api<Projection> = Api::namespaced(tenant, &dst);
-    create(&api, projection_by("p", cm_source(&src, "cfg"), json!({}), &record(&user, &[]))).await;
+    create(
+        &api,
+        projection_by("p", cm_source(&src, "cfg"), json!({}), &record(&user, &[])),
+    )
+    .await;
     let condition = wait_not_ready(&env.projections(), "p", "SourceForbidden").await;
     let message = condition["message"].as_str().unwrap_or_default().to_owned();
     assert!(
         message.contains(&format!("the author {user} may not get configmaps {src}/cfg")),
         "{message}"
     );
-    assert!(copy_absent(&env.api(&dst), "cfg").await, "a copy was made for an author who may not read the source");
+    assert!(
+        copy_absent(&env.api(&dst), "cfg").await,
+        "a copy was made for an author who may not read the source"
+    );
 
     // Granted: the retry picks it up.
     grant(
@@ -143,17 +145,20 @@ async fn a_spec_edit_by_someone_who_cannot_read_the_source_withdraws_the_copy() 
     let (alice, bob) = (format!("alice-{dst}"), format!("bob-{dst}"));
     tenant_of(&env.client, &dst, &alice).await;
     tenant_of(&env.client, &dst, &bob).await;
-    grant(
-        &env.client,
-        &src,
-        &alice,
-        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}),
+    grant(&env.client, &src, &alice, rule("", "configmaps", "get")).await;
+    source_configmap(
+        &env.api(&src),
+        "db",
+        json!({"user": "app", "admin-password": "s3cret"}),
     )
     .await;
-    source_configmap(&env.api(&src), "db", json!({"user": "app", "admin-password": "s3cret"})).await;
     let exclude = json!({"fields": {"exclude": ["$.data['admin-password']"]}});
     let as_alice: Api<Projection> = Api::namespaced(client_as(&alice, &[]).await, &dst);
-    create(&as_alice, projection_by("db", cm_source(&src, "db"), exclude, &record(&alice, &[]))).await;
+    create(
+        &as_alice,
+        projection_by("db", cm_source(&src, "db"), exclude, &record(&alice, &[])),
+    )
+    .await;
     wait_ready(&env.projections(), "db").await;
     let copies: Api<ConfigMap> = env.api(&dst);
     let copy = copies.get("db").await.expect("copy");
@@ -195,17 +200,26 @@ async fn the_operators_own_kinds_and_power_kinds_are_never_sources() {
     let env = env("power-kinds").await;
     let (src, dst) = env.names();
     let _controller = controller(&["--author-access=enforce"]).await;
-    let admin = projection_tests::author_annotation(&env.client).await.expect("admin record");
+    let admin = projection_tests::author_annotation(&env.client)
+        .await
+        .expect("admin record");
     let admin = admin[AUTHOR].as_str().unwrap_or_default().to_owned();
     // A Projection as a source: its copy would be a Projection made with the controller's authority.
     let inner = projection_by("inner", cm_source(&src, "cfg"), json!({}), &admin);
     create(&Api::<Projection>::namespaced(env.client.clone(), &src), inner).await;
     let of_projection = json!({"group": "projection.sh", "version": "v1", "kind": "Projection",
                                "namespace": src, "name": "inner"});
-    create(&env.projections(), projection_by("of-projection", of_projection, json!({}), &admin)).await;
+    create(
+        &env.projections(),
+        projection_by("of-projection", of_projection, json!({}), &admin),
+    )
+    .await;
     let condition = wait_not_ready(&env.projections(), "of-projection", "SourceNotProjectable").await;
     assert!(
-        condition["message"].as_str().unwrap_or_default().contains("projection.sh kinds cannot be projected"),
+        condition["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("projection.sh kinds cannot be projected"),
         "{condition}"
     );
     // A RoleBinding (opted in by its owner) needs the platform's flag.
@@ -219,7 +233,11 @@ async fn the_operators_own_kinds_and_power_kinds_are_never_sources() {
     .await;
     let of_binding = json!({"group": "rbac.authorization.k8s.io", "version": "v1", "kind": "RoleBinding",
                             "namespace": src, "name": "admins"});
-    create(&env.projections(), projection_by("of-binding", of_binding, json!({}), &admin)).await;
+    create(
+        &env.projections(),
+        projection_by("of-binding", of_binding, json!({}), &admin),
+    )
+    .await;
     let condition = wait_not_ready(&env.projections(), "of-binding", "SourceNotProjectable").await;
     assert!(
         condition["message"]
@@ -228,7 +246,10 @@ async fn the_operators_own_kinds_and_power_kinds_are_never_sources() {
             .contains("--allow-power-kinds=RoleBinding.rbac.authorization.k8s.io"),
         "{condition}"
     );
-    assert!(matches!(env.api::<RoleBinding>(&dst).get_opt("admins").await, Ok(None)));
+    assert!(matches!(
+        env.api::<RoleBinding>(&dst).get_opt("admins").await,
+        Ok(None)
+    ));
     // A ServiceAccount token Secret, opted in: refused too.
     let secrets: Api<Secret> = env.api(&src);
     create(
@@ -239,10 +260,17 @@ async fn the_operators_own_kinds_and_power_kinds_are_never_sources() {
     )
     .await;
     let of_token = json!({"version": "v1", "kind": "Secret", "namespace": src, "name": "token"});
-    create(&env.projections(), projection_by("of-token", of_token, json!({}), &admin)).await;
+    create(
+        &env.projections(),
+        projection_by("of-token", of_token, json!({}), &admin),
+    )
+    .await;
     let condition = wait_not_ready(&env.projections(), "of-token", "SourceNotProjectable").await;
     assert!(
-        condition["message"].as_str().unwrap_or_default().contains("ServiceAccount token Secret"),
+        condition["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ServiceAccount token Secret"),
         "{condition}"
     );
     assert!(matches!(env.api::<Secret>(&dst).get_opt("token").await, Ok(None)));
@@ -256,20 +284,8 @@ async fn a_cluster_projection_writes_only_where_its_author_may_create_the_kind()
     let other = TestNamespace::create(&env.client, "cp-author-other").await;
     let _controller = controller(&["--author-access=enforce"]).await;
     let user = format!("platform-{dst}");
-    grant(
-        &env.client,
-        &src,
-        &user,
-        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}),
-    )
-    .await;
-    grant(
-        &env.client,
-        &dst,
-        &user,
-        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}),
-    )
-    .await;
+    grant(&env.client, &src, &user, rule("", "configmaps", "get")).await;
+    grant(&env.client, &dst, &user, rule("", "configmaps", "create")).await;
     source_configmap(&env.api(&src), "cfg", json!({"k": "v"})).await;
     let name = format!("author-{dst}");
     let _guard = ClusterScopedGuard::new("clusterprojections", &name);
@@ -317,13 +333,24 @@ async fn the_admission_policy_holds_the_author_record_to_the_requesting_user() {
     let _policy = ClusterScopedGuard::new("validatingadmissionpolicies", &policy_name);
     let _binding = ClusterScopedGuard::new("validatingadmissionpolicybindings", &policy_name);
     let applied = kubectl_stdin(&["apply", "-f", "-"], &rendered);
-    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
 
     let user = format!("tenant-{dst}");
     tenant_of(&env.client, &dst, &user).await;
     let api: Api<Projection> = Api::namespaced(client_as(&user, &[]).await, &dst);
-    let admin = projection_tests::author_annotation(&env.client).await.expect("admin record");
-    let forged = projection_by("forged", cm_source(&src, "cfg"), json!({}), admin[AUTHOR].as_str().unwrap_or_default());
+    let admin = projection_tests::author_annotation(&env.client)
+        .await
+        .expect("admin record");
+    let forged = projection_by(
+        "forged",
+        cm_source(&src, "cfg"),
+        json!({}),
+        admin[AUTHOR].as_str().unwrap_or_default(),
+    );
     // The policy takes a moment to be loaded by the apiserver: wait until it refuses the forgery.
     let refusal = wait_for("the forged author refused", TIMEOUT, || async {
         let object: Projection = serde_json::from_value(forged.clone()).map_err(|e| e.to_string())?;
@@ -337,8 +364,56 @@ async fn the_admission_policy_holds_the_author_record_to_the_requesting_user() {
         }
     })
     .await;
-    assert!(refusal.contains("must record the user who writes the spec"), "{refusal}");
+    assert!(
+        refusal.contains("must record the user who writes the spec"),
+        "{refusal}"
+    );
     // Its own record passes.
-    create(&api, projection_by("own", cm_source(&src, "cfg"), json!({}), &record(&user, &[]))).await;
+    create(
+        &api,
+        projection_by("own", cm_source(&src, "cfg"), json!({}), &record(&user, &[])),
+    )
+    .await;
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_projection_is_made_only_where_its_author_may_create_the_kind() {
+    let env = env("dest-forbidden").await;
+    let (src, dst) = env.names();
+    let _controller = controller(&["--author-access=enforce"]).await;
+    let user = format!("reader-{dst}");
+    // May manage Projections in its namespace and read the source, but not create ConfigMaps.
+    grant(
+        &env.client,
+        &dst,
+        &user,
+        rule("projection.sh", "projections", "*"),
+    )
+    .await;
+    grant(&env.client, &src, &user, rule("", "configmaps", "get")).await;
+    source_configmap(&env.api(&src), "cfg", json!({"k": "v"})).await;
+    let api: Api<Projection> = Api::namespaced(client_as(&user, &[]).await, &dst);
+    create(
+        &api,
+        projection_by("p", cm_source(&src, "cfg"), json!({}), &record(&user, &[])),
+    )
+    .await;
+    let condition = wait_condition(
+        &env.projections(),
+        "p",
+        "DestinationWritten",
+        "False",
+        Some("DestinationForbidden"),
+    )
+    .await;
+    assert!(
+        condition["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!("the author {user} may not create configmaps in {dst}")),
+        "{condition}"
+    );
+    assert!(copy_absent(&env.api(&dst), "cfg").await);
     env.finish().await;
 }

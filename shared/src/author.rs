@@ -10,9 +10,7 @@
 //! names that need no escaping (no `"`, `\` or control characters, which [`Author::of`] refuses).
 //! User uid and extra fields are not recorded: RBAC decides on the name and groups alone.
 
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use serde::Deserialize;
 use std::fmt;
 
@@ -75,7 +73,11 @@ impl Author {
     /// `{"username":"alice","groups":["team-a","system:authenticated"]}`.
     pub fn record(&self) -> String {
         let groups: Vec<String> = self.groups.iter().map(|g| format!("\"{g}\"")).collect();
-        format!("{{\"username\":\"{}\",\"groups\":[{}]}}", self.username, groups.join(","))
+        format!(
+            "{{\"username\":\"{}\",\"groups\":[{}]}}",
+            self.username,
+            groups.join(",")
+        )
     }
 
     /// The author recorded in `annotations`.
@@ -220,7 +222,10 @@ mod tests {
     #[test]
     fn a_missing_or_foreign_record_is_no_author() {
         assert_eq!(Author::recorded_in(None), Err(AuthorProblem::Missing));
-        assert_eq!(Author::recorded_in(Some(&BTreeMap::new())), Err(AuthorProblem::Missing));
+        assert_eq!(
+            Author::recorded_in(Some(&BTreeMap::new())),
+            Err(AuthorProblem::Missing)
+        );
         for bad in [
             "alice",
             r#"{"username":"alice"}"#,
@@ -230,7 +235,10 @@ mod tests {
             r#"{"username":"","groups":[]}"#,
         ] {
             assert!(
-                matches!(Author::recorded_in(Some(&annotations(bad))), Err(AuthorProblem::Invalid(_))),
+                matches!(
+                    Author::recorded_in(Some(&annotations(bad))),
+                    Err(AuthorProblem::Invalid(_))
+                ),
                 "{bad}"
             );
         }
@@ -250,7 +258,10 @@ mod tests {
         let get = AccessQuestion::read_source("", "secrets", "platform", "db");
         assert_eq!(get.describe(), "get secrets platform/db");
         let everywhere = AccessQuestion::create_copies("apps", "deployments", "");
-        assert_eq!(everywhere.describe(), "create deployments.apps in every namespace");
+        assert_eq!(
+            everywhere.describe(),
+            "create deployments.apps in every namespace"
+        );
         assert_eq!(everywhere.attributes().namespace, None);
         let alice = Author::of("alice", &["g".to_owned()]).unwrap();
         let review = alice.access_review(get.attributes());
@@ -261,6 +272,8 @@ mod tests {
             (Some("get"), Some("db"))
         );
         let message = denial_message(&alice, &get, Some("no RBAC policy matched"));
-        assert!(message.starts_with("the author alice may not get secrets platform/db (no RBAC policy matched)"));
+        assert!(
+            message.starts_with("the author alice may not get secrets platform/db (no RBAC policy matched)")
+        );
     }
 }

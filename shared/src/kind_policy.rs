@@ -21,7 +21,11 @@ pub const POWER_KINDS: &[(&str, &str, &str)] = &[
     ("rbac.authorization.k8s.io", "RoleBinding", "grants permissions"),
     ("", "ServiceAccount", "is an identity pods and tokens act as"),
     ("", "Endpoints", "redirects a Service's traffic"),
-    ("discovery.k8s.io", "EndpointSlice", "redirects a Service's traffic"),
+    (
+        "discovery.k8s.io",
+        "EndpointSlice",
+        "redirects a Service's traffic",
+    ),
 ];
 
 /// The power kinds a platform allows (`--allow-power-kinds`, e.g.
@@ -123,8 +127,13 @@ pub fn check_kind(kind: &GroupKind, allowed: &AllowedPowerKinds) -> Result<(), S
 
 /// Whether this source object may be copied: ServiceAccount token Secrets only when allowed.
 /// `secret_type` is the object's `type` for a core Secret, `None` for other kinds.
-pub fn check_object(kind: &GroupKind, secret_type: Option<&str>, allowed: &AllowedPowerKinds) -> Result<(), String> {
-    let token = kind.group.is_empty() && kind.kind == "Secret" && secret_type == Some(SERVICE_ACCOUNT_TOKEN_TYPE);
+pub fn check_object(
+    kind: &GroupKind,
+    secret_type: Option<&str>,
+    allowed: &AllowedPowerKinds,
+) -> Result<(), String> {
+    let token =
+        kind.group.is_empty() && kind.kind == "Secret" && secret_type == Some(SERVICE_ACCOUNT_TOKEN_TYPE);
     if token && !allowed.service_account_tokens {
         return Err(format!(
             "the source is a ServiceAccount token Secret (type {SERVICE_ACCOUNT_TOKEN_TYPE}): a copy \
@@ -162,17 +171,30 @@ mod tests {
             let message = check_kind(&gk(group, kind), &none).unwrap_err();
             assert!(message.contains("--allow-power-kinds="), "{message}");
         }
-        let some: AllowedPowerKinds = "RoleBinding.rbac.authorization.k8s.io, ServiceAccount".parse().unwrap();
-        assert_eq!(check_kind(&gk("rbac.authorization.k8s.io", "RoleBinding"), &some), Ok(()));
+        let some: AllowedPowerKinds = "RoleBinding.rbac.authorization.k8s.io, ServiceAccount"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            check_kind(&gk("rbac.authorization.k8s.io", "RoleBinding"), &some),
+            Ok(())
+        );
         assert_eq!(check_kind(&gk("", "ServiceAccount"), &some), Ok(()));
         assert!(check_kind(&gk("rbac.authorization.k8s.io", "Role"), &some).is_err());
-        assert_eq!(some.to_string(), "ServiceAccount,RoleBinding.rbac.authorization.k8s.io");
+        assert_eq!(
+            some.to_string(),
+            "ServiceAccount,RoleBinding.rbac.authorization.k8s.io"
+        );
     }
 
     #[test]
     fn ordinary_kinds_pass() {
         let none = AllowedPowerKinds::default();
-        for (group, kind) in [("", "ConfigMap"), ("", "Secret"), ("apps", "Deployment"), ("example.com", "Role")] {
+        for (group, kind) in [
+            ("", "ConfigMap"),
+            ("", "Secret"),
+            ("apps", "Deployment"),
+            ("example.com", "Role"),
+        ] {
             assert_eq!(check_kind(&gk(group, kind), &none), Ok(()));
         }
     }
@@ -185,13 +207,19 @@ mod tests {
         assert_eq!(check_object(&secret, Some("Opaque"), &none), Ok(()));
         assert_eq!(check_object(&secret, None, &none), Ok(()));
         let tokens: AllowedPowerKinds = TOKEN_SECRETS_NAME.parse().unwrap();
-        assert_eq!(check_object(&secret, Some(SERVICE_ACCOUNT_TOKEN_TYPE), &tokens), Ok(()));
+        assert_eq!(
+            check_object(&secret, Some(SERVICE_ACCOUNT_TOKEN_TYPE), &tokens),
+            Ok(())
+        );
     }
 
     #[test]
     fn unknown_names_are_refused_listing_the_known_ones() {
         let message = "ConfigMap".parse::<AllowedPowerKinds>().unwrap_err();
-        assert!(message.contains("RoleBinding.rbac.authorization.k8s.io"), "{message}");
+        assert!(
+            message.contains("RoleBinding.rbac.authorization.k8s.io"),
+            "{message}"
+        );
         assert_eq!("".parse::<AllowedPowerKinds>(), Ok(AllowedPowerKinds::default()));
     }
 }

@@ -459,6 +459,13 @@ mod tests {
                 Retry::OnChange,
                 "success",
             ),
+            (
+                DestinationForbidden,
+                Some(Verb::Create),
+                true,
+                Retry::Backoff,
+                "destination_error",
+            ),
         ];
         assert_eq!(table.len(), Reason::ALL.len(), "every reason is in the table");
         for (reason, verb, warning, retry, result) in table {

@@ -443,6 +443,63 @@ fn set(verbs: &[&str]) -> BTreeSet<String> {
 }
 
 #[test]
+fn the_default_install_grants_no_cluster_scoped_kind_or_subresource() {
+    // Every (group, resource) any Role or ClusterRole of the default install names, in every
+    // certificate mode: the copied kinds (ConfigMaps and Secrets), the operator's own resources,
+    // and what the services need to run. No wildcard, no other subresource, no other cluster-scoped
+    // kind (a leaked token cannot mint tokens, exec into pods or touch RBAC).
+    let needed: BTreeSet<(&str, &str)> = [
+        ("", "configmaps"),
+        ("", "secrets"),
+        ("", "namespaces"),
+        ("projection.sh", "projections"),
+        ("projection.sh", "clusterprojections"),
+        ("projection.sh", "projections/status"),
+        ("projection.sh", "clusterprojections/status"),
+        ("projection.sh", "projections/finalizers"),
+        ("projection.sh", "clusterprojections/finalizers"),
+        ("events.k8s.io", "events"),
+        ("coordination.k8s.io", "leases"),
+        ("apiextensions.k8s.io", "customresourcedefinitions"),
+        ("apiregistration.k8s.io", "apiservices"),
+        ("authorization.k8s.io", "subjectaccessreviews"),
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+    ]
+    .into();
+    for mode in MODES {
+        let r = rendered(&mode_values(mode));
+        for kind in ["ClusterRole", "Role"] {
+            for role in r.of_kind(kind) {
+                let name = role["metadata"]["name"].as_str().unwrap_or_default();
+                for (groups, resources, verbs) in rules(role) {
+                    assert!(
+                        !verbs.iter().any(|v| v == "*"),
+                        "{mode} {kind} {name}: a wildcard verb on {resources:?}"
+                    );
+                    for group in &groups {
+                        for resource in &resources {
+                            assert!(
+                                needed.contains(&(group.as_str(), resource.as_str())),
+                                "{mode} {kind} {name} grants {verbs:?} on {group}/{resource}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        let controller = r.get("ClusterRole", "projection-controller");
+        assert_eq!(
+            verbs_on(controller, "", "secrets"),
+            set(&["get", "list", "watch", "create", "update", "patch", "delete"])
+        );
+        assert!(verbs_on(controller, "", "serviceaccounts/token").is_empty());
+        assert!(verbs_on(controller, "", "pods/exec").is_empty());
+        assert!(verbs_on(controller, "rbac.authorization.k8s.io", "rolebindings").is_empty());
+    }
+}
+
+#[test]
 fn controller_rbac_follows_supported_kinds_and_keeps_what_it_needs() {
     let narrowed = json!([{"apiGroup": "", "resources": ["configmaps"]}, {"apiGroup": "apps", "resources": ["deployments"]}]);
     for (kinds, wildcard) in [

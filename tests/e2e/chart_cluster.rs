@@ -149,7 +149,7 @@ async fn rbac_matrix_through_subject_access_reviews() {
         (&controller, "delete", p, "clusterprojections", None, false),
         (&controller, "update", "coordination.k8s.io", "leases", Some(sys), true),
         (&controller, "update", "coordination.k8s.io", "leases", Some(b), false),
-        (&controller, "create", "authorization.k8s.io", "subjectaccessreviews", None, false),
+        (&controller, "create", "authorization.k8s.io", "subjectaccessreviews", None, true),
         (&webhook, "create", "authorization.k8s.io", "subjectaccessreviews", None, true),
         (&webhook, "get", "", "configmaps", Some(b), true),
         (&webhook, "list", "", "configmaps", Some(b), false),

@@ -902,3 +902,171 @@ async fn install_service_monitor_crd(client: &kube::Client) {
     kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", &dir]);
     wait_crd_established(client, "servicemonitors.monitoring.coreos.com").await;
 }
+
+/// The condition `Ready` of Projection `name` in `namespace`, as `reason: message`.
+fn ready_of(namespace: &str, name: &str) -> String {
+    kubectl_ok(&[
+        "-n",
+        namespace,
+        "get",
+        "projection",
+        name,
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"Ready\")].reason}: {.status.conditions[?(@.type==\"Ready\")].message}",
+    ])
+}
+
+/// Tenancy without the webhook: installed with `failurePolicy: Ignore` and the webhook scaled to
+/// zero, a tenant (`kubectl --as`) who may not read a Secret gets no copy of it, whatever it writes;
+/// the admission policy refuses a record naming someone else.
+#[tokio::test]
+async fn the_controller_holds_tenancy_with_the_webhook_bypassed() {
+    let (_serial, client, system) = on_the_node("node-bypass").await;
+    let values = vec![("webhook.failurePolicy", json!("Ignore"))];
+    let release = Release::install_and_wait("projection-bypass", system.name(), &values);
+    kubectl_ok(&[
+        "-n",
+        &release.namespace,
+        "scale",
+        "deployment",
+        "projection-bypass-webhook",
+        "--replicas=0",
+    ]);
+    wait_for("the webhook pods gone", TIMEOUT, || async {
+        let left = pods(&release.namespace, &selector(&release.name, "webhook"));
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{} left", left.len()))
+        }
+    })
+    .await;
+
+    let source = TestNamespace::create(&client, "node-bypass-src").await;
+    let team = TestNamespace::create(&client, "node-bypass-team").await;
+    let (src, dst) = (source.name(), team.name());
+    let user = format!("mallory-{dst}");
+    kubectl_ok(&[
+        "-n",
+        src,
+        "create",
+        "secret",
+        "generic",
+        "db-password",
+        "--from-literal=password=hunter2",
+    ]);
+    kubectl_ok(&[
+        "-n",
+        src,
+        "annotate",
+        "secret",
+        "db-password",
+        "projection.sh/projectable=true",
+    ]);
+    // The tenant manages Projections and Secrets in its own namespace, and nothing in the source's.
+    kubectl_ok(&[
+        "-n",
+        dst,
+        "create",
+        "role",
+        "tenant",
+        "--verb=*",
+        "--resource=projections.projection.sh,secrets",
+    ]);
+    kubectl_ok(&[
+        "-n",
+        dst,
+        "create",
+        "rolebinding",
+        "tenant",
+        "--role=tenant",
+        &format!("--user={user}"),
+    ]);
+    let as_user = format!("--as={user}");
+    let manifest = format!(
+        "apiVersion: projection.sh/v1\nkind: Projection\nmetadata: {{name: db-password, namespace: {dst}}}\n\
+         spec:\n  source: {{version: v1, kind: Secret, namespace: {src}, name: db-password}}\n"
+    );
+    let created = kubectl_stdin(&[&as_user, "apply", "-f", "-"], &manifest);
+    assert!(
+        created.status.success(),
+        "admitted with the webhook bypassed: {}",
+        stderr(&created)
+    );
+
+    let no_copy = || {
+        let out = kubectl(&[
+            "-n",
+            dst,
+            "get",
+            "secret",
+            "db-password",
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ]);
+        assert!(
+            String::from_utf8_lossy(&out.stdout).trim().is_empty(),
+            "a copy was made"
+        );
+    };
+    wait_for("no author recorded", TIMEOUT, || async {
+        let ready = ready_of(dst, "db-password");
+        if ready.starts_with("SourceForbidden: no author is recorded") {
+            Ok(())
+        } else {
+            Err(ready)
+        }
+    })
+    .await;
+    no_copy();
+
+    // Recording someone else is refused by the apiserver itself.
+    let admin = r#"projection.sh/author={"username":"projection-testenv-admin","groups":["system:masters","system:authenticated"]}"#;
+    let forged = kubectl(&[
+        &as_user,
+        "-n",
+        dst,
+        "annotate",
+        "projection",
+        "db-password",
+        admin,
+    ]);
+    assert!(!forged.status.success(), "a forged author was admitted");
+    assert!(
+        stderr(&forged).contains("must record the user who writes the spec"),
+        "{}",
+        stderr(&forged)
+    );
+
+    // Recording itself is admitted, and the controller asks whether it may read the source.
+    let own = format!(r#"projection.sh/author={{"username":"{user}","groups":["system:authenticated"]}}"#);
+    kubectl_ok(&[&as_user, "-n", dst, "annotate", "projection", "db-password", &own]);
+    wait_for("the author's access denied", TIMEOUT, || async {
+        let ready = ready_of(dst, "db-password");
+        if ready.starts_with(&format!(
+            "SourceForbidden: the author {user} may not get secrets {src}/db-password"
+        )) {
+            Ok(())
+        } else {
+            Err(ready)
+        }
+    })
+    .await;
+    no_copy();
+
+    kubectl_ok(&[
+        "-n",
+        dst,
+        "delete",
+        "projection",
+        "db-password",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    for ns in [team, source] {
+        ns.delete_and_wait(&client).await;
+    }
+    release.uninstall();
+    system.delete_and_wait(&client).await;
+}

@@ -730,7 +730,7 @@ async fn measure(
         }
         let t = Instant::now();
         // Written straight to the apiserver, as the webhook would record their author.
-        let author = projection_tests::author_annotation(&client).await?;
+        let author = projection_tests::author_annotation(client).await?;
         in_parallel((0..plan.projections).collect(), |i| {
             let (client, source_ns, dest) = (client.clone(), source_ns.clone(), dest[i % dest.len()].clone());
             let author = author.clone();
@@ -891,7 +891,7 @@ async fn measure_fan_out(
     } else {
         json!({"namespaces": targets})
     };
-    let author = projection_tests::author_annotation(&client).await?;
+    let author = projection_tests::author_annotation(client).await?;
     let cp: ClusterProjection = serde_json::from_value(
         json!({"metadata": {"name": run, "labels": {RUN_LABEL: run}, "annotations": author},
         "spec": {"source": {"kind": "ConfigMap", "namespace": source_ns, "name": "fanout"}, "destination": destination}}),

@@ -191,7 +191,11 @@ pub async fn review<C: ClusterView>(
                 Err(why) => return deny(format!("cannot record the author of this spec: {why}")),
             };
             let mut operations = vec![author_operation(request.object.as_ref(), &author)];
-            operations.extend(default_destination_name(spec, &source, destination_name.as_deref()));
+            operations.extend(default_destination_name(
+                spec,
+                &source,
+                destination_name.as_deref(),
+            ));
             (with_patch(allow, operations), Verdict::Allowed)
         }
         Endpoint::Validate => {
@@ -264,7 +268,10 @@ fn author_operation(object: Option<&DynamicObject>, author: &Author) -> Value {
     let has_annotations = object.is_some_and(|o| o.metadata.annotations.is_some());
     if has_annotations {
         // `add` on an existing member replaces it (RFC 6902); `/` in the key is escaped as `~1`.
-        let path = format!("/metadata/annotations/{}", AUTHOR.replace('~', "~0").replace('/', "~1"));
+        let path = format!(
+            "/metadata/annotations/{}",
+            AUTHOR.replace('~', "~0").replace('/', "~1")
+        );
         json!({"op": "add", "path": path, "value": author.record()})
     } else {
         json!({"op": "add", "path": "/metadata/annotations", "value": {AUTHOR: author.record()}})
@@ -272,7 +279,11 @@ fn author_operation(object: Option<&DynamicObject>, author: &Author) -> Value {
 }
 
 /// The operation adding `spec.destination.name` (the source's name) when absent.
-fn default_destination_name(spec: Option<&Value>, source: &SourceRef, destination_name: Option<&str>) -> Option<Value> {
+fn default_destination_name(
+    spec: Option<&Value>,
+    source: &SourceRef,
+    destination_name: Option<&str>,
+) -> Option<Value> {
     if destination_name.is_some() {
         return None;
     }

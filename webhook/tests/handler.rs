@@ -148,14 +148,22 @@ async fn a_valid_projection_is_admitted_without_warnings() {
     assert!(response.get("patch").is_none(), "validation never patches");
 }
 
+/// The author record the webhook writes for the fixture's user, alice.
+const ALICE: &str = r#"{"username":"alice","groups":["tenants","system:authenticated"]}"#;
+
+/// The patch operation recording alice as the author of an object without annotations.
+fn alice_recorded() -> Value {
+    json!({"op": "add", "path": "/metadata/annotations", "value": {"projection.sh/author": ALICE}})
+}
+
 #[tokio::test]
-async fn mutation_defaults_the_destination_name_and_nothing_else() {
+async fn mutation_records_the_author_and_defaults_the_destination_name() {
     let response = post(&app(), "/mutate", &fixture()).await;
     assert_eq!(response["allowed"], true, "{response}");
     assert_eq!(response["patchType"], "JSONPatch");
     assert_eq!(
         patch_of(&response),
-        json!([{"op": "add", "path": "/spec/destination", "value": {"name": "shared-settings"}}])
+        json!([alice_recorded(), {"op": "add", "path": "/spec/destination", "value": {"name": "shared-settings"}}])
     );
 
     let existing = with_spec(
@@ -164,17 +172,29 @@ async fn mutation_defaults_the_destination_name_and_nothing_else() {
     let response = post(&app(), "/mutate", &existing).await;
     assert_eq!(
         patch_of(&response),
-        json!([{"op": "add", "path": "/spec/destination/name", "value": "s"}])
+        json!([alice_recorded(), {"op": "add", "path": "/spec/destination/name", "value": "s"}])
     );
 
-    let named = with_spec(
+    // A given name is kept; a record already there (another author's, or a forged one) is replaced.
+    let mut named = with_spec(
         json!({"source": {"kind": "ConfigMap", "namespace": "platform", "name": "s"}, "destination": {"name": "t"}}),
     );
+    named["request"]["object"]["metadata"]["annotations"] =
+        json!({"projection.sh/author": r#"{"username":"admin","groups":["system:masters"]}"#, "team": "a"});
     let response = post(&app(), "/mutate", &named).await;
     assert_eq!(response["allowed"], true);
+    assert_eq!(
+        patch_of(&response),
+        json!([{"op": "add", "path": "/metadata/annotations/projection.sh~1author", "value": ALICE}])
+    );
+
+    // A user whose name the record cannot carry is refused, saying why.
+    let mut odd = fixture();
+    odd["request"]["userInfo"]["groups"] = json!(["a\"b"]);
+    let message = denial(&post(&app(), "/mutate", &odd).await).to_owned();
     assert!(
-        response.get("patch").is_none(),
-        "a given name is kept: {response}"
+        message.starts_with("cannot record the author of this spec"),
+        "{message}"
     );
 }
 
@@ -206,7 +226,9 @@ async fn metadata_only_updates_pass_even_when_the_spec_is_invalid() {
 }
 
 #[tokio::test]
-async fn source_policy_runs_only_when_the_source_changes() {
+async fn every_spec_change_is_checked_like_a_new_source() {
+    // Any edit makes its writer the author and can widen what a copy shows (an overlay today, a
+    // removed field exclusion or a wider metadata include): the source policy runs for each.
     let cluster = FixedCluster::default(); // the source is missing: a warning when checked
     let mut review = fixture();
     review["request"]["operation"] = json!("UPDATE");
@@ -214,7 +236,61 @@ async fn source_policy_runs_only_when_the_source_changes() {
     review["request"]["object"]["spec"]["overlay"] = json!({"labels": {"a": "b"}});
     let response = post(&app_with(cluster, default_settings(false)), "/validate", &review).await;
     assert_eq!(response["allowed"], true);
-    assert!(response.get("warnings").is_none(), "no source check: {response}");
+    assert!(
+        response.get("warnings").is_some(),
+        "the source was checked: {response}"
+    );
+
+    // Bob, who may not read the source, removes an exclusion from alice's Projection: denied.
+    let mut review = fixture();
+    review["request"]["object"]["spec"]["fields"] = json!({"exclude": ["$.data['admin-password']"]});
+    review["request"]["operation"] = json!("UPDATE");
+    review["request"]["oldObject"] = review["request"]["object"].clone();
+    review["request"]["object"]["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("fields");
+    review["request"]["userInfo"]["username"] = json!("bob");
+    let message = denial(&post(&app(), "/validate", &review).await).to_owned();
+    assert!(
+        message.starts_with("bob may not get configmaps platform/shared-settings"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn the_operators_own_kinds_and_power_kinds_are_refused_at_admission() {
+    for (group, kind, expected) in [
+        (
+            "projection.sh",
+            "Projection",
+            "spec.source: projection.sh kinds cannot be projected",
+        ),
+        (
+            "rbac.authorization.k8s.io",
+            "RoleBinding",
+            "spec.source.kind: RoleBinding.rbac.authorization.k8s.io grants permissions",
+        ),
+        (
+            "",
+            "ServiceAccount",
+            "spec.source.kind: ServiceAccount is an identity",
+        ),
+    ] {
+        let review = with_spec(
+            json!({"source": {"group": group, "kind": kind, "namespace": "platform", "name": "s"}}),
+        );
+        for path in ["/mutate", "/validate"] {
+            let message = denial(&post(&app(), path, &review).await).to_owned();
+            assert!(message.starts_with(expected), "{path} {kind}: {message}");
+        }
+    }
+    let mut allowing = default_settings(false);
+    allowing.allowed_power_kinds = "ServiceAccount".parse().expect("a power kind");
+    let review =
+        with_spec(json!({"source": {"kind": "ServiceAccount", "namespace": "platform", "name": "s"}}));
+    let response = post(&app_with(FixedCluster::default(), allowing), "/mutate", &review).await;
+    assert_eq!(response["allowed"], true, "{response}");
 }
 
 #[tokio::test]
@@ -359,7 +435,7 @@ async fn tenant_mode_denies_cluster_projection_writes_only() {
     assert_eq!(normal["allowed"], true, "{normal}");
     assert_eq!(
         patch_of(&normal),
-        json!([{"op": "add", "path": "/spec/destination/name", "value": "shared-settings"}])
+        json!([alice_recorded(), {"op": "add", "path": "/spec/destination/name", "value": "shared-settings"}])
     );
 }
 
