@@ -1,6 +1,7 @@
 //! The plain-HTTP endpoints of both services: `/metrics` (OpenMetrics text to scrapers that ask for
 //! it, the classic Prometheus text format to the others) on the metrics address,
 //! `/healthz` and `/readyz` on the probe address (both on one listener when the addresses are equal).
+//! Both run the limited accept loop of [`crate::serve`] with [`crate::serve::Limits::PROBES`].
 
 use crate::metrics_format;
 use axum::{
@@ -18,6 +19,9 @@ use std::{
         atomic::{AtomicBool, Ordering},
     },
 };
+
+/// How long a scrape or probe in flight at shutdown may take to finish.
+const PROBES_DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Parses a Go-style bind address (`:8080`, `127.0.0.1:8080`, `0` for disabled).
 pub fn bind_address(value: &str) -> Result<Option<SocketAddr>, std::net::AddrParseError> {
@@ -113,14 +117,19 @@ pub async fn serve(
         let listener = tokio::net::TcpListener::bind(addr).await?;
         tracing::info!(address = %listener.local_addr()?, "serving HTTP");
         let app = router.with_state(state.clone());
-        tasks.push(tokio::spawn(
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown.clone())
-                .into_future(),
-        ));
+        // Plain HTTP: the TCP stream is the connection; no identity to carry.
+        let plain = |tcp: tokio::net::TcpStream, _| async move { Some((tcp, ())) };
+        tasks.push(tokio::spawn(crate::serve::serve(
+            listener,
+            crate::serve::Limits::PROBES,
+            plain,
+            app,
+            shutdown.clone(),
+            PROBES_DRAIN_TIMEOUT,
+        )));
     }
     for task in tasks {
-        task.await??;
+        task.await?;
     }
     Ok(())
 }

@@ -10,4 +10,5 @@ pub mod kube_client;
 pub mod logs;
 pub mod metrics_format;
 pub mod process_metrics;
+pub mod serve;
 pub mod signals;

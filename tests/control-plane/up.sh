@@ -31,7 +31,8 @@ done
 rm -rf "$TESTENV_DIR/etcd" "$PKI"
 mkdir -p "$LOGS" "$PKI" "$TESTENV_DIR/etcd"
 
-# --- PKI: one CA signs the apiserver serving cert and the admin client cert. -----------------
+# --- PKI: one CA signs the apiserver serving cert and the admin client cert; another the --------
+# apiserver's client certificate for webhooks. ---------------------------------------------------
 ossl() { openssl "$@" 2>>"$LOGS/pki.log"; }
 ossl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=projection-testenv-ca" \
   -keyout "$PKI/ca.key" -out "$PKI/ca.crt" \
@@ -48,6 +49,44 @@ issue apiserver "/CN=kube-apiserver" \
   "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth"
 issue admin "/O=system:masters/CN=projection-testenv-admin" \
   "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=clientAuth"
+# The apiserver's client certificate for admission webhooks ("Authenticate apiservers"): issued by
+# a CA of its own, so a webhook that trusts it (projection-webhook --client-ca-file
+# $PKI/webhook-client-ca.crt) accepts the apiserver and nobody else that holds a certificate of the
+# cluster CA.
+ossl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=projection-testenv-webhook-client-ca" \
+  -keyout "$PKI/webhook-client-ca.key" -out "$PKI/webhook-client-ca.crt" \
+  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature"
+ossl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver-webhook-client" \
+  -keyout "$PKI/webhook-client.key" -out "$PKI/webhook-client.csr"
+printf '%s\n' "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=clientAuth" > "$PKI/webhook-client.ext"
+ossl x509 -req -in "$PKI/webhook-client.csr" -CA "$PKI/webhook-client-ca.crt" -CAkey "$PKI/webhook-client-ca.key" \
+  -CAcreateserial -days 3650 -out "$PKI/webhook-client.crt" -extfile "$PKI/webhook-client.ext"
+# The kubeconfig of the admission configuration: the user "*" applies to every webhook the
+# apiserver calls (by Service or by URL).
+cat > "$PKI/webhook-client.kubeconfig" <<WKCFG
+apiVersion: v1
+kind: Config
+users:
+- name: '*'
+  user:
+    client-certificate: $PKI/webhook-client.crt
+    client-key: $PKI/webhook-client.key
+WKCFG
+cat > "$PKI/admission-config.yaml" <<ACFG
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: ValidatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: $PKI/webhook-client.kubeconfig
+- name: MutatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: $PKI/webhook-client.kubeconfig
+ACFG
 ossl genrsa -out "$PKI/sa.key" 2048
 ossl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub"
 
@@ -103,6 +142,7 @@ start_recorded kube-apiserver "$bin/kube-apiserver" "${gates[@]}" \
   --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
   --cert-dir="$TESTENV_DIR/apiserver-certs" \
   --client-ca-file="$PKI/ca.crt" \
+  --admission-control-config-file="$PKI/admission-config.yaml" \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
   --service-cluster-ip-range="$SERVICE_CIDR" \

@@ -673,10 +673,18 @@ fn user_roles_aggregate_projections_but_never_clusterprojections() {
 #[test]
 fn optional_objects_appear_only_when_asked() {
     let r = rendered(&[]);
-    for kind in ["ServiceMonitor", "NetworkPolicy"] {
-        assert!(r.of_kind(kind).is_empty(), "no {kind} by default");
-    }
+    assert!(
+        r.of_kind("ServiceMonitor").is_empty(),
+        "no ServiceMonitor by default"
+    );
     assert!(!r.has("Service", "projection-controller-metrics"));
+    // NetworkPolicies are on by default (issue 30): see network_policies_by_default_...
+    assert_eq!(r.of_kind("NetworkPolicy").len(), 2);
+    let r = rendered(&[("networkPolicy.enabled", json!(false))]);
+    assert!(
+        r.of_kind("NetworkPolicy").is_empty(),
+        "networkPolicy.enabled=false removes them"
+    );
 
     let r = rendered(&[("webhook.podDisruptionBudget.enabled", json!(false))]);
     assert!(r.of_kind("PodDisruptionBudget").is_empty());
@@ -685,9 +693,12 @@ fn optional_objects_appear_only_when_asked() {
     assert_eq!(pdb["spec"]["maxUnavailable"], 1);
     assert!(pdb["spec"]["minAvailable"].is_null(), "one of the two only");
 
+    let prometheus =
+        json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]);
     let r = rendered(&[
         ("metrics.serviceMonitor.enabled", json!(true)),
         ("networkPolicy.enabled", json!(true)),
+        ("networkPolicy.metricsFrom", prometheus.clone()),
     ]);
     for component in ["controller", "webhook"] {
         let deployment = r.get("Deployment", &format!("projection-{component}"));
@@ -726,15 +737,27 @@ fn optional_objects_appear_only_when_asked() {
             .filter_map(|p| p["port"].as_u64())
             .collect();
         let container = container(deployment);
+        // Every served port but the probes' (the kubelet comes from the node, always let in).
         let expected: BTreeSet<u64> = container["ports"]
             .as_array()
             .expect("ports")
             .iter()
+            .filter(|p| p["name"] != "health")
             .filter_map(|p| p["containerPort"].as_u64())
             .collect();
         assert_eq!(
             ingress_ports, expected,
-            "{component}: every served port, nothing else"
+            "{component}: every served port but the probes', nothing else"
+        );
+        let metrics_rule = policy["spec"]["ingress"]
+            .as_array()
+            .expect("ingress")
+            .iter()
+            .find(|rule| rule["ports"][0]["port"] == 8080)
+            .expect("a metrics rule");
+        assert_eq!(
+            metrics_rule["from"], prometheus,
+            "{component}: metrics only from metricsFrom"
         );
     }
     let r = rendered(&[
@@ -745,6 +768,122 @@ fn optional_objects_appear_only_when_asked() {
         r.get("NetworkPolicy", "projection-controller")["spec"]["egress"][0]["ports"],
         json!([{"port": 8443, "protocol": "TCP"}])
     );
+}
+
+#[test]
+fn network_policies_by_default_open_only_the_admission_port() {
+    let r = rendered(&[]);
+    let ingress = |component: &str| {
+        r.get("NetworkPolicy", &format!("projection-{component}"))["spec"]["ingress"].clone()
+    };
+    // The controller serves nothing to other pods: metrics and probes closed (the node still probes).
+    assert_eq!(ingress("controller"), json!([]));
+    // The webhook: the admission port only, from any source (the apiserver is not a pod).
+    let webhook = ingress("webhook");
+    assert_eq!(webhook.as_array().expect("rules").len(), 1, "{webhook}");
+    assert_eq!(webhook[0]["ports"], json!([{"port": 9443, "protocol": "TCP"}]));
+    assert!(webhook[0]["from"].is_null(), "open to every source: {webhook}");
+    for component in ["controller", "webhook"] {
+        let egress = &r.get("NetworkPolicy", &format!("projection-{component}"))["spec"]["egress"];
+        assert_eq!(
+            egress.as_array().expect("egress").len(),
+            2,
+            "apiserver and DNS only: {egress}"
+        );
+    }
+
+    // Narrowed to the control plane's addresses.
+    let control_plane = json!([{"ipBlock": {"cidr": "10.0.0.0/24"}}]);
+    let r = rendered(&[("networkPolicy.webhookFrom", control_plane.clone())]);
+    let webhook = &r.get("NetworkPolicy", "projection-webhook")["spec"]["ingress"];
+    assert_eq!(webhook[0]["from"], control_plane);
+    // A CNI that does not let the node in can be given the probes' peers.
+    let node = json!([{"ipBlock": {"cidr": "192.168.0.10/32"}}]);
+    let r = rendered(&[("networkPolicy.healthFrom", node.clone())]);
+    let controller = &r.get("NetworkPolicy", "projection-controller")["spec"]["ingress"];
+    assert_eq!(controller[0]["ports"], json!([{"port": 8081, "protocol": "TCP"}]));
+    assert_eq!(controller[0]["from"], node);
+}
+
+#[test]
+fn webhook_limits_and_client_authentication_reach_its_flags() {
+    let r = rendered(&[]);
+    let webhook = r.get("Deployment", "projection-webhook");
+    let args = args_of(webhook);
+    for flag in [
+        "--max-connections=256",
+        "--max-connections-per-peer=64",
+        "--max-in-flight-reviews=64",
+        "--header-timeout=10s",
+        "--idle-timeout=60s",
+        "--body-timeout=10s",
+        "--http2-max-concurrent-streams=100",
+        "--access-review-cache-bytes=4194304",
+    ] {
+        assert!(args.contains(&flag.to_owned()), "{flag} missing: {args:?}");
+    }
+    // No client CA by default: callers unauthenticated, nothing mounted.
+    assert!(
+        !args.iter().any(|a| a.starts_with("--client-ca-file")),
+        "{args:?}"
+    );
+    assert!(!r.has("ConfigMap", "projection-webhook-client-ca"));
+
+    let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    let r = rendered(&[("webhook.clientAuth.caBundle", json!(pem))]);
+    let webhook = r.get("Deployment", "projection-webhook");
+    assert!(args_of(webhook).contains(&"--client-ca-file=/client-ca/ca.crt".to_owned()));
+    assert_eq!(
+        r.get("ConfigMap", "projection-webhook-client-ca")["data"]["ca.crt"],
+        pem
+    );
+    let pod = &webhook["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "client-ca")
+        .expect("the client CA volume");
+    assert_eq!(volume["configMap"]["name"], "projection-webhook-client-ca");
+    assert_eq!(
+        volume["configMap"]["items"],
+        json!([{"key": "ca.crt", "path": "ca.crt"}])
+    );
+    let mounted = container(webhook)["volumeMounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .any(|m| m["name"] == "client-ca" && m["mountPath"] == "/client-ca");
+    assert!(mounted, "the client CA is mounted at /client-ca");
+
+    // An existing ConfigMap instead.
+    let r = rendered(&[
+        ("webhook.clientAuth.configMapName", json!("apiserver-client-ca")),
+        ("webhook.clientAuth.configMapKey", json!("bundle.pem")),
+    ]);
+    assert!(!r.has("ConfigMap", "projection-webhook-client-ca"));
+    let pod = &r.get("Deployment", "projection-webhook")["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "client-ca")
+        .expect("the client CA volume");
+    assert_eq!(volume["configMap"]["name"], "apiserver-client-ca");
+    assert_eq!(
+        volume["configMap"]["items"],
+        json!([{"key": "bundle.pem", "path": "ca.crt"}])
+    );
+    // Both at once is refused.
+    let both = render(
+        "projection",
+        NS,
+        &[
+            ("webhook.clientAuth.configMapName", json!("x")),
+            ("webhook.clientAuth.caBundle", json!(pem)),
+        ],
+    );
+    assert!(both.is_err_and(|e| e.contains("caBundle or configMapName")));
 }
 
 #[test]

@@ -29,6 +29,14 @@ pub struct Args {
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub tls_reload_interval: Duration,
 
+    /// PEM CA bundle of the apiserver's client certificate for webhooks (its admission
+    /// configuration's kubeConfigFile). When set, every TLS client must present a certificate
+    /// chained to it, and reviews run every check. When not set, no caller is authenticated, and
+    /// reviews skip every check that reads the cluster (see docs/webhook.md). Re-read every
+    /// --tls-reload-interval: a changed CA verifies new handshakes once it parses.
+    #[arg(long, value_name = "PATH")]
+    pub client_ca_file: Option<PathBuf>,
+
     /// Self-managed certificate mode: the webhook creates and rotates its own CA and serving
     /// certificate, keeps them in this Secret (type kubernetes.io/tls; tls.crt, tls.key, ca.crt,
     /// ca.key) in --namespace, and sets the CA as caBundle of the webhook configurations named by
@@ -110,6 +118,12 @@ pub struct Args {
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub access_review_cache_ttl: Duration,
 
+    /// Most bytes the kept SubjectAccessReview grants may take in all (each counted with its user,
+    /// uid, groups and extra); the grants closest to expiring go first. A grant whose question is
+    /// over 4 KiB (a forged userInfo) is never kept. "0" keeps nothing.
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    pub access_review_cache_bytes: usize,
+
     /// How long a read of a source's metadata that let a projection in is reused for the same
     /// source; "0" reads it from the apiserver every time. Only reads that allow are reused: a
     /// source that is missing, not opted in or opted out is read again, so an opt-in takes effect
@@ -135,6 +149,83 @@ pub struct Args {
     /// After the shutdown delay: how long in-flight requests may take to finish.
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
+
+    /// Connections the admission server serves at once. Beyond this it stops accepting: new
+    /// connections wait in the kernel's listen queue until one ends (an apiserver keeps a few).
+    #[arg(long, default_value_t = 256)]
+    pub max_connections: usize,
+
+    /// Connections served at once from one IP address; more are closed at once, so that one client
+    /// (a pod) cannot take every connection from the apiserver. Mind a proxy in front of the
+    /// webhook (e.g. konnectivity), through which every apiserver connection comes from one address.
+    #[arg(long, default_value_t = 64)]
+    pub max_connections_per_peer: usize,
+
+    /// Reviews handled at once, in units: a review counts one, plus one per 256 KiB of its body (a
+    /// 4 MiB body counts 17), so the memory of bodies in flight stays bounded. A review over the
+    /// limit is answered at once, unread: HTTP 429 with Retry-After and an AdmissionReview denying
+    /// with code 429 "webhook overloaded, retry".
+    #[arg(long, default_value_t = 64)]
+    pub max_in_flight_reviews: u32,
+
+    /// Time a client has for its TLS handshake and its first request's headers, and for the
+    /// headers of any HTTP/1.1 request once started.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub header_timeout: Duration,
+
+    /// A connection without a request in flight for this long is closed (HTTP/2: GOAWAY). This also
+    /// ends an HTTP/2 client stalled in the middle of a request's headers.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub idle_timeout: Duration,
+
+    /// Longest wait for the whole body of a review, from the end of its headers (HTTP 408 after).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub body_timeout: Duration,
+
+    /// HTTP/2 streams one connection may have open at once.
+    #[arg(long, default_value_t = 100)]
+    pub http2_max_concurrent_streams: u32,
+
+    /// HTTP/2: a PING after this long without a frame from the client ...
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub http2_keep_alive_interval: Duration,
+
+    /// ... which must be answered within this long, or the connection is closed.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub http2_keep_alive_timeout: Duration,
+
+    /// Largest request header list in bytes (HTTP/2, decoded).
+    #[arg(long, default_value_t = 32 * 1024)]
+    pub max_header_list_size: u32,
+
+    /// HTTP/2 streams a client may reset before they are answered before its connection is closed
+    /// (the "rapid reset" attack).
+    #[arg(long, default_value_t = 20)]
+    pub http2_max_pending_reset_streams: usize,
+}
+
+/// HTTP/2 flow-control window per stream: how much of a body a client may send ahead of the handler.
+const STREAM_WINDOW_BYTES: u32 = 256 * 1024;
+/// ... and per connection: with the connection cap, a bound of what unread bodies can hold.
+const CONNECTION_WINDOW_BYTES: u32 = 512 * 1024;
+
+impl Args {
+    /// The admission server's limits from the flags.
+    pub fn server_limits(&self) -> runtime::serve::Limits {
+        runtime::serve::Limits {
+            max_connections: self.max_connections.max(1),
+            max_connections_per_peer: self.max_connections_per_peer.max(1),
+            header_timeout: self.header_timeout,
+            idle_timeout: self.idle_timeout,
+            max_concurrent_streams: self.http2_max_concurrent_streams,
+            keep_alive_interval: self.http2_keep_alive_interval,
+            keep_alive_timeout: self.http2_keep_alive_timeout,
+            max_header_list_size: self.max_header_list_size,
+            max_pending_reset_streams: self.http2_max_pending_reset_streams,
+            stream_window_bytes: STREAM_WINDOW_BYTES,
+            connection_window_bytes: CONNECTION_WINDOW_BYTES,
+        }
+    }
 }
 
 /// What the self-managed certificate mode needs, checked.
@@ -252,6 +343,8 @@ mod tests {
         assert!(!args.tenant_mode);
         assert!(args.check_source_access);
         assert_eq!(args.access_review_cache_ttl, Duration::from_secs(5));
+        assert_eq!(args.access_review_cache_bytes, 4 * 1024 * 1024);
+        assert_eq!(args.client_ca_file, None);
         assert_eq!(args.source_mode, SourceMode::Allowlist);
         assert_eq!(args.tls_reload_interval, Duration::from_secs(1));
         assert_eq!(args.self_managed_certificate_secret, None);
@@ -261,6 +354,14 @@ mod tests {
         assert_eq!(args.ca_validity, Duration::from_secs(87600 * 3600));
         assert!(args.extra_san.is_empty());
         assert_eq!(args.self_managed().expect("file mode"), None);
+        let limits = args.server_limits();
+        assert_eq!(limits.max_connections, 256);
+        assert_eq!(limits.max_connections_per_peer, 64);
+        assert_eq!(limits.header_timeout, Duration::from_secs(10));
+        assert_eq!(limits.idle_timeout, Duration::from_secs(60));
+        assert_eq!(limits.max_concurrent_streams, 100);
+        assert_eq!(args.max_in_flight_reviews, 64);
+        assert_eq!(args.body_timeout, Duration::from_secs(10));
     }
 
     /// A self-managed command line: the required flags, with `changes` replacing (or, with an

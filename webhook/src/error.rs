@@ -13,6 +13,13 @@ pub enum RequestError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// The body holds more JSON values than any AdmissionReview of a Projection needs: its parsed
+    /// form would cost many times its size in memory.
+    #[error("request body holds more than {limit} JSON values")]
+    TooComplex {
+        /// The limit.
+        limit: usize,
+    },
     /// The body did not arrive in time.
     #[error("request body not received within {0:?}")]
     Timeout(std::time::Duration),
@@ -40,6 +47,7 @@ impl RequestError {
     pub fn category(&self) -> &'static str {
         match self {
             Self::TooLarge { .. } => "too_large",
+            Self::TooComplex { .. } => "too_complex",
             Self::Timeout(_) => "timeout",
             Self::Body(_) => "body",
             Self::Malformed(_) => "malformed",
@@ -51,7 +59,7 @@ impl RequestError {
     /// The HTTP status answered.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::TooLarge { .. } | Self::TooComplex { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::Body(_) | Self::Malformed(_) | Self::WrongType { .. } | Self::NoRequest => {
                 StatusCode::BAD_REQUEST

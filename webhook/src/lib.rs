@@ -29,7 +29,8 @@ use tokio_util::sync::CancellationToken;
 /// How often the discovery snapshot is refreshed in the background (misses refresh at once).
 const DISCOVERY_REFRESH: Duration = Duration::from_secs(60);
 
-/// At most this many SubjectAccessReview grants are kept (a few hundred bytes each).
+/// At most this many SubjectAccessReview grants are kept (a few hundred bytes each; the total is
+/// bounded in bytes too, by --access-review-cache-bytes).
 const ACCESS_REVIEW_CACHE_CAPACITY: usize = 10_000;
 
 /// At most this many sources' metadata reads are kept (about 150 bytes each).
@@ -73,7 +74,23 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
     }
 
     let certs = tls::CertStore::new(metrics.clone());
-    let tls_config = certs.server_config()?;
+    let client_ca = match &args.client_ca_file {
+        Some(path) => {
+            let ca = tls::ClientCa::load(path).context("--client-ca-file")?;
+            tokio::spawn(
+                ca.clone()
+                    .watch(args.tls_reload_interval, stop_all.clone().cancelled_owned()),
+            );
+            Some(ca as Arc<dyn rustls::server::danger::ClientCertVerifier>)
+        }
+        None => {
+            tracing::warn!(
+                "no --client-ca-file: callers are not authenticated, so reviews skip every check that reads the cluster (access, projectability, content, other CRs)"
+            );
+            None
+        }
+    };
+    let tls_config = certs.server_config(client_ca)?;
     if self_managed.is_none() {
         let files = tls::CertFiles::new(&args.tls_cert_file, &args.tls_key_file);
         files
@@ -112,7 +129,11 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
 
     let cluster = cluster_view::KubeCluster::new(
         client.clone(),
-        access_cache::AllowedAnswers::new(args.access_review_cache_ttl, ACCESS_REVIEW_CACHE_CAPACITY),
+        access_cache::AllowedAnswers::new(
+            args.access_review_cache_ttl,
+            ACCESS_REVIEW_CACHE_CAPACITY,
+            args.access_review_cache_bytes,
+        ),
         metrics.access_review_cache_lookups_total.clone(),
         source_cache::SourceMetadataCache::new(
             args.source_metadata_cache_ttl,
@@ -144,11 +165,15 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
             policy: policy::PolicySettings {
                 source_mode: args.source_mode,
                 check_source_access: args.check_source_access,
+                // Every connection carries its own answer; this is what a request without one gets.
+                caller_authenticated: args.client_ca_file.is_some(),
             },
             allowed_power_kinds: args.allow_power_kinds.clone(),
         },
         cluster,
         metrics,
+        in_flight: handler::InFlightLimit::new(args.max_in_flight_reviews),
+        body_timeout: args.body_timeout,
     });
     let listener = tokio::net::TcpListener::bind(args.bind_address)
         .await
@@ -158,6 +183,7 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
     server::serve_tls(
         listener,
         tls_config,
+        args.server_limits(),
         handler::router(app),
         stop_accepting.cancelled_owned(),
         args.drain_timeout,

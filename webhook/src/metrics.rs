@@ -60,6 +60,13 @@ pub struct WriteLabels {
     pub result: &'static str,
 }
 
+/// Labels of the shed counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabels {
+    /// `validate` or `mutate`.
+    pub endpoint: &'static str,
+}
+
 /// Every metric of the webhook.
 pub struct Metrics {
     pub requests_total: Family<RequestLabels, Counter>,
@@ -72,6 +79,8 @@ pub struct Metrics {
     pub self_managed_writes_total: Family<WriteLabels, Counter>,
     pub access_review_cache_lookups_total: Family<CacheLabels, Counter>,
     pub source_metadata_cache_lookups_total: Family<CacheLabels, Counter>,
+    /// Reviews answered "overloaded" (HTTP 429) because the in-flight limit was reached.
+    pub shed_total: Family<EndpointLabels, Counter>,
 }
 
 impl Metrics {
@@ -123,6 +132,11 @@ impl Metrics {
             "Lookups of source metadata reads kept by --source-metadata-cache-ttl, by result (hit, miss)",
             metrics.source_metadata_cache_lookups_total.clone(),
         );
+        registry.register(
+            "projection_webhook_shed",
+            "Admission reviews answered with HTTP 429 (webhook overloaded, retry) because --max-in-flight-reviews was reached, by endpoint",
+            metrics.shed_total.clone(),
+        );
         registry.register_collector(Box::new(runtime::process_metrics::ProcessCollector::default()));
         metrics
     }
@@ -144,6 +158,7 @@ impl Metrics {
             self_managed_writes_total: Family::default(),
             access_review_cache_lookups_total: Family::default(),
             source_metadata_cache_lookups_total: Family::default(),
+            shed_total: Family::default(),
         }
     }
 }

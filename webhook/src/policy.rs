@@ -34,6 +34,10 @@ pub struct PolicySettings {
     pub source_mode: SourceMode,
     /// `--check-source-access`.
     pub check_source_access: bool,
+    /// The caller proved to be the apiserver (a client certificate verified against
+    /// `--client-ca-file`), so the request's userInfo can be believed. Without it nothing that
+    /// reads the cluster runs (see `review`).
+    pub caller_authenticated: bool,
 }
 
 /// Checks `source` for a request from `user`.

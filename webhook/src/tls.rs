@@ -14,7 +14,7 @@ use rustls::{
     ServerConfig,
     crypto::CryptoProvider,
     pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
-    server::{ClientHello, ResolvesServerCert},
+    server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier, danger::ClientCertVerifier},
     sign::CertifiedKey,
 };
 use std::{
@@ -89,14 +89,157 @@ impl CertStore {
             .and_then(|key| key.cert.first().map(|c| c.to_vec()))
     }
 
-    /// A TLS 1.2/1.3 server configuration (ALPN h2 and http/1.1) serving the current certificate.
-    pub fn server_config(self: &Arc<Self>) -> Result<Arc<ServerConfig>, rustls::Error> {
-        let mut config = ServerConfig::builder_with_provider(self.provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
-            .with_no_client_auth()
-            .with_cert_resolver(self.clone());
+    /// A TLS 1.2/1.3 server configuration (ALPN h2 and http/1.1) serving the current certificate;
+    /// with `client_ca`, a client must present a certificate chained to it (see
+    /// [`client_verifier`]), otherwise no client certificate is asked for.
+    pub fn server_config(
+        self: &Arc<Self>,
+        client_ca: Option<Arc<dyn ClientCertVerifier>>,
+    ) -> Result<Arc<ServerConfig>, rustls::Error> {
+        let builder = ServerConfig::builder_with_provider(self.provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
+        let authenticating = client_ca.is_some();
+        let builder = match client_ca {
+            Some(verifier) => builder.with_client_cert_verifier(verifier),
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder.with_cert_resolver(self.clone());
+        if authenticating {
+            // A resumed session skips the client certificate: a client whose CA was replaced
+            // would keep its access until its session expired. Every handshake is a full one
+            // (the apiserver keeps its connections, so this costs little).
+            config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+            config.send_tls13_tickets = 0;
+        }
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(Arc::new(config))
+    }
+}
+
+/// A verifier that requires every client to present a certificate chained to one of the CAs in
+/// `ca_pem` (PEM, one or more certificates; during a CA rotation, old and new), valid now and for
+/// client authentication: the apiserver's admission client certificate. Built from the provider of
+/// the serving side, so the workspace keeps one crypto provider.
+pub fn client_verifier(ca_pem: &[u8]) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem) {
+        let cert = cert.map_err(|e| TlsError::Pem(format!("client CA: {e}")))?;
+        roots
+            .add(cert)
+            .map_err(|e| TlsError::Pem(format!("client CA: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(TlsError::Pem("no certificate in the client CA file".into()));
+    }
+    WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        Arc::new(rustls::crypto::ring::default_provider()),
+    )
+    .build()
+    .map_err(|e| TlsError::Pem(format!("client CA: {e}")))
+}
+
+/// The client CA of `--client-ca-file`, re-read to follow a rotation (a mounted ConfigMap): every
+/// handshake is verified by the verifier of the file's current content. A file that no longer
+/// parses keeps the previous CA in use.
+#[derive(Debug)]
+pub struct ClientCa {
+    current: arc_swap::ArcSwap<CurrentVerifier>,
+    path: PathBuf,
+}
+
+/// What the `ArcSwap` holds (it needs a sized type).
+#[derive(Debug)]
+struct CurrentVerifier(Arc<dyn ClientCertVerifier>);
+
+impl ClientCa {
+    /// The CA in `path`; fails if the file is unreadable or holds no usable CA (the server does not
+    /// start without one).
+    pub fn load(path: &Path) -> Result<Arc<Self>, TlsError> {
+        let pem = read_file(path)?;
+        Ok(Arc::new(Self {
+            current: arc_swap::ArcSwap::from_pointee(CurrentVerifier(client_verifier(&pem)?)),
+            path: path.to_owned(),
+        }))
+    }
+
+    /// Re-reads the file every `interval` until `stop` resolves, verifying new handshakes with a
+    /// changed CA once it parses.
+    pub async fn watch(self: Arc<Self>, interval: Duration, stop: impl std::future::Future<Output = ()>) {
+        let mut last = read_file(&self.path).ok();
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                () = &mut stop => return,
+            }
+            // Mid-swap the file can be briefly missing; the next tick sees the new one.
+            let Ok(pem) = read_file(&self.path) else { continue };
+            if last.as_ref() == Some(&pem) {
+                continue;
+            }
+            match client_verifier(&pem) {
+                Ok(verifier) => {
+                    self.current.store(Arc::new(CurrentVerifier(verifier)));
+                    tracing::info!(path = %self.path.display(), "client CA reloaded");
+                }
+                Err(e) => tracing::warn!(error = %e, "new client CA unusable; keeping the previous one"),
+            }
+            last = Some(pem);
+        }
+    }
+
+    fn verifier(&self) -> Arc<dyn ClientCertVerifier> {
+        self.current.load().0.clone()
+    }
+}
+
+impl ClientCertVerifier for ClientCa {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        true
+    }
+
+    /// No hints: they would have to outlive a reload. An empty list lets the client send the
+    /// certificate it has (the apiserver has one).
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        self.verifier().verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.verifier().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.verifier().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.verifier().supported_verify_schemes()
     }
 }
 
@@ -181,13 +324,14 @@ impl ResolvesServerCert for CertStore {
 }
 
 fn read_pair(cert: &Path, key: &Path) -> Result<FilePair, TlsError> {
-    let read = |path: &Path| {
-        std::fs::read(path).map_err(|source| TlsError::Read {
-            path: path.display().to_string(),
-            source,
-        })
-    };
-    Ok((read(cert)?, read(key)?))
+    Ok((read_file(cert)?, read_file(key)?))
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 fn certified_key(

@@ -152,6 +152,20 @@ struct Webhook {
     port: u16,
 }
 
+/// The CA of the client certificate the control plane's apiserver presents to webhooks (its
+/// admission configuration, written by `tests/control-plane/up.sh`): with it, the webhook knows
+/// its caller is the apiserver and runs every check.
+fn apiserver_client_ca() -> PathBuf {
+    let path = testenv_dir().join("pki/webhook-client-ca.crt");
+    assert!(
+        path.exists(),
+        "{} is missing: this control plane was started before up.sh gave the apiserver a client \
+         certificate for webhooks; restart it (tests/control-plane/down.sh, then up.sh)",
+        path.display()
+    );
+    path
+}
+
 fn binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_projection-webhook"))
 }
@@ -162,7 +176,10 @@ impl Webhook {
         let port = free_port();
         let bind = format!("127.0.0.1:{port}");
         let (cert, key) = (certs.cert(), certs.key());
+        let client_ca = apiserver_client_ca();
         let mut args = vec![
+            "--client-ca-file",
+            client_ca.to_str().expect("utf-8 path"),
             "--bind-address",
             &bind,
             "--tls-cert-file",

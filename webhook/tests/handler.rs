@@ -374,6 +374,7 @@ async fn source_policy_verdicts() {
             policy: PolicySettings {
                 source_mode: SourceMode::Permissive,
                 check_source_access: false,
+                caller_authenticated: true,
             },
             allowed_power_kinds: Default::default(),
         },

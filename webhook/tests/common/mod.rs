@@ -6,7 +6,7 @@ use shared::projectable::SourceMode;
 use std::sync::Arc;
 use webhook::{
     cluster_view::ClusterView,
-    handler::{App, router},
+    handler::{App, BODY_TIMEOUT, InFlightLimit, router},
     metrics::Metrics,
     policy::PolicySettings,
     review::ReviewSettings,
@@ -20,6 +20,8 @@ pub fn default_settings(tenant_mode: bool) -> ReviewSettings {
         policy: PolicySettings {
             source_mode: SourceMode::Allowlist,
             check_source_access: true,
+            // In-process, the router is called without the server: as the apiserver would.
+            caller_authenticated: true,
         },
         allowed_power_kinds: Default::default(),
     }
@@ -36,5 +38,7 @@ pub fn admission_router<C: ClusterView>(
         settings,
         cluster,
         metrics,
+        in_flight: InFlightLimit::new(64),
+        body_timeout: BODY_TIMEOUT,
     }))
 }

@@ -1,0 +1,84 @@
+//! The exhaustion test's attack against any webhook address, e.g. a pod's on a test cluster:
+//!
+//! ```text
+//! cargo run -p webhook --example exhaust -- --address 198.18.0.7:9443 --server-name \
+//!   projection-webhook.projection-system.svc --ca-file ca.crt --duration 30s
+//! ```
+//!
+//! Prints what happened; watch the pod's memory (`kubectl top`, its `process_resident_memory_bytes`)
+//! meanwhile. Bounded in count and time; it stops by itself. Only point it at a webhook you run.
+
+use clap::Parser;
+use rustls::pki_types::{CertificateDer, pem::PemObject};
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+
+#[path = "../tests/attack/mod.rs"]
+mod attack;
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// The webhook's address (IP:port).
+    #[arg(long)]
+    address: SocketAddr,
+    /// The name the webhook's certificate is checked against.
+    #[arg(long, default_value = "localhost")]
+    server_name: String,
+    /// PEM CA bundle that signed the webhook's certificate.
+    #[arg(long)]
+    ca_file: PathBuf,
+    #[arg(long, default_value_t = 16)]
+    connections: usize,
+    #[arg(long, default_value_t = 8)]
+    streams_per_connection: usize,
+    #[arg(long, default_value_t = 4 * 1024 * 1024 - 4096)]
+    body_bytes: usize,
+    /// Fill the bodies with an array of zeros (the parser's worst case) instead of one string.
+    #[arg(long)]
+    dense: bool,
+    #[arg(long, default_value_t = 50)]
+    silent: usize,
+    #[arg(long, default_value_t = 50)]
+    half_headers: usize,
+    /// At most 10 minutes.
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    anyhow::ensure!(
+        args.duration <= Duration::from_secs(600),
+        "--duration is at most 10m"
+    );
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(&args.ca_file)? {
+        roots.add(cert?)?;
+    }
+    let mut client =
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    client.alpn_protocols = vec![b"h2".to_vec()];
+    let attack = attack::Attack {
+        address: args.address,
+        server_name: args.server_name,
+        connections: args.connections,
+        streams_per_connection: args.streams_per_connection,
+        body_bytes: args.body_bytes,
+        body_kind: if args.dense {
+            attack::BodyKind::Dense
+        } else {
+            attack::BodyKind::Padding
+        },
+        silent: args.silent,
+        half_headers: args.half_headers,
+        duration: args.duration,
+        probe_every: Duration::from_millis(250),
+    };
+    let outcome = attack::run(&attack, tokio_rustls::TlsConnector::from(Arc::new(client))).await;
+    println!("{outcome:#?}");
+    println!("slowest legitimate answer: {:?}", outcome.slowest_probe());
+    Ok(())
+}

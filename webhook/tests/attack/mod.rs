@@ -1,0 +1,303 @@
+//! An attempt to exhaust a webhook server, bounded in count and time: HTTP/2 connections each
+//! sending many concurrent 4 MiB admission reviews, connections that stall (TCP without a TLS
+//! handshake, HTTP/2 with half a header block), and meanwhile a legitimate review at a steady pace
+//! whose answer time is recorded. It stops by itself at `duration`. Shared by the exhaustion test
+//! (against a webhook process on 127.0.0.1) and `cargo run -p webhook --example exhaust` (against
+//! any address, e.g. a pod's).
+#![allow(dead_code)]
+
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, StatusCode, body::Bytes};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::ServerName;
+use serde_json::{Value, json};
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+use tokio::{io::AsyncWriteExt, net::TcpStream, task::JoinSet};
+use tokio_rustls::TlsConnector;
+
+/// What to throw at the server.
+#[derive(Clone, Debug)]
+pub struct Attack {
+    /// The webhook's address.
+    pub address: SocketAddr,
+    /// The name its certificate is checked against.
+    pub server_name: String,
+    /// HTTP/2 connections sending large reviews.
+    pub connections: usize,
+    /// Concurrent large reviews per connection, each sent again as soon as it is answered.
+    pub streams_per_connection: usize,
+    /// Size of each large review's body.
+    pub body_bytes: usize,
+    /// What fills it.
+    pub body_kind: BodyKind,
+    /// Connections that open TCP and send nothing.
+    pub silent: usize,
+    /// Connections that complete TLS and send half an HTTP/2 header block (reopened when closed).
+    pub half_headers: usize,
+    /// How long the attack lasts.
+    pub duration: Duration,
+    /// The pace of the legitimate reviews.
+    pub probe_every: Duration,
+}
+
+/// What fills a large review.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyKind {
+    /// One long annotation: the body, and one string as large in its parsed form.
+    Padding,
+    /// An array of zeros in the object: the parsed form is many times the body (a JSON value per
+    /// two bytes), the most memory a body of this size can cost the parser.
+    Dense,
+}
+
+/// What happened.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Large reviews answered, by HTTP status.
+    pub large_answered: Vec<(u16, usize)>,
+    /// Large reviews that got no answer (reset, connection closed, refused).
+    pub large_failed: usize,
+    /// Stalled connections the server closed.
+    pub stalled_closed: usize,
+    /// The legitimate reviews: HTTP status (0 for no answer) and time to answer.
+    pub probes: Vec<(u16, Duration)>,
+}
+
+impl Outcome {
+    /// The slowest legitimate answer, and whether every legitimate review was answered with a
+    /// well-formed AdmissionReview.
+    pub fn slowest_probe(&self) -> Option<Duration> {
+        self.probes.iter().map(|(_, took)| *took).max()
+    }
+}
+
+/// A valid review of a Projection whose object is filled up to `bytes` as `kind` says.
+pub fn large_review(bytes: usize, kind: BodyKind) -> Bytes {
+    let mut review = small_review_value();
+    let room = bytes.saturating_sub(review.to_string().len() + 64);
+    match kind {
+        BodyKind::Padding => {
+            review["request"]["object"]["metadata"]["annotations"] =
+                json!({"example.com/padding": "x".repeat(room)});
+        }
+        BodyKind::Dense => {
+            review["request"]["object"]["padding"] = Value::Array(vec![json!(0); room / 2]);
+        }
+    }
+    Bytes::from(review.to_string())
+}
+
+/// A small, valid review the webhook admits (a ConfigMap source, no cluster read needed to answer
+/// without client authentication).
+pub fn small_review() -> Bytes {
+    Bytes::from(small_review_value().to_string())
+}
+
+fn small_review_value() -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "00000000-0000-0000-0000-000000000001",
+            "kind": {"group": "projection.sh", "version": "v1", "kind": "Projection"},
+            "resource": {"group": "projection.sh", "version": "v1", "resource": "projections"},
+            "name": "probe",
+            "namespace": "default",
+            "operation": "CREATE",
+            "userInfo": {"username": "probe", "groups": ["system:authenticated"]},
+            "object": {
+                "apiVersion": "projection.sh/v1",
+                "kind": "Projection",
+                "metadata": {"name": "probe", "namespace": "default"},
+                "spec": {"source": {"kind": "ConfigMap", "namespace": "platform", "name": "settings"}}
+            },
+            "oldObject": null,
+            "dryRun": false
+        }
+    })
+}
+
+/// Runs `attack` with `connector` (which must trust the server, and offer h2) until its duration
+/// is over; every task it started has ended when it returns.
+pub async fn run(attack: &Attack, connector: TlsConnector) -> Outcome {
+    let deadline = Instant::now() + attack.duration;
+    let large = large_review(attack.body_bytes, attack.body_kind);
+    let answered: Arc<std::sync::Mutex<std::collections::BTreeMap<u16, usize>>> = Arc::default();
+    let failed = Arc::new(AtomicUsize::new(0));
+    let closed = Arc::new(AtomicUsize::new(0));
+    let mut tasks = JoinSet::new();
+
+    for _ in 0..attack.silent {
+        let (address, closed) = (attack.address, closed.clone());
+        tasks.spawn(async move {
+            while Instant::now() < deadline {
+                let Ok(mut tcp) = TcpStream::connect(address).await else {
+                    break;
+                };
+                if read_until_closed(&mut tcp, deadline).await {
+                    closed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    for _ in 0..attack.half_headers {
+        let (attack, connector, closed) = (attack.clone(), connector.clone(), closed.clone());
+        tasks.spawn(async move {
+            while Instant::now() < deadline {
+                let Some(mut tls) = handshake(&attack, &connector, deadline).await else {
+                    continue;
+                };
+                let mut frames = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+                frames.extend_from_slice(&[0, 0, 0, 0x4, 0, 0, 0, 0, 0]);
+                frames.extend_from_slice(&[0, 0, 3, 0x1, 0, 0, 0, 0, 1, 0x83, 0x87, 0x84]);
+                if tls.write_all(&frames).await.is_err() || tls.flush().await.is_err() {
+                    continue;
+                }
+                if read_until_closed(&mut tls, deadline).await {
+                    closed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    for _ in 0..attack.connections {
+        let (attack, connector) = (attack.clone(), connector.clone());
+        let (large, answered, failed) = (large.clone(), answered.clone(), failed.clone());
+        tasks.spawn(async move {
+            while Instant::now() < deadline {
+                let Some(tls) = handshake(&attack, &connector, deadline).await else {
+                    continue;
+                };
+                let Ok((sender, connection)) =
+                    hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await
+                else {
+                    continue;
+                };
+                let connection = tokio::spawn(connection);
+                let mut streams = JoinSet::new();
+                for _ in 0..attack.streams_per_connection {
+                    let (mut sender, large) = (sender.clone(), large.clone());
+                    let (answered, failed) = (answered.clone(), failed.clone());
+                    streams.spawn(async move {
+                        while Instant::now() < deadline {
+                            if sender.ready().await.is_err() {
+                                return;
+                            }
+                            let request = Request::post("https://webhook/validate")
+                                .header("content-type", "application/json")
+                                .header("content-length", large.len())
+                                .body(Full::new(large.clone()))
+                                .expect("request");
+                            let within = deadline.saturating_duration_since(Instant::now());
+                            match tokio::time::timeout(within, sender.send_request(request)).await {
+                                Ok(Ok(response)) => {
+                                    let status = response.status().as_u16();
+                                    let _ = response.into_body().collect().await;
+                                    *answered.lock().expect("lock").entry(status).or_default() += 1;
+                                }
+                                Ok(Err(_)) => {
+                                    failed.fetch_add(1, Ordering::Relaxed);
+                                    return;
+                                }
+                                Err(_) => return,
+                            }
+                        }
+                    });
+                }
+                while streams.join_next().await.is_some() {}
+                drop(sender);
+                connection.abort();
+            }
+        });
+    }
+
+    // The legitimate reviews, each over a new connection as an apiserver after a restart would.
+    let mut probes = Vec::new();
+    let small = small_review();
+    while Instant::now() < deadline {
+        let started = Instant::now();
+        let status = tokio::time::timeout(Duration::from_secs(10), probe(attack, &connector, small.clone()))
+            .await
+            .ok()
+            .flatten()
+            .map_or(0, |s| s.as_u16());
+        probes.push((status, started.elapsed()));
+        tokio::time::sleep(attack.probe_every).await;
+    }
+    // Everything ends at the deadline; stragglers are stopped.
+    let stop = Instant::now() + Duration::from_secs(15);
+    while let Ok(Some(_)) = tokio::time::timeout_at(stop.into(), tasks.join_next()).await {}
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+
+    let large_answered = answered
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|(s, n)| (*s, *n))
+        .collect();
+    Outcome {
+        large_answered,
+        large_failed: failed.load(Ordering::Relaxed),
+        stalled_closed: closed.load(Ordering::Relaxed),
+        probes,
+    }
+}
+
+/// A TLS connection, or `None` if it failed or the deadline passed first.
+async fn handshake(
+    attack: &Attack,
+    connector: &TlsConnector,
+    deadline: Instant,
+) -> Option<tokio_rustls::client::TlsStream<TcpStream>> {
+    let within = deadline.saturating_duration_since(Instant::now());
+    let name = ServerName::try_from(attack.server_name.clone()).ok()?;
+    tokio::time::timeout(within, async {
+        let tcp = TcpStream::connect(attack.address).await.ok()?;
+        connector.connect(name, tcp).await.ok()
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// Reads and drops until the peer closes (true) or the deadline passes (false).
+async fn read_until_closed(stream: &mut (impl tokio::io::AsyncRead + Unpin), deadline: Instant) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buffer = [0u8; 4096];
+    loop {
+        let within = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(within, stream.read(&mut buffer)).await {
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+/// One legitimate review over a new HTTP/2 connection: its status if answered with a well-formed
+/// AdmissionReview.
+async fn probe(attack: &Attack, connector: &TlsConnector, body: Bytes) -> Option<StatusCode> {
+    let tls = handshake(attack, connector, Instant::now() + Duration::from_secs(10)).await?;
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .ok()?;
+    let connection = tokio::spawn(connection);
+    let request = Request::post("https://webhook/validate")
+        .header("content-type", "application/json")
+        .body(Full::new(body))
+        .ok()?;
+    let response = sender.send_request(request).await.ok()?;
+    let status = response.status();
+    let bytes = response.into_body().collect().await.ok()?.to_bytes();
+    connection.abort();
+    let review: Value = serde_json::from_slice(&bytes).ok()?;
+    (review["kind"] == "AdmissionReview" && review["response"].is_object()).then_some(status)
+}
