@@ -26,6 +26,7 @@ say "helm install --wait of charts/projection with cert-manager issuing the webh
 export HELM_CACHE_HOME="$TESTENV_DIR/helm/cache" HELM_CONFIG_HOME="$TESTENV_DIR/helm/config" HELM_DATA_HOME="$TESTENV_DIR/helm/data"
 helm upgrade --install projection charts/projection -n projection-system --create-namespace --wait --timeout 3m \
   --set webhook.certificate.mode=cert-manager \
+  --set-file webhook.clientAuth.caBundle="$TESTENV_DIR/pki/webhook-client-ca.crt" \
   --set-json 'supportedKinds=[{"apiGroup":"","resources":["configmaps","secrets"]},{"apiGroup":"apps","resources":["deployments"]}]' \
   --set controller.image.repository=local.test/projection-controller --set controller.image.tag=dev \
   --set controller.image.pullPolicy=Never \
