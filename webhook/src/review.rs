@@ -8,7 +8,7 @@
 
 use crate::{
     claim_watch::Candidate,
-    cluster_view::ClusterView,
+    cluster_view::{ClusterView, KindScope},
     content_check::{ContentVerdict, check_content},
     error::PolicyError,
     policy::{PolicySettings, PolicyVerdict, check_source},
@@ -23,6 +23,7 @@ use shared::{
     copy::CopyRules,
     crd::{ClusterProjectionSpec, ProjectionSpec, SourceRef},
     kind_policy::{AllowedPowerKinds, check_kind},
+    source::cluster_scoped_message,
     validation::{check_cluster_projection, check_projection},
 };
 
@@ -204,6 +205,11 @@ pub async fn review<C: ClusterView>(
             // cluster runs (access, projectability, content, the other CRs). The controller checks
             // the author's access and the source's consent where each copy is made.
             if !settings.policy.caller_authenticated {
+                // Discovery is what every authenticated user may read: a cluster-scoped kind is
+                // still refused here, with its message (anything else waits for the controller).
+                if let Ok(KindScope::Cluster) = cluster.resolve(&source).await {
+                    return deny(cluster_scoped_message(&source));
+                }
                 return (allow, Verdict::Allowed);
             }
             // Any change of the spec can widen what a copy shows (a removed exclusion, a wider
