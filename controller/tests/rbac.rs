@@ -25,24 +25,9 @@ async fn a_kind_outside_the_controllers_rbac_is_reported_at_once() {
     let (src, dst) = env.names();
     // The controller's own namespace: its ServiceAccount and (as in the chart) its Lease Role.
     let account = ControllerAccount::create(&env, "rbac-home", &["configmaps"]).await;
-    let sa_namespace = account.namespace().to_owned();
-    let kubeconfig = account.kubeconfig.clone();
     assert_eq!(account.can_i("list", "configmaps"), "yes");
 
-    let mut controller = ServiceProcess::start_as(
-        binary(),
-        &[
-            "--author-access=trusted",
-            "--requeue-interval",
-            "5s",
-            "--leader-elect=true",
-            "--leader-election-namespace",
-            &sa_namespace,
-        ],
-        &kubeconfig,
-        &[],
-    );
-    controller.wait_ready().await;
+    let mut controller = leader_as(&account, "5s").await;
 
     create(
         &env.api::<Secret>(&src),
@@ -186,21 +171,7 @@ async fn a_deletion_blocked_by_narrowed_rbac_says_why_and_how_to_release_it() {
     let env = env("rbac-blocked").await;
     let (src, dst) = env.names();
     let account = ControllerAccount::create(&env, "rbac-blocked-home", &["configmaps", "secrets"]).await;
-    let sa_namespace = account.namespace().to_owned();
-    let mut controller = ServiceProcess::start_as(
-        binary(),
-        &[
-            "--author-access=trusted",
-            "--requeue-interval",
-            "2s",
-            "--leader-elect=true",
-            "--leader-election-namespace",
-            &sa_namespace,
-        ],
-        &account.kubeconfig,
-        &[],
-    );
-    controller.wait_ready().await;
+    let mut controller = leader_as(&account, "2s").await;
 
     let projections = env.projections();
     for name in ["tls", "kept"] {
@@ -294,21 +265,7 @@ async fn a_cluster_projection_whose_copies_cannot_be_removed_says_so() {
     let env = env("rbac-blocked-cp").await;
     let (src, dst) = env.names();
     let account = ControllerAccount::create(&env, "rbac-blocked-cp-home", &["configmaps", "secrets"]).await;
-    let sa_namespace = account.namespace().to_owned();
-    let mut controller = ServiceProcess::start_as(
-        binary(),
-        &[
-            "--author-access=trusted",
-            "--requeue-interval",
-            "2s",
-            "--leader-elect=true",
-            "--leader-election-namespace",
-            &sa_namespace,
-        ],
-        &account.kubeconfig,
-        &[],
-    );
-    controller.wait_ready().await;
+    let mut controller = leader_as(&account, "2s").await;
     create(
         &env.api::<Secret>(&src),
         json!({"metadata": {"name": "shared", "annotations": opted_in()}, "stringData": {"key": "v"}}),
@@ -385,21 +342,7 @@ async fn a_projection_released_by_hand_is_forgotten() {
     let env = env("rbac-forgotten").await;
     let (src, _) = env.names();
     let account = ControllerAccount::create(&env, "rbac-forgotten-home", &["configmaps", "secrets"]).await;
-    let sa_namespace = account.namespace().to_owned();
-    let mut controller = ServiceProcess::start_as(
-        binary(),
-        &[
-            "--author-access=trusted",
-            "--requeue-interval",
-            "2s",
-            "--leader-elect=true",
-            "--leader-election-namespace",
-            &sa_namespace,
-        ],
-        &account.kubeconfig,
-        &[],
-    );
-    controller.wait_ready().await;
+    let controller = leader_as(&account, "2s").await;
     let watched = |controller: &ServiceProcess| {
         let text = controller.metrics();
         (
@@ -525,4 +468,24 @@ async fn a_replica_that_cannot_list_the_crs_is_not_ready_and_stops_on_sigterm() 
     drop(controller);
     env.finish().await;
     account.home.delete_and_wait(&env.client).await;
+}
+
+/// The controller as the account's ServiceAccount, leader-elected in its namespace, retrying every
+/// `requeue` at most; it trusts its own access (these tests are about its RBAC, not the author's).
+async fn leader_as(account: &ControllerAccount, requeue: &str) -> ServiceProcess {
+    let mut controller = ServiceProcess::start_as(
+        binary(),
+        &[
+            "--author-access=trusted",
+            "--requeue-interval",
+            requeue,
+            "--leader-elect=true",
+            "--leader-election-namespace",
+            account.namespace(),
+        ],
+        &account.kubeconfig,
+        &[],
+    );
+    controller.wait_ready().await;
+    controller
 }
