@@ -370,6 +370,7 @@ impl Replica {
         tasks.push(tokio::spawn(warm::warm_up(ctx.clone(), warm_rx)));
         let (projections, projection_writer) = reflector::store::<StoredCr<Projection>>();
         let (clusters, cluster_writer) = reflector::store::<StoredCr<ClusterProjection>>();
+        ctx.metrics.observe_replica(&leading, &projections, &clusters);
         let projection_changes = tokio::sync::mpsc::unbounded_channel();
         let cluster_changes = tokio::sync::mpsc::unbounded_channel();
         tasks.push(tokio::spawn(warm::feed(

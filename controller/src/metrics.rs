@@ -1,10 +1,24 @@
 //! The controller's Prometheus metrics. Names follow the Go operator; labels are bounded (kind,
 //! result, event), never object names or error text.
 
+use kube::runtime::reflector::Store;
 use prometheus_client::{
-    encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric},
+    metrics::{MetricType, counter::Counter, family::Family, gauge::ConstGauge, gauge::Gauge, histogram::Histogram},
     registry::Registry,
+};
+use shared::{
+    crd::{ClusterProjection, Condition, Projection},
+    reason::Reason,
+    stored_cr::StoredCr,
+};
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc, OnceLock,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 
 /// The Go operator's buckets for `projection_e2e_seconds`, kept so dashboards carry over.
@@ -56,6 +70,9 @@ pub struct Metrics {
     pub watched_dest_gvks: Gauge,
     /// The controller-runtime names the Go operator exposed.
     pub runtime: crate::runtime_metrics::RuntimeMetrics,
+    /// What the gauges read at scrape time (`projection_resources`,
+    /// `projection_cluster_projection_namespaces`, `leader_election_master_status`).
+    replica: Arc<OnceLock<ReplicaView>>,
 }
 
 impl Metrics {
@@ -73,6 +90,7 @@ impl Metrics {
             watched_gvks: Gauge::default(),
             watched_dest_gvks: Gauge::default(),
             runtime: crate::runtime_metrics::RuntimeMetrics::register(registry),
+            replica: Arc::default(),
         };
         registry.register(
             "projection_reconcile",
@@ -104,7 +122,141 @@ impl Metrics {
             "Destination kinds with a running watch",
             metrics.watched_dest_gvks.clone(),
         );
+        registry.register_collector(Box::new(ReplicaCollector(metrics.replica.clone())));
         registry.register_collector(Box::new(runtime::process_metrics::ProcessCollector::default()));
         metrics
+    }
+
+    /// Lets the scrape-time gauges read this replica's CR stores and whether it leads (called
+    /// once, when the replica starts; before, they report no CR and no leadership).
+    pub fn observe_replica(
+        &self,
+        leading: &Arc<AtomicBool>,
+        projections: &Store<StoredCr<Projection>>,
+        clusters: &Store<StoredCr<ClusterProjection>>,
+    ) {
+        let _ = self.replica.set(ReplicaView {
+            leading: leading.clone(),
+            projections: projections.clone(),
+            clusters: clusters.clone(),
+        });
+    }
+}
+
+/// The replica state the scrape-time gauges read.
+struct ReplicaView {
+    leading: Arc<AtomicBool>,
+    projections: Store<StoredCr<Projection>>,
+    clusters: Store<StoredCr<ClusterProjection>>,
+}
+
+/// Encodes, at each scrape, the gauges computed from the replica's CR stores: every replica
+/// holds all CRs (a standby too), so each reports the same counts; alerts take the `max` across
+/// replicas.
+#[derive(Clone)]
+struct ReplicaCollector(Arc<OnceLock<ReplicaView>>);
+
+impl std::fmt::Debug for ReplicaCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplicaCollector")
+            .field("observing", &self.0.get().is_some())
+            .finish()
+    }
+}
+
+/// Labels of `projection_resources`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct ReadyLabels {
+    /// `Projection` or `ClusterProjection`.
+    pub kind: &'static str,
+    /// The status of the `Ready` condition: `True`, `False`, or `Unknown` (also without one).
+    pub ready: &'static str,
+    /// The `Ready` condition's reason (one of `shared::reason::Reason`), `Other` for a reason the
+    /// controller does not write, empty without a condition.
+    pub reason: &'static str,
+}
+
+/// Labels of `projection_cluster_projection_namespaces`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    /// `written` or `failed`.
+    pub state: &'static str,
+}
+
+/// Labels of `leader_election_master_status` (client-go's).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseLabels {
+    /// The Lease's name.
+    pub name: &'static str,
+}
+
+/// The `Ready` condition of `conditions` as bounded label values.
+fn ready_labels(kind: &'static str, conditions: &[Condition]) -> ReadyLabels {
+    let ready = conditions.iter().find(|c| c.r#type == "Ready");
+    ReadyLabels {
+        kind,
+        ready: match ready.map(|c| c.status.as_str()) {
+            Some("True") => "True",
+            Some("False") => "False",
+            _ => "Unknown",
+        },
+        reason: ready.map_or("", |c| {
+            Reason::ALL
+                .iter()
+                .find(|r| r.as_str() == c.reason)
+                .map_or("Other", |r| r.as_str())
+        }),
+    }
+}
+
+impl Collector for ReplicaCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let view = self.0.get();
+        let mut resources: BTreeMap<ReadyLabels, i64> = BTreeMap::new();
+        let (mut written, mut failed) = (0_i64, 0_i64);
+        if let Some(view) = view {
+            // A CR that does not decode (never seen: the store decoded it once) is left out.
+            for cr in view.projections.state().iter().filter_map(|cr| cr.expand().ok()) {
+                let conditions = cr.status.map(|s| s.conditions).unwrap_or_default();
+                *resources.entry(ready_labels("Projection", &conditions)).or_default() += 1;
+            }
+            for cr in view.clusters.state().iter().filter_map(|cr| cr.expand().ok()) {
+                let status = cr.status.unwrap_or_default();
+                written += i64::from(status.namespaces_written);
+                failed += i64::from(status.namespaces_failed);
+                *resources
+                    .entry(ready_labels("ClusterProjection", &status.conditions))
+                    .or_default() += 1;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "projection_resources",
+            "Projections and ClusterProjections the controller's cache holds, by kind and the status and reason of their Ready condition",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (labels, count) in &resources {
+            ConstGauge::new(*count).encode(family.encode_family(labels)?)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "projection_cluster_projection_namespaces",
+            "Target namespaces of all ClusterProjections, as their status counts them: written (namespacesWritten) or failed (namespacesFailed)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (state, value) in [("written", written), ("failed", failed)] {
+            ConstGauge::new(value).encode(family.encode_family(&StateLabels { state })?)?;
+        }
+        let leading = view.is_some_and(|v| v.leading.load(Ordering::Acquire));
+        let mut family = encoder.encode_descriptor(
+            "leader_election_master_status",
+            "1 while this replica holds the leader Lease and runs the reconcilers (always, without --leader-elect), else 0",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(i64::from(leading)).encode(family.encode_family(&LeaseLabels {
+            name: crate::leader::LEASE_NAME,
+        })?)?;
+        Ok(())
     }
 }

@@ -53,12 +53,30 @@ if [ ! -x "$helm_bin/helm" ]; then
 fi
 ln -sf "$helm_bin/helm" "$bin/helm"
 
+# promtool and the Prometheus server, for the chart's alerts and dashboard (tests/e2e/alerts.rs):
+# one go install of both commands of the module, keyed by its version alone. The server runs without
+# its web UI's assets (not in the module); its API is all the tests use.
+prometheus_bin="$cache_root/prometheus-${PROMETHEUS_VERSION}"
+if [ ! -x "$prometheus_bin/promtool" ] || [ ! -x "$prometheus_bin/prometheus" ]; then
+  log "installing promtool and prometheus ${PROMETHEUS_VERSION} (cold: about 3 minutes)"
+  start=$(date +%s)
+  rm -rf "$prometheus_bin.tmp" && mkdir -p "$prometheus_bin.tmp"
+  (cd "$here" && GOBIN="$prometheus_bin.tmp" go install -trimpath \
+      -ldflags "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}" \
+      "github.com/prometheus/prometheus/cmd/promtool@${PROMETHEUS_VERSION}" \
+      "github.com/prometheus/prometheus/cmd/prometheus@${PROMETHEUS_VERSION}")
+  rm -rf "$prometheus_bin" && mv "$prometheus_bin.tmp" "$prometheus_bin"
+  log "promtool and prometheus installed in $(( $(date +%s) - start ))s"
+fi
+ln -sf "$prometheus_bin/promtool" "$bin/promtool"
+ln -sf "$prometheus_bin/prometheus" "$bin/prometheus"
+
 # CRDs of projects the chart integrates with, taken from their Go modules (plain YAML there) and
 # linked into the bin folder for the chart tests.
 # module_crds MODULE VERSION FOLDER GLOB LINK
 module_crds() {
   local module=$1 version=$2 folder=$3 glob=$4 link=$5
-  local dest="$cache_root/$(basename "$module")-crds-${version}"
+  local dest="$cache_root/${link}-${version}"
   if [ -z "$(ls "$dest" 2>/dev/null)" ]; then
     log "fetching the CRDs of $module $version from its Go module"
     local dir
@@ -74,6 +92,8 @@ module_crds() {
 module_crds github.com/cert-manager/cert-manager "$CERT_MANAGER_VERSION" deploy/crds 'cert-manager.io_*.yaml' cert-manager-crds
 module_crds github.com/prometheus-operator/prometheus-operator "$PROMETHEUS_OPERATOR_VERSION" \
   example/prometheus-operator-crd monitoring.coreos.com_servicemonitors.yaml prometheus-operator-crds
+module_crds github.com/prometheus-operator/prometheus-operator "$PROMETHEUS_OPERATOR_VERSION" \
+  example/prometheus-operator-crd monitoring.coreos.com_prometheusrules.yaml prometheus-rule-crd
 
 "$bin/kube-apiserver" --version >&2
 echo "$bin"

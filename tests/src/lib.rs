@@ -8,6 +8,7 @@
 pub mod black_hole;
 pub mod chart;
 pub mod node;
+pub mod prometheus;
 
 use anyhow::Context as _;
 use k8s_openapi::{
@@ -409,6 +410,36 @@ pub fn metric_value(exposition: &str, sample: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(sample)?.split_whitespace().next()?.parse().ok())
 }
 
+/// The path of a binary of this workspace (`projection-controller`, `projection-webhook`) in the
+/// target folder of the running test, built first (`cargo build`, a no-op when it is up to date),
+/// for tests outside the binary's own package.
+pub fn workspace_binary(package: &str, name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    // <target>/<profile>/deps/<test binary>
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary is in <target>/<profile>/deps");
+    let target_dir = profile_dir.parent().expect("the profile folder is in the target folder");
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["build", "--locked", "--quiet", "-p", package, "--bin", name])
+        .arg("--target-dir")
+        .arg(target_dir)
+        .current_dir(repo_root());
+    if profile_dir.file_name().is_some_and(|p| p == "release") {
+        cmd.arg("--release");
+    }
+    let out = cmd.output().expect("cargo runs");
+    assert!(
+        out.status.success(),
+        "cargo build -p {package} --bin {name} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = profile_dir.join(name);
+    assert!(path.exists(), "{} was not built", path.display());
+    path
+}
+
 static PROCESS_COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// A service binary running against the local control plane, stopped with SIGTERM when dropped.
@@ -455,7 +486,9 @@ impl ServiceProcess {
         Self::start_on(binary, args, kubeconfig, env, http_port, metrics_port)
     }
 
-    fn start_on(
+    /// Like [`ServiceProcess::start_as`], on the given ports (the same ports again when a test
+    /// restarts a service that something, e.g. a Prometheus, keeps scraping).
+    pub fn start_on(
         binary: &Path,
         args: &[&str],
         kubeconfig: &Path,
