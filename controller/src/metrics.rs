@@ -5,7 +5,9 @@ use kube::runtime::reflector::Store;
 use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric},
-    metrics::{MetricType, counter::Counter, family::Family, gauge::ConstGauge, gauge::Gauge, histogram::Histogram},
+    metrics::{
+        MetricType, counter::Counter, family::Family, gauge::ConstGauge, gauge::Gauge, histogram::Histogram,
+    },
     registry::Registry,
 };
 use shared::{
@@ -218,7 +220,9 @@ impl Collector for ReplicaCollector {
             // A CR that does not decode (never seen: the store decoded it once) is left out.
             for cr in view.projections.state().iter().filter_map(|cr| cr.expand().ok()) {
                 let conditions = cr.status.map(|s| s.conditions).unwrap_or_default();
-                *resources.entry(ready_labels("Projection", &conditions)).or_default() += 1;
+                *resources
+                    .entry(ready_labels("Projection", &conditions))
+                    .or_default() += 1;
             }
             for cr in view.clusters.state().iter().filter_map(|cr| cr.expand().ok()) {
                 let status = cr.status.unwrap_or_default();

@@ -106,9 +106,15 @@ fn quick_values() -> Vec<(&'static str, Value)> {
     .map(|key| (key, json!("3s")))
     .to_vec();
     values.extend([
-        ("metrics.prometheusRule.alerts.reconcileErrors.window", json!("20s")),
+        (
+            "metrics.prometheusRule.alerts.reconcileErrors.window",
+            json!("20s"),
+        ),
         ("metrics.prometheusRule.alerts.webhookErrors.window", json!("20s")),
-        ("metrics.prometheusRule.alerts.webhookLatency.window", json!("20s")),
+        (
+            "metrics.prometheusRule.alerts.webhookLatency.window",
+            json!("20s"),
+        ),
         ("metrics.prometheusRule.alerts.certificateExpiry.days", json!(2)),
     ]);
     values
@@ -131,10 +137,22 @@ fn promtool_checks_the_rules_in_every_configuration() {
                 "metrics.prometheusRule.webhookSelector",
                 json!(r#"app_kubernetes_io_component="webhook""#),
             ),
-            ("metrics.prometheusRule.additionalLabels", json!({"team": "platform"})),
-            ("metrics.prometheusRule.alerts.webhookLatency.quantile", json!(0.9)),
-            ("metrics.prometheusRule.alerts.webhookLatency.threshold", json!(0.25)),
-            ("metrics.prometheusRule.alerts.reconcileErrors.threshold", json!(5)),
+            (
+                "metrics.prometheusRule.additionalLabels",
+                json!({"team": "platform"}),
+            ),
+            (
+                "metrics.prometheusRule.alerts.webhookLatency.quantile",
+                json!(0.9),
+            ),
+            (
+                "metrics.prometheusRule.alerts.webhookLatency.threshold",
+                json!(0.25),
+            ),
+            (
+                "metrics.prometheusRule.alerts.reconcileErrors.threshold",
+                json!(5),
+            ),
             ("metrics.prometheusRule.alerts.certificateExpiry.days", json!(0.5)),
         ],
     ];
@@ -161,17 +179,29 @@ fn promtool_checks_the_rules_in_every_configuration() {
 #[test]
 fn rules_carry_severity_runbook_and_selectors_from_the_values() {
     let rules = rules_of(&rules_yaml(&[
-        ("metrics.prometheusRule.runbookBaseUrl", json!("https://runbooks.example.com/projection.md")),
-        ("metrics.prometheusRule.additionalLabels", json!({"team": "platform"})),
+        (
+            "metrics.prometheusRule.runbookBaseUrl",
+            json!("https://runbooks.example.com/projection.md"),
+        ),
+        (
+            "metrics.prometheusRule.additionalLabels",
+            json!({"team": "platform"}),
+        ),
         ("metrics.prometheusRule.alerts.noLeader.severity", json!("page")),
         ("metrics.prometheusRule.alerts.notReady.for", json!("42m")),
-        ("metrics.prometheusRule.controllerSelector", json!(r#"job="mine""#)),
+        (
+            "metrics.prometheusRule.controllerSelector",
+            json!(r#"job="mine""#),
+        ),
     ]));
     for rule in &rules {
         let name = rule["alert"].as_str().expect("alert name");
         assert_eq!(
             rule["annotations"]["runbook_url"],
-            format!("https://runbooks.example.com/projection.md#{}", name.to_lowercase()),
+            format!(
+                "https://runbooks.example.com/projection.md#{}",
+                name.to_lowercase()
+            ),
             "{name}"
         );
         assert_eq!(rule["labels"]["team"], "platform", "{name}");
@@ -187,20 +217,47 @@ fn rules_carry_severity_runbook_and_selectors_from_the_values() {
     let by_name = |n: &str| rules.iter().find(|r| r["alert"] == n).expect("rendered").clone();
     assert_eq!(by_name("ProjectionNoLeader")["labels"]["severity"], "page");
     assert_eq!(by_name("ProjectionNotReady")["for"], "42m");
-    assert_eq!(by_name("ProjectionControllerDown")["labels"]["severity"], "critical");
+    assert_eq!(
+        by_name("ProjectionControllerDown")["labels"]["severity"],
+        "critical"
+    );
 
     // Off by default, and refused with a bad duration or an unknown key.
     assert!(rendered(&[]).of_kind("PrometheusRule").is_empty());
     for (key, value, expected) in [
-        ("metrics.prometheusRule.alerts.notReady.for", json!("soon"), "/metrics/prometheusRule/alerts/notReady/for"),
-        ("metrics.prometheusRule.alerts.webhookErrors.threshold", json!(5), "threshold"),
-        ("metrics.prometheusRule.alerts.webhookLatency.quantile", json!(0), "quantile"),
+        (
+            "metrics.prometheusRule.alerts.notReady.for",
+            json!("soon"),
+            "/metrics/prometheusRule/alerts/notReady/for",
+        ),
+        (
+            "metrics.prometheusRule.alerts.webhookErrors.threshold",
+            json!(5),
+            "threshold",
+        ),
+        (
+            "metrics.prometheusRule.alerts.webhookLatency.quantile",
+            json!(0),
+            "quantile",
+        ),
         ("metrics.prometheusRule.alerts.notReadyy", json!({}), "notReadyy"),
-        ("metrics.prometheusRule.controllerSelector", json!("job=x"), "controllerSelector"),
-        ("metrics.prometheusRule.runbookBaseUrl", json!("docs#x"), "runbookBaseUrl"),
+        (
+            "metrics.prometheusRule.controllerSelector",
+            json!("job=x"),
+            "controllerSelector",
+        ),
+        (
+            "metrics.prometheusRule.runbookBaseUrl",
+            json!("docs#x"),
+            "runbookBaseUrl",
+        ),
     ] {
-        let err = render(RELEASE, NAMESPACE, &[(key, value.clone())]).expect_err(&format!("{key}={value} must be refused"));
-        assert!(err.contains(expected), "{key}={value}: expected {expected:?} in:\n{err}");
+        let err = render(RELEASE, NAMESPACE, &[(key, value.clone())])
+            .expect_err(&format!("{key}={value} must be refused"));
+        assert!(
+            err.contains(expected),
+            "{key}={value}: expected {expected:?} in:\n{err}"
+        );
     }
 }
 
@@ -215,7 +272,10 @@ fn rules_select_the_jobs_of_the_chart_s_service_monitors() {
     let rules = serde_json::to_string(&objects.get("PrometheusRule", RELEASE)["spec"]).expect("JSON");
     for monitor in objects.of_kind("ServiceMonitor") {
         let name = monitor["metadata"]["name"].as_str().expect("name");
-        assert!(objects.has("Service", name), "the ServiceMonitor {name} selects the Service {name}");
+        assert!(
+            objects.has("Service", name),
+            "the ServiceMonitor {name} selects the Service {name}"
+        );
         let selector = format!(r#"job=\"{name}\",namespace=\"{NAMESPACE}\""#);
         assert!(rules.contains(&selector), "no rule selects {selector}: {rules}");
     }
@@ -237,13 +297,15 @@ fn anchor(heading: &str) -> String {
 
 #[test]
 fn every_alert_has_a_runbook_section_and_is_documented() {
-    let troubleshooting = std::fs::read_to_string(repo_root().join("docs/troubleshooting.md")).expect("docs/troubleshooting.md");
+    let troubleshooting = std::fs::read_to_string(repo_root().join("docs/troubleshooting.md"))
+        .expect("docs/troubleshooting.md");
     let anchors: BTreeSet<String> = troubleshooting
         .lines()
         .filter_map(|l| l.strip_prefix('#'))
         .map(|l| anchor(l.trim_start_matches('#')))
         .collect();
-    let observability = std::fs::read_to_string(repo_root().join("docs/observability.md")).expect("docs/observability.md");
+    let observability =
+        std::fs::read_to_string(repo_root().join("docs/observability.md")).expect("docs/observability.md");
     for rule in rules_of(&rules_yaml(&[])) {
         let name = rule["alert"].as_str().expect("alert");
         let url = rule["annotations"]["runbook_url"].as_str().expect("runbook_url");
@@ -252,7 +314,10 @@ fn every_alert_has_a_runbook_section_and_is_documented() {
             anchors.contains(fragment),
             "{name}: docs/troubleshooting.md has no section #{fragment} (add a heading `### {name}`)"
         );
-        assert!(observability.contains(&format!("`{name}`")), "docs/observability.md does not name {name}");
+        assert!(
+            observability.contains(&format!("`{name}`")),
+            "docs/observability.md does not name {name}"
+        );
     }
 }
 
@@ -298,7 +363,9 @@ fn dashboard(values: &[(&str, Value)]) -> (Value, Value) {
     all.extend_from_slice(values);
     let objects = rendered(&all);
     let config_map = objects.get("ConfigMap", &format!("{RELEASE}-dashboard")).clone();
-    let text = config_map["data"]["projection.json"].as_str().expect("projection.json");
+    let text = config_map["data"]["projection.json"]
+        .as_str()
+        .expect("projection.json");
     let dashboard = serde_json::from_str(text).expect("the dashboard is JSON");
     (config_map, dashboard)
 }
@@ -319,14 +386,19 @@ fn dashboard_queries(dashboard: &Value) -> Vec<(String, String)> {
     for panel in &all {
         for target in panel["targets"].as_array().cloned().unwrap_or_default() {
             let title = panel["title"].as_str().unwrap_or_default();
-            queries.push((title.to_owned(), target["expr"].as_str().expect("a target has an expr").to_owned()));
+            queries.push((
+                title.to_owned(),
+                target["expr"].as_str().expect("a target has an expr").to_owned(),
+            ));
         }
     }
     for variable in dashboard["templating"]["list"].as_array().expect("variables") {
         if variable["type"] != "query" {
             continue;
         }
-        let query = variable["query"]["query"].as_str().expect("a query variable has a query");
+        let query = variable["query"]["query"]
+            .as_str()
+            .expect("a query variable has a query");
         let inner = query
             .strip_prefix("label_values(")
             .and_then(|q| q.rsplit_once(','))
@@ -346,7 +418,10 @@ fn dashboard_queries(dashboard: &Value) -> Vec<(String, String)> {
             let expr = substitutions
                 .iter()
                 .fold(expr, |e, (var, value)| e.replace(var, value));
-            assert!(!expr.contains('$'), "{title}: a Grafana variable the test does not know: {expr}");
+            assert!(
+                !expr.contains('$'),
+                "{title}: a Grafana variable the test does not know: {expr}"
+            );
             (title, expr)
         })
         .collect()
@@ -361,18 +436,40 @@ fn dashboard_is_labelled_for_the_grafana_sidecar_and_every_query_parses() {
         ("metrics.dashboard.label", json!("dashboards.example.com/grafana")),
         ("metrics.dashboard.labelValue", json!("projection")),
         ("metrics.dashboard.namespace", json!("monitoring")),
-        ("metrics.dashboard.annotations", json!({"grafana_folder": "Operators"})),
+        (
+            "metrics.dashboard.annotations",
+            json!({"grafana_folder": "Operators"}),
+        ),
     ]);
-    assert_eq!(config_map["metadata"]["labels"]["dashboards.example.com/grafana"], "projection");
-    assert!(config_map["metadata"]["labels"].get("grafana_dashboard").is_none());
+    assert_eq!(
+        config_map["metadata"]["labels"]["dashboards.example.com/grafana"],
+        "projection"
+    );
+    assert!(
+        config_map["metadata"]["labels"]
+            .get("grafana_dashboard")
+            .is_none()
+    );
     assert_eq!(config_map["metadata"]["namespace"], "monitoring");
-    assert_eq!(config_map["metadata"]["annotations"]["grafana_folder"], "Operators");
-    assert!(rendered(&[]).of_kind("ConfigMap").iter().all(|c| !c["metadata"]["name"].as_str().unwrap_or_default().ends_with("-dashboard")));
+    assert_eq!(
+        config_map["metadata"]["annotations"]["grafana_folder"],
+        "Operators"
+    );
+    assert!(rendered(&[]).of_kind("ConfigMap").iter().all(|c| {
+        !c["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with("-dashboard")
+    }));
 
     // Grafana's structure: unique panel ids, every target on the data source variable.
     let mut ids = BTreeSet::new();
     for panel in board["panels"].as_array().expect("panels") {
-        assert!(ids.insert(panel["id"].as_u64().expect("id")), "duplicate panel id {}", panel["id"]);
+        assert!(
+            ids.insert(panel["id"].as_u64().expect("id")),
+            "duplicate panel id {}",
+            panel["id"]
+        );
         for target in panel["targets"].as_array().cloned().unwrap_or_default() {
             assert_eq!(target["datasource"]["uid"], "${datasource}", "{}", panel["title"]);
         }
@@ -387,7 +484,10 @@ fn dashboard_is_labelled_for_the_grafana_sidecar_and_every_query_parses() {
         .map(|(i, (_, expr))| json!({"record": format!("dashboard:query_{i}"), "expr": expr}))
         .collect();
     let file = json!({"groups": [{"name": "dashboard", "rules": rules}]}).to_string();
-    let out = promtool_in(&[("dashboard.rules.yaml", &file)], &["check", "rules", "{dashboard.rules.yaml}"]);
+    let out = promtool_in(
+        &[("dashboard.rules.yaml", &file)],
+        &["check", "rules", "{dashboard.rules.yaml}"],
+    );
     assert!(
         out.status.success(),
         "promtool does not accept a dashboard query:\n{}{}\n{queries:#?}",
@@ -422,7 +522,14 @@ impl Slot {
 
     async fn start(&mut self) {
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
-        let mut process = ServiceProcess::start_on(&self.binary, &args, &self.kubeconfig, &[], self.http_port, self.http_port);
+        let mut process = ServiceProcess::start_on(
+            &self.binary,
+            &args,
+            &self.kubeconfig,
+            &[],
+            self.http_port,
+            self.http_port,
+        );
         process.wait_ready().await;
         self.process = Some(process);
     }
@@ -442,7 +549,10 @@ impl Slot {
     }
 
     fn metrics(&self) -> String {
-        self.process.as_ref().map(ServiceProcess::metrics).unwrap_or_default()
+        self.process
+            .as_ref()
+            .map(ServiceProcess::metrics)
+            .unwrap_or_default()
     }
 }
 
@@ -463,6 +573,8 @@ struct WebhookSetup {
     kubeconfig: PathBuf,
     /// Validity of its first serving certificate.
     certificate_days: u32,
+    /// More flags.
+    extra_args: Vec<String>,
 }
 
 impl Default for WebhookSetup {
@@ -470,6 +582,7 @@ impl Default for WebhookSetup {
         Self {
             kubeconfig: kubeconfig_path(),
             certificate_days: 30,
+            extra_args: Vec::new(),
         }
     }
 }
@@ -511,7 +624,13 @@ impl Stack {
         .map(|s| (*s).to_owned())
         .collect();
         let mut slots: Vec<Slot> = (0..controllers)
-            .map(|_| Slot::new(controller_binary.clone(), controller_args.clone(), kubeconfig_path()))
+            .map(|_| {
+                Slot::new(
+                    controller_binary.clone(),
+                    controller_args.clone(),
+                    kubeconfig_path(),
+                )
+            })
             .collect();
         for slot in &mut slots {
             slot.start().await;
@@ -521,7 +640,11 @@ impl Stack {
         issue_certificate(&certs.dir, setup.certificate_days);
         let webhook_port = free_port();
         let client_ca = testenv_dir().join("pki/webhook-client-ca.crt");
-        assert!(client_ca.exists(), "{} is missing: restart the control plane with up.sh", client_ca.display());
+        assert!(
+            client_ca.exists(),
+            "{} is missing: restart the control plane with up.sh",
+            client_ca.display()
+        );
         let webhook_args: Vec<String> = vec![
             "--bind-address".into(),
             format!("127.0.0.1:{webhook_port}"),
@@ -541,6 +664,7 @@ impl Stack {
             "--source-metadata-cache-ttl".into(),
             "0s".into(),
         ];
+        let webhook_args = [webhook_args, setup.extra_args].concat();
         let mut webhook = Slot::new(webhook_binary, webhook_args, setup.kubeconfig);
         webhook.start().await;
 
@@ -584,7 +708,13 @@ impl Stack {
         let alert = self.prometheus.wait_firing(name, labels, FIRE).await;
         assert_eq!(
             alert.annotations.get("runbook_url").map(String::as_str),
-            Some(format!("https://github.com/projection-sh/projection/blob/main/docs/troubleshooting.md#{}", name.to_lowercase()).as_str()),
+            Some(
+                format!(
+                    "https://github.com/projection-sh/projection/blob/main/docs/troubleshooting.md#{}",
+                    name.to_lowercase()
+                )
+                .as_str()
+            ),
             "{alert:?}"
         );
         println!("{name} fired: {alert:?}");
@@ -602,7 +732,13 @@ fn value(alert: &Alert) -> f64 {
     alert.value.parse().unwrap_or_else(|e| panic!("{alert:?}: {e}"))
 }
 
-fn projection(name: &str, namespace: &str, source_namespace: &str, source: &str, labels: Value) -> Projection {
+fn projection(
+    name: &str,
+    namespace: &str,
+    source_namespace: &str,
+    source: &str,
+    labels: Value,
+) -> Projection {
     serde_json::from_value(json!({
         "apiVersion": "projection.sh/v1",
         "kind": "Projection",
@@ -631,9 +767,16 @@ async fn create_source(client: &Client, namespace: &str, name: &str) {
 /// gone (their finalizers done).
 async fn delete_projections(client: &Client, namespace: &str) {
     let api: Api<Projection> = Api::namespaced(client.clone(), namespace);
-    let _ = api.delete_collection(&DeleteParams::default(), &Default::default()).await;
+    let _ = api
+        .delete_collection(&DeleteParams::default(), &Default::default())
+        .await;
     wait_for(&format!("Projections of {namespace} deleted"), FIRE, || async {
-        let left = api.list(&Default::default()).await.map_err(|e| e.to_string())?.items.len();
+        let left = api
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .len();
         (left == 0).then_some(()).ok_or(format!("{left} left"))
     })
     .await;
@@ -643,7 +786,12 @@ async fn delete_projections(client: &Client, namespace: &str) {
 async fn the_apiserver_accepts_the_prometheus_rule_and_the_dashboard() {
     // prometheus-operator's PrometheusRule CRD, from its Go module (tests/control-plane/build.sh).
     let client = client().await;
-    let crd = format!("{}/", projection_tests::control_plane_bin().join("prometheus-rule-crd").display());
+    let crd = format!(
+        "{}/",
+        projection_tests::control_plane_bin()
+            .join("prometheus-rule-crd")
+            .display()
+    );
     kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", &crd]);
     projection_tests::wait_crd_established(&client, "prometheusrules.monitoring.coreos.com").await;
     let namespace = TestNamespace::create(&client, "alerts-objects").await;
@@ -652,12 +800,18 @@ async fn the_apiserver_accepts_the_prometheus_rule_and_the_dashboard() {
         namespace.name(),
         &[
             ("metrics.prometheusRule.enabled", json!(true)),
-            ("metrics.prometheusRule.labels", json!({"release": "kube-prometheus-stack"})),
+            (
+                "metrics.prometheusRule.labels",
+                json!({"release": "kube-prometheus-stack"}),
+            ),
             ("metrics.dashboard.enabled", json!(true)),
         ],
     )
     .expect("renders");
-    for (kind, name) in [("PrometheusRule", RELEASE.to_owned()), ("ConfigMap", format!("{RELEASE}-dashboard"))] {
+    for (kind, name) in [
+        ("PrometheusRule", RELEASE.to_owned()),
+        ("ConfigMap", format!("{RELEASE}-dashboard")),
+    ] {
         let object = objects.get(kind, &name);
         let out = kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], &object.to_string());
         assert!(
@@ -668,23 +822,127 @@ async fn the_apiserver_accepts_the_prometheus_rule_and_the_dashboard() {
     }
 }
 
+/// A POST of `body` to the webhook's `path` with curl, with the client certificate the apiserver
+/// presents to webhooks (the webhook requires one chained to `--client-ca-file`), sending the body
+/// at `rate` bytes a second if given; the running curl, which prints the HTTP status.
+fn curl_post(stack: &Stack, path: &str, body: &std::path::Path, rate: Option<u32>) -> std::process::Child {
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args([
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--max-time",
+        "30",
+        "--cacert",
+    ])
+    .arg(stack.certs.dir.join("ca.crt"))
+    .arg("--cert")
+    .arg(testenv_dir().join("pki/webhook-client.crt"))
+    .arg("--key")
+    .arg(testenv_dir().join("pki/webhook-client.key"))
+    .args(["-H", "content-type: application/json", "--data-binary"])
+    .arg(format!("@{}", body.display()))
+    .arg(format!("https://127.0.0.1:{}{path}", stack.webhook_port))
+    .stdout(std::process::Stdio::piped());
+    if let Some(rate) = rate {
+        cmd.args(["--limit-rate", &rate.to_string()]);
+    }
+    cmd.spawn().expect("curl runs (scripts/prereqs.sh installs it)")
+}
+
+fn http_status(child: std::process::Child) -> String {
+    let out = child.wait_with_output().expect("curl ends");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The metric names of both services' `/metrics`, once each family has a sample: prometheus-client
+/// leaves a labelled family out until a series of it is observed, so the test makes the
+/// controller reconcile, fail a reconcile, and the webhook answer, refuse, shed and reload.
+async fn exported_metric_names(stack: &Stack) -> BTreeSet<String> {
+    let source = TestNamespace::create(&stack.client, "alerts-names-src").await;
+    let dest = TestNamespace::create(&stack.client, "alerts-names-dst").await;
+    let copied = TestNamespace::create(&stack.client, "alerts-names-ok").await;
+    create_source(&stack.client, source.name(), "settings").await;
+    // A copy made (reconciles, their duration, propagation) and a reconcile that fails.
+    Api::<Projection>::namespaced(stack.client.clone(), copied.name())
+        .create(
+            &PostParams::default(),
+            &projection("settings", copied.name(), source.name(), "settings", json!({})),
+        )
+        .await
+        .expect("Projection created");
+    let (_policy, binding) = refuse_projection_updates(&stack.client, source.name(), dest.name()).await;
+    let controller = &stack.controllers[0];
+    wait_for("a reconcile error counted", FIRE, || async {
+        let text = controller.metrics();
+        metric_value(
+            &text,
+            "projection_reconcile_errors_total{kind=\"Projection\",category=\"finalizer\"}",
+        )
+        .map(|_| ())
+        .ok_or_else(|| "none yet".to_owned())
+    })
+    .await;
+    wait_for("a copy's propagation observed", FIRE, || async {
+        metric_value(
+            &controller.metrics(),
+            "projection_e2e_seconds_count{kind=\"Projection\",event=\"create\"}",
+        )
+        .map(|_| ())
+        .ok_or_else(|| "none yet".to_owned())
+    })
+    .await;
+
+    // The webhook: an unreadable review; one shed while a slow body holds the only slot
+    // (`--max-in-flight-reviews 1`); a certificate reload.
+    let scratch = Scratch::new("alerts-names-bodies");
+    let malformed = scratch.write("malformed.json", r#"{"apiVersion":"v1"}"#);
+    assert_eq!(
+        http_status(curl_post(stack, "/validate", &malformed, None)),
+        "400"
+    );
+    let slow_body = scratch.write("slow.json", &" ".repeat(4096));
+    let slow = curl_post(stack, "/validate", &slow_body, Some(256));
+    wait_for("a review shed while another holds the slot", FIRE, || async {
+        let status = http_status(curl_post(stack, "/validate", &malformed, None));
+        (status == "429").then_some(()).ok_or(format!("HTTP {status}"))
+    })
+    .await;
+    let _ = http_status(slow);
+    issue_certificate(&stack.certs.dir, 30);
+    wait_for("the renewed certificate reloaded", FIRE, || async {
+        metric_value(
+            &stack.webhook.metrics(),
+            "projection_webhook_certificate_reloads_total{result=\"success\"}",
+        )
+        .map(|_| ())
+        .ok_or_else(|| "none yet".to_owned())
+    })
+    .await;
+
+    let mut names = exposed_names(&controller.metrics());
+    names.extend(exposed_names(&stack.webhook.metrics()));
+    // Prometheus' own series for every target.
+    names.insert("up".to_owned());
+    drop(binding);
+    delete_projections(&stack.client, dest.name()).await;
+    delete_projections(&stack.client, copied.name()).await;
+    names
+}
+
 #[tokio::test]
 async fn dashboard_and_rules_name_only_metrics_the_binaries_export() {
-    let stack = Stack::start(1, WebhookSetup::default()).await;
-    let mut exported = exposed_names(&stack.controllers[0].metrics());
-    exported.extend(exposed_names(&stack.webhook.metrics()));
-    // Prometheus' own series for every target.
-    exported.insert("up".to_owned());
-    for needed in [
-        "projection_resources",
-        "projection_cluster_projection_namespaces",
-        "leader_election_master_status",
-        "projection_reconcile_errors_total",
-        "projection_webhook_request_duration_seconds_bucket",
-        "process_resident_memory_bytes",
-    ] {
-        assert!(exported.contains(needed), "{needed} is not exported; exported: {exported:?}");
-    }
+    let stack = Stack::start(
+        1,
+        WebhookSetup {
+            extra_args: vec!["--max-in-flight-reviews".into(), "1".into()],
+            ..WebhookSetup::default()
+        },
+    )
+    .await;
+    let exported = exported_metric_names(&stack).await;
 
     let (_, board) = dashboard(&[]);
     let mut queries = dashboard_queries(&board);
@@ -709,7 +967,10 @@ async fn dashboard_and_rules_name_only_metrics_the_binaries_export() {
             used.insert(name);
         }
     }
-    assert!(unknown.is_empty(), "not exported by the controller or the webhook: {unknown:#?}");
+    assert!(
+        unknown.is_empty(),
+        "not exported by the controller or the webhook: {unknown:#?}"
+    );
     println!("{} queries use {} metrics: {used:?}", queries.len(), used.len());
 }
 
@@ -717,21 +978,31 @@ async fn dashboard_and_rules_name_only_metrics_the_binaries_export() {
 async fn not_ready_fires_for_a_projection_whose_source_is_missing_and_resolves_when_it_appears() {
     let stack = Stack::start(1, WebhookSetup::default()).await;
     let labels = [("kind", "Projection"), ("reason", "SourceNotFound")];
-    stack.baseline("ProjectionNotReady", &[("kind", "Projection")]).await;
+    stack
+        .baseline("ProjectionNotReady", &[("kind", "Projection")])
+        .await;
     let source = TestNamespace::create(&stack.client, "alerts-ready-src").await;
     let dest = TestNamespace::create(&stack.client, "alerts-ready-dst").await;
     Api::<Projection>::namespaced(stack.client.clone(), dest.name())
-        .create(&PostParams::default(), &projection("settings", dest.name(), source.name(), "settings", json!({})))
+        .create(
+            &PostParams::default(),
+            &projection("settings", dest.name(), source.name(), "settings", json!({})),
+        )
         .await
         .expect("Projection created");
 
     let alert = stack.fires("ProjectionNotReady", &labels).await;
     assert_eq!(value(&alert), 1.0);
     assert_eq!(alert.annotations["summary"], "1 Projection(s) not Ready");
-    assert!(alert.annotations["description"].contains("(reason SourceNotFound) for 3s"), "{alert:?}");
+    assert!(
+        alert.annotations["description"].contains("(reason SourceNotFound) for 3s"),
+        "{alert:?}"
+    );
 
     create_source(&stack.client, source.name(), "settings").await;
-    stack.resolves("ProjectionNotReady", &[("kind", "Projection")]).await;
+    stack
+        .resolves("ProjectionNotReady", &[("kind", "Projection")])
+        .await;
     delete_projections(&stack.client, dest.name()).await;
 }
 
@@ -744,7 +1015,10 @@ async fn fan_out_failures_fire_for_a_namespace_a_cluster_projection_cannot_write
     let conflicting = TestNamespace::create(&stack.client, "alerts-fan-conflict").await;
     create_source(&stack.client, source.name(), "settings").await;
     // An object the ClusterProjection does not own where its copy would go.
-    let theirs: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "settings-copy"}, "data": {"owner": "someone else"}})).expect("ConfigMap");
+    let theirs: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "settings-copy"}, "data": {"owner": "someone else"}}),
+    )
+    .expect("ConfigMap");
     Api::<ConfigMap>::namespaced(stack.client.clone(), conflicting.name())
         .create(&PostParams::default(), &theirs)
         .await
@@ -763,13 +1037,21 @@ async fn fan_out_failures_fire_for_a_namespace_a_cluster_projection_cannot_write
         },
     }))
     .expect("a ClusterProjection");
-    api.create(&PostParams::default(), &cluster).await.expect("ClusterProjection created");
+    api.create(&PostParams::default(), &cluster)
+        .await
+        .expect("ClusterProjection created");
 
     let alert = stack.fires("ProjectionFanOutFailures", &[]).await;
     assert_eq!(value(&alert), 1.0);
-    assert_eq!(alert.annotations["summary"], "ClusterProjections fail to write 1 namespace(s)");
+    assert_eq!(
+        alert.annotations["summary"],
+        "ClusterProjections fail to write 1 namespace(s)"
+    );
     stack
-        .fires("ProjectionNotReady", &[("kind", "ClusterProjection"), ("reason", "DestinationConflict")])
+        .fires(
+            "ProjectionNotReady",
+            &[("kind", "ClusterProjection"), ("reason", "DestinationConflict")],
+        )
         .await;
 
     // The platform team takes the namespace out of the fan-out.
@@ -781,9 +1063,13 @@ async fn fan_out_failures_fire_for_a_namespace_a_cluster_projection_cannot_write
     .await
     .expect("ClusterProjection patched");
     stack.resolves("ProjectionFanOutFailures", &[]).await;
-    stack.resolves("ProjectionNotReady", &[("kind", "ClusterProjection")]).await;
+    stack
+        .resolves("ProjectionNotReady", &[("kind", "ClusterProjection")])
+        .await;
 
-    api.delete(&name, &DeleteParams::default()).await.expect("deleted");
+    api.delete(&name, &DeleteParams::default())
+        .await
+        .expect("deleted");
     wait_for("the ClusterProjection deleted", FIRE, || async {
         match api.get_opt(&name).await {
             Ok(None) => Ok(()),
@@ -793,18 +1079,16 @@ async fn fan_out_failures_fire_for_a_namespace_a_cluster_projection_cannot_write
     .await;
 }
 
-#[tokio::test]
-async fn reconcile_errors_fire_while_the_finalizer_cannot_be_added_and_resolve_after() {
-    let stack = Stack::start(1, WebhookSetup::default()).await;
-    let labels = [("kind", "Projection"), ("category", "finalizer")];
-    stack.baseline("ProjectionReconcileErrors", &[]).await;
-    let source = TestNamespace::create(&stack.client, "alerts-errors-src").await;
-    let dest = TestNamespace::create(&stack.client, "alerts-errors-dst").await;
-    create_source(&stack.client, source.name(), "settings").await;
-
-    // An admission policy (evaluated by the apiserver) refusing every update of Projections in the
-    // destination namespace: the controller cannot add its finalizer, so each reconcile fails.
-    let policy = format!("alerts-refuse-updates-{}", std::process::id());
+/// An admission policy (evaluated by the apiserver) refusing every update of Projections in `dest`,
+/// and a Projection `probe` there (of ConfigMap `settings` in `source`) created once the policy is
+/// enforced: the controller cannot add its finalizer, so each of its reconciles fails (category
+/// `finalizer`). Returns the policy's and its binding's guards; dropping the binding lifts it.
+async fn refuse_projection_updates(
+    client: &Client,
+    source: &str,
+    dest: &str,
+) -> (ClusterScopedGuard, ClusterScopedGuard) {
+    let policy = format!("alerts-refuse-updates-{dest}");
     let manifests = json!({"apiVersion": "v1", "kind": "List", "items": [
         {
             "apiVersion": "admissionregistration.k8s.io/v1",
@@ -826,45 +1110,87 @@ async fn reconcile_errors_fire_while_the_finalizer_cannot_be_added_and_resolve_a
             "spec": {
                 "policyName": policy,
                 "validationActions": ["Deny"],
-                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": dest.name()}}},
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": dest}}},
             },
         },
     ]});
     let out = kubectl_stdin(&["apply", "-f", "-"], &manifests.to_string());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let _policy = ClusterScopedGuard::new("validatingadmissionpolicy", &policy);
-    let binding = ClusterScopedGuard::new("validatingadmissionpolicybinding", &policy);
+    let guards = (
+        ClusterScopedGuard::new("validatingadmissionpolicy", &policy),
+        ClusterScopedGuard::new("validatingadmissionpolicybinding", &policy),
+    );
     // The apiserver enforces a new policy once its informer has it: a dry-run update of a canary
     // shows when. Only then is the Projection created, so its finalizer cannot slip in before.
-    let projections: Api<Projection> = Api::namespaced(stack.client.clone(), dest.name());
+    let projections: Api<Projection> = Api::namespaced(client.clone(), dest);
     projections
-        .create(&PostParams::default(), &projection("canary", dest.name(), source.name(), "settings", json!({})))
+        .create(
+            &PostParams::default(),
+            &projection("canary", dest, source, "settings", json!({})),
+        )
         .await
         .expect("canary created");
     wait_for("the admission policy to refuse updates", FIRE, || async {
         let out = kubectl(&[
-            "label", "projection", "canary", "-n", dest.name(), "alerts-test/probe=1", "--overwrite", "--dry-run=server",
+            "label",
+            "projection",
+            "canary",
+            "-n",
+            dest,
+            "alerts-test/probe=1",
+            "--overwrite",
+            "--dry-run=server",
         ]);
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        err.contains("updates are refused by the alerts test").then_some(()).ok_or(err)
+        err.contains("updates are refused by the alerts test")
+            .then_some(())
+            .ok_or(err)
     })
     .await;
-    let mut refused = projection("probe", dest.name(), source.name(), "settings", json!({}));
-    refused.spec.destination = Some(shared::crd::ProjectionDestination { name: Some("settings-probe".into()) });
-    projections.create(&PostParams::default(), &refused).await.expect("Projection created");
+    let mut refused = projection("probe", dest, source, "settings", json!({}));
+    refused.spec.destination = Some(shared::crd::ProjectionDestination {
+        name: Some("settings-probe".into()),
+    });
+    projections
+        .create(&PostParams::default(), &refused)
+        .await
+        .expect("Projection created");
+
+    guards
+}
+
+#[tokio::test]
+async fn reconcile_errors_fire_while_the_finalizer_cannot_be_added_and_resolve_after() {
+    let stack = Stack::start(1, WebhookSetup::default()).await;
+    let labels = [("kind", "Projection"), ("category", "finalizer")];
+    stack.baseline("ProjectionReconcileErrors", &[]).await;
+    let source = TestNamespace::create(&stack.client, "alerts-errors-src").await;
+    let dest = TestNamespace::create(&stack.client, "alerts-errors-dst").await;
+    create_source(&stack.client, source.name(), "settings").await;
+
+    let (_policy, binding) = refuse_projection_updates(&stack.client, source.name(), dest.name()).await;
+    let projections: Api<Projection> = Api::namespaced(stack.client.clone(), dest.name());
 
     let alert = stack.fires("ProjectionReconcileErrors", &labels).await;
-    assert!(alert.annotations["summary"].contains("Projection reconciles fail with finalizer errors"), "{alert:?}");
+    assert!(
+        alert.annotations["summary"].contains("Projection reconciles fail with finalizer errors"),
+        "{alert:?}"
+    );
 
     drop(binding);
-    wait_for("the Projection to get its finalizer and be Ready", FIRE, || async {
-        let p = projections.get("probe").await.map_err(|e| e.to_string())?;
-        let ready = p
-            .status
-            .as_ref()
-            .is_some_and(|s| s.conditions.iter().any(|c| c.r#type == "Ready" && c.status == "True"));
-        ready.then_some(()).ok_or(format!("{:?}", p.status))
-    })
+    wait_for(
+        "the Projection to get its finalizer and be Ready",
+        FIRE,
+        || async {
+            let p = projections.get("probe").await.map_err(|e| e.to_string())?;
+            let ready = p.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.r#type == "Ready" && c.status == "True")
+            });
+            ready.then_some(()).ok_or(format!("{:?}", p.status))
+        },
+    )
     .await;
     stack.resolves("ProjectionReconcileErrors", &labels).await;
     delete_projections(&stack.client, dest.name()).await;
@@ -892,7 +1218,11 @@ impl Registration {
             .env("PATH", path)
             .output()
             .expect("scripts/register-webhook.sh runs");
-        assert!(out.status.success(), "registering: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "registering: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         Self { name }
     }
 }
@@ -911,13 +1241,26 @@ impl Drop for Registration {
 /// A Projection manifest applied with `kubectl apply --dry-run=server`: the apiserver sends it
 /// through both webhooks, nothing is stored.
 fn dry_run_apply(namespace: &str, source_namespace: &str) -> std::process::Output {
-    let manifest = serde_json::to_string(&projection("dry-run", namespace, source_namespace, "settings", json!({}))).expect("JSON");
+    let manifest = serde_json::to_string(&projection(
+        "dry-run",
+        namespace,
+        source_namespace,
+        "settings",
+        json!({}),
+    ))
+    .expect("JSON");
     kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], &manifest)
 }
 
 /// Applies in a loop on a thread of its own until `stop`; counts the answers whose stderr contains
 /// `counted`.
-fn apply_loop(namespace: String, source_namespace: String, stop: Arc<AtomicBool>, counted: &'static str, count: Arc<AtomicUsize>) -> std::thread::JoinHandle<()> {
+fn apply_loop(
+    namespace: String,
+    source_namespace: String,
+    stop: Arc<AtomicBool>,
+    counted: &'static str,
+    count: Arc<AtomicUsize>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         // Bounded: the test stops it well before.
         for _ in 0..2000 {
@@ -938,7 +1281,13 @@ async fn webhook_errors_fire_while_it_may_not_check_access_and_resolve_once_it_m
     // The webhook runs as a ServiceAccount that may not create SubjectAccessReviews yet.
     let client = client().await;
     let accounts = TestNamespace::create(&client, "alerts-webhook-sa").await;
-    kubectl_ok(&["create", "serviceaccount", "alerts-webhook", "-n", accounts.name()]);
+    kubectl_ok(&[
+        "create",
+        "serviceaccount",
+        "alerts-webhook",
+        "-n",
+        accounts.name(),
+    ]);
     let kubeconfig = service_account_kubeconfig(accounts.name(), "alerts-webhook");
     let stack = Stack::start(
         1,
@@ -964,13 +1313,22 @@ async fn webhook_errors_fire_while_it_may_not_check_access_and_resolve_once_it_m
         refused.clone(),
     );
     let alert = stack.fires("ProjectionWebhookErrors", &[]).await;
-    assert!(alert.annotations["summary"].contains("of reviews: it cannot check them"), "{alert:?}");
-    assert!(refused.load(Ordering::Relaxed) > 0, "kubectl apply never saw the fail-closed denial");
+    assert!(
+        alert.annotations["summary"].contains("of reviews: it cannot check them"),
+        "{alert:?}"
+    );
+    assert!(
+        refused.load(Ordering::Relaxed) > 0,
+        "kubectl apply never saw the fail-closed denial"
+    );
     let errors = metric_value(
         &stack.webhook.metrics(),
         "projection_webhook_errors_total{category=\"access_review\"}",
     );
-    assert!(errors.is_some_and(|e| e > 0.0), "access_review errors: {errors:?}");
+    assert!(
+        errors.is_some_and(|e| e > 0.0),
+        "access_review errors: {errors:?}"
+    );
 
     // The webhook's RBAC is repaired: it may review access and read the source.
     let binding = format!("alerts-webhook-{}", std::process::id());
@@ -1007,7 +1365,9 @@ async fn webhook_errors_fire_while_it_may_not_check_access_and_resolve_once_it_m
 #[tokio::test]
 async fn webhook_latency_fires_while_the_apiserver_answers_it_slowly() {
     // The webhook reaches the apiserver through a proxy the test can hold silent.
-    let upstream = projection_tests::apiserver_addr().await.expect("the apiserver's address");
+    let upstream = projection_tests::apiserver_addr()
+        .await
+        .expect("the apiserver's address");
     let proxy = BlackHoleProxy::start(upstream).await.expect("proxy listens");
     let mut kubeconfig: Value =
         serde_yaml::from_str(&std::fs::read_to_string(kubeconfig_path()).expect("kubeconfig")).expect("YAML");
@@ -1052,7 +1412,11 @@ async fn webhook_latency_fires_while_the_apiserver_answers_it_slowly() {
         proxy.restore();
         for apply in applies {
             let out = apply.join().expect("apply thread");
-            assert!(out.status.success(), "round {round}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "round {round}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         let alerts = stack.prometheus.alerts().unwrap_or_default();
         if let Some(a) = alerts
@@ -1067,7 +1431,10 @@ async fn webhook_latency_fires_while_the_apiserver_answers_it_slowly() {
     println!("ProjectionWebhookLatency fired: {alert:?}");
     let seconds = value(&alert);
     assert!(seconds > 1.0, "{alert:?}");
-    assert!(alert.annotations["summary"].starts_with("The projection webhook is slow: "), "{alert:?}");
+    assert!(
+        alert.annotations["summary"].starts_with("The projection webhook is slow: "),
+        "{alert:?}"
+    );
     stack.resolves("ProjectionWebhookLatency", &[]).await;
     // The path answering promptly again: a review goes through at once.
     let out = dry_run_apply(dest.name(), source.name());
@@ -1087,18 +1454,27 @@ async fn certificate_expiry_fires_for_a_short_lived_certificate_and_resolves_on_
     let alert = stack.fires("ProjectionWebhookCertificateExpiry", &[]).await;
     let left = value(&alert);
     assert!(left > 0.0 && left <= 86_400.0, "{alert:?}");
-    assert!(alert.annotations["summary"].contains("expires in 23h"), "{alert:?}");
+    assert!(
+        alert.annotations["summary"].contains("expires in 23h"),
+        "{alert:?}"
+    );
 
     // Renewed, as cert-manager or the self-managed mode would: the webhook reloads the files.
     issue_certificate(&stack.certs.dir, 30);
     stack.resolves("ProjectionWebhookCertificateExpiry", &[]).await;
-    let expiry = metric_value(&stack.webhook.metrics(), "projection_webhook_certificate_expiry_timestamp_seconds")
-        .expect("the expiry gauge");
+    let expiry = metric_value(
+        &stack.webhook.metrics(),
+        "projection_webhook_certificate_expiry_timestamp_seconds",
+    )
+    .expect("the expiry gauge");
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
         .as_secs_f64();
-    assert!(expiry - now > 29.0 * 86_400.0, "the renewed certificate is in use");
+    assert!(
+        expiry - now > 29.0 * 86_400.0,
+        "the renewed certificate is in use"
+    );
 }
 
 #[tokio::test]
@@ -1145,7 +1521,9 @@ async fn no_leader_fires_while_a_killed_leader_still_holds_the_lease() {
     assert_eq!(value(&alert), 0.0);
     let down = stack.prometheus.alerts().expect("alerts");
     assert!(
-        !down.iter().any(|a| a.labels["alertname"] == "ProjectionControllerDown"),
+        !down
+            .iter()
+            .any(|a| a.labels["alertname"] == "ProjectionControllerDown"),
         "a standby is up, so the controller is not down: {down:?}"
     );
     stack.resolves("ProjectionNoLeader", &[]).await;
@@ -1159,6 +1537,13 @@ async fn no_leader_fires_while_a_killed_leader_still_holds_the_lease() {
         "-o",
         "jsonpath={.spec.holderIdentity}",
     ]);
-    let pid = stack.controllers[standby].process.as_ref().expect("running").pid();
-    assert!(lease.ends_with(&format!("-{pid}")), "the Lease names the standby ({pid}): {lease}");
+    let pid = stack.controllers[standby]
+        .process
+        .as_ref()
+        .expect("running")
+        .pid();
+    assert!(
+        lease.ends_with(&format!("-{pid}")),
+        "the Lease names the standby ({pid}): {lease}"
+    );
 }

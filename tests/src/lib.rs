@@ -420,7 +420,9 @@ pub fn workspace_binary(package: &str, name: &str) -> PathBuf {
         .parent()
         .and_then(Path::parent)
         .expect("the test binary is in <target>/<profile>/deps");
-    let target_dir = profile_dir.parent().expect("the profile folder is in the target folder");
+    let target_dir = profile_dir
+        .parent()
+        .expect("the profile folder is in the target folder");
     let mut cmd = Command::new(env!("CARGO"));
     cmd.args(["build", "--locked", "--quiet", "-p", package, "--bin", name])
         .arg("--target-dir")

@@ -131,7 +131,10 @@ impl PrometheusServer {
         let log = scratch.dir.join("prometheus.log");
         let child = Command::new(tool("prometheus"))
             .arg(format!("--config.file={}", config_path.display()))
-            .arg(format!("--storage.tsdb.path={}", scratch.dir.join("data").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                scratch.dir.join("data").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .arg("--log.level=warn")
             .stdout(std::process::Stdio::null())
@@ -163,14 +166,22 @@ impl PrometheusServer {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        wait_for("prometheus to load its rules", Duration::from_secs(30), || async {
-            let groups = self.api("/api/v1/rules")?;
-            let count = groups["groups"]
-                .as_array()
-                .map(|g| g.iter().map(|g| g["rules"].as_array().map_or(0, Vec::len)).sum::<usize>())
-                .unwrap_or(0);
-            (count > 0).then_some(()).ok_or(format!("rules: {groups}"))
-        })
+        wait_for(
+            "prometheus to load its rules",
+            Duration::from_secs(30),
+            || async {
+                let groups = self.api("/api/v1/rules")?;
+                let count = groups["groups"]
+                    .as_array()
+                    .map(|g| {
+                        g.iter()
+                            .map(|g| g["rules"].as_array().map_or(0, Vec::len))
+                            .sum::<usize>()
+                    })
+                    .unwrap_or(0);
+                (count > 0).then_some(()).ok_or(format!("rules: {groups}"))
+            },
+        )
         .await;
     }
 
@@ -215,7 +226,11 @@ impl PrometheusServer {
             let alerts = self.alerts()?;
             alerts
                 .iter()
-                .find(|a| a.labels.get("alertname").is_some_and(|n| n == name) && a.has(labels) && a.state == "firing")
+                .find(|a| {
+                    a.labels.get("alertname").is_some_and(|n| n == name)
+                        && a.has(labels)
+                        && a.state == "firing"
+                })
                 .cloned()
                 .ok_or_else(|| format!("active alerts: {}", summary(&alerts)))
         })
@@ -224,15 +239,19 @@ impl PrometheusServer {
 
     /// Waits until no alert `name` with `labels` is pending or firing (resolved, or never active).
     pub async fn wait_inactive(&self, name: &str, labels: &[(&str, &str)], timeout: Duration) {
-        wait_for(&format!("alert {name} {labels:?} to be inactive"), timeout, || async {
-            let alerts = self.alerts()?;
-            let active = alerts
-                .iter()
-                .any(|a| a.labels.get("alertname").is_some_and(|n| n == name) && a.has(labels));
-            (!active)
-                .then_some(())
-                .ok_or_else(|| format!("active alerts: {}", summary(&alerts)))
-        })
+        wait_for(
+            &format!("alert {name} {labels:?} to be inactive"),
+            timeout,
+            || async {
+                let alerts = self.alerts()?;
+                let active = alerts
+                    .iter()
+                    .any(|a| a.labels.get("alertname").is_some_and(|n| n == name) && a.has(labels));
+                (!active)
+                    .then_some(())
+                    .ok_or_else(|| format!("active alerts: {}", summary(&alerts)))
+            },
+        )
         .await;
     }
 
@@ -300,7 +319,10 @@ fn summary(alerts: &[Alert]) -> String {
 fn collect_selectors(node: &Value, names: &mut BTreeSet<String>) {
     match node {
         Value::Object(map) => {
-            if matches!(map.get("type").and_then(Value::as_str), Some("vectorSelector" | "matrixSelector")) {
+            if matches!(
+                map.get("type").and_then(Value::as_str),
+                Some("vectorSelector" | "matrixSelector")
+            ) {
                 match map.get("name").and_then(Value::as_str) {
                     Some(name) if !name.is_empty() => {
                         names.insert(name.to_owned());
@@ -353,10 +375,12 @@ pub fn exposed_names(exposition: &str) -> BTreeSet<String> {
                     names.insert(name.to_owned());
                 }
             }
-        } else if !line.starts_with('#') {
-            if let Some(name) = line.split(['{', ' ']).next().filter(|n| !n.is_empty()) {
-                names.insert(name.to_owned());
-            }
+        } else if let Some(name) = line
+            .split(['{', ' '])
+            .next()
+            .filter(|n| !n.is_empty() && !n.starts_with('#'))
+        {
+            names.insert(name.to_owned());
         }
     }
     names
@@ -373,9 +397,9 @@ pub fn promtool_in(files: &[(&str, &str)], args: &[&str]) -> Output {
     let args: Vec<String> = args
         .iter()
         .map(|a| {
-            paths
-                .iter()
-                .fold((*a).to_owned(), |arg, (name, path)| arg.replace(&format!("{{{name}}}"), &path.display().to_string()))
+            paths.iter().fold((*a).to_owned(), |arg, (name, path)| {
+                arg.replace(&format!("{{{name}}}"), &path.display().to_string())
+            })
         })
         .collect();
     Command::new(tool("promtool"))
