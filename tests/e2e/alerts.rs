@@ -1362,7 +1362,21 @@ async fn webhook_errors_fire_while_it_may_not_check_access_and_resolve_once_it_m
     applies.join().expect("the apply loop ends");
 }
 
-#[tokio::test]
+/// [`dry_run_apply`] on a blocking thread, so the runtime keeps driving the test's proxy meanwhile.
+fn dry_run_apply_off_thread(
+    namespace: &str,
+    source_namespace: &str,
+) -> impl std::future::Future<Output = std::process::Output> + Send + 'static {
+    let (namespace, source_namespace) = (namespace.to_owned(), source_namespace.to_owned());
+    async move {
+        tokio::task::spawn_blocking(move || dry_run_apply(&namespace, &source_namespace))
+            .await
+            .expect("kubectl thread")
+    }
+}
+
+// Several threads: the proxy between the webhook and the apiserver runs on this test's runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_latency_fires_while_the_apiserver_answers_it_slowly() {
     // The webhook reaches the apiserver through a proxy the test can hold silent.
     let upstream = projection_tests::apiserver_addr()
@@ -1388,7 +1402,7 @@ async fn webhook_latency_fires_while_the_apiserver_answers_it_slowly() {
     create_source(&stack.client, source.name(), "settings").await;
     let _registration = Registration::apply(stack.webhook_port, &stack.certs.dir.join("ca.crt")).await;
     wait_for("a dry-run apply to pass the webhook", FIRE, || async {
-        let out = dry_run_apply(dest.name(), source.name());
+        let out = dry_run_apply_off_thread(dest.name(), source.name()).await;
         out.status
             .success()
             .then_some(())
@@ -1402,16 +1416,13 @@ async fn webhook_latency_fires_while_the_apiserver_answers_it_slowly() {
     for round in 0..20 {
         proxy.black_hole();
         let applies: Vec<_> = (0..3)
-            .map(|_| {
-                let (d, s) = (dest.name().to_owned(), source.name().to_owned());
-                std::thread::spawn(move || dry_run_apply(&d, &s))
-            })
+            .map(|_| tokio::spawn(dry_run_apply_off_thread(dest.name(), source.name())))
             .collect();
         // The length of the outage being induced, not a wait for a state.
         tokio::time::sleep(Duration::from_millis(2500)).await;
         proxy.restore();
         for apply in applies {
-            let out = apply.join().expect("apply thread");
+            let out = apply.await.expect("apply task");
             assert!(
                 out.status.success(),
                 "round {round}: {}",
@@ -1437,7 +1448,7 @@ async fn webhook_latency_fires_while_the_apiserver_answers_it_slowly() {
     );
     stack.resolves("ProjectionWebhookLatency", &[]).await;
     // The path answering promptly again: a review goes through at once.
-    let out = dry_run_apply(dest.name(), source.name());
+    let out = dry_run_apply_off_thread(dest.name(), source.name()).await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
