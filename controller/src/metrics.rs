@@ -264,3 +264,56 @@ impl Collector for ReplicaCollector {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn condition(type_: &str, status: &str, reason: &str) -> Condition {
+        serde_json::from_value(serde_json::json!({
+            "type": type_, "status": status, "reason": reason, "message": "",
+            "lastTransitionTime": "2026-11-25T00:00:00Z",
+        }))
+        .expect("a condition")
+    }
+
+    #[test]
+    fn ready_labels_take_bounded_values_from_the_ready_condition() {
+        let labels = |conditions: &[Condition]| {
+            let l = ready_labels("Projection", conditions);
+            (l.ready, l.reason)
+        };
+        assert_eq!(labels(&[]), ("Unknown", ""), "no status yet");
+        assert_eq!(
+            labels(&[
+                condition("SourceResolved", "False", "SourceNotFound"),
+                condition("Ready", "False", "SourceNotFound"),
+            ]),
+            ("False", "SourceNotFound")
+        );
+        assert_eq!(
+            labels(&[condition("Ready", "True", "Projected")]),
+            ("True", "Projected")
+        );
+        // Whatever else a status writer put there, the label values stay in a fixed set.
+        assert_eq!(
+            labels(&[condition("Ready", "Maybe", "SomethingElse")]),
+            ("Unknown", "Other")
+        );
+    }
+
+    #[test]
+    fn the_replica_gauges_report_nothing_and_no_leadership_before_the_replica_starts() {
+        let mut registry = Registry::default();
+        let _metrics = Metrics::register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        assert!(
+            text.contains("leader_election_master_status{name=\"projection-controller-leader\"} 0"),
+            "{text}"
+        );
+        assert!(text.contains("projection_cluster_projection_namespaces{state=\"failed\"} 0"));
+        assert!(text.contains("# TYPE projection_resources gauge"));
+        assert!(!text.contains("projection_resources{"), "no CR, no series");
+    }
+}
