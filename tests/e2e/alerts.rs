@@ -598,12 +598,15 @@ struct Stack {
     webhook_port: u16,
     certs: Scratch,
     lease_namespace: TestNamespace,
+    /// When the stack began starting (for the timings the tests print).
+    started: std::time::Instant,
     _serial: tokio::sync::MutexGuard<'static, ()>,
 }
 
 impl Stack {
     async fn start(controllers: usize, setup: WebhookSetup) -> Self {
         let serial = exclusive().await;
+        let started = std::time::Instant::now();
         let client = client().await;
         install_crds(&client).await;
         let lease_namespace = TestNamespace::create(&client, "alerts-lease").await;
@@ -686,6 +689,7 @@ impl Stack {
         )
         .await;
         prometheus.wait_targets_up().await;
+        println!("stack up after {:?}", started.elapsed());
         Self {
             client,
             prometheus,
@@ -694,6 +698,7 @@ impl Stack {
             webhook_port,
             certs,
             lease_namespace,
+            started,
             _serial: serial,
         }
     }
@@ -717,13 +722,13 @@ impl Stack {
             ),
             "{alert:?}"
         );
-        println!("{name} fired: {alert:?}");
+        println!("{name} fired after {:?}: {alert:?}", self.started.elapsed());
         alert
     }
 
     async fn resolves(&self, name: &str, labels: &[(&str, &str)]) {
         self.prometheus.wait_inactive(name, labels, RESOLVE).await;
-        println!("{name} resolved");
+        println!("{name} resolved after {:?}", self.started.elapsed());
     }
 }
 
