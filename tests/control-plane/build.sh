@@ -58,7 +58,7 @@ ln -sf "$helm_bin/helm" "$bin/helm"
 # its web UI's assets (not in the module); its API is all the tests use.
 prometheus_bin="$cache_root/prometheus-${PROMETHEUS_VERSION}"
 if [ ! -x "$prometheus_bin/promtool" ] || [ ! -x "$prometheus_bin/prometheus" ]; then
-  log "installing promtool and prometheus ${PROMETHEUS_VERSION} (cold: about 3 minutes)"
+  log "installing promtool and prometheus ${PROMETHEUS_VERSION} (cold: 3 to 10 minutes on 2 cores)"
   start=$(date +%s)
   rm -rf "$prometheus_bin.tmp" && mkdir -p "$prometheus_bin.tmp"
   (cd "$here" && GOBIN="$prometheus_bin.tmp" go install -trimpath \
