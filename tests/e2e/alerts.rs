@@ -11,6 +11,9 @@
 //! test) and a webhook started by the test, with the rules rendered from the chart with short
 //! `for:` durations and windows, induces the alert's condition on the cluster, polls
 //! `/api/v1/alerts` until the alert fires, removes the cause and polls until it is gone.
+//!
+//! The services are the workspace's binaries as `cargo test --workspace` builds them; run alone,
+//! build them first: `cargo build -p controller -p webhook && cargo test -p projection-tests --test alerts`.
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{

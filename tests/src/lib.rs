@@ -410,9 +410,11 @@ pub fn metric_value(exposition: &str, sample: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(sample)?.split_whitespace().next()?.parse().ok())
 }
 
-/// The path of a binary of this workspace (`projection-controller`, `projection-webhook`) in the
-/// target folder of the running test, built first (`cargo build`, a no-op when it is up to date),
-/// for tests outside the binary's own package.
+/// The path of a binary of this workspace (`projection-controller` of package `controller`,
+/// `projection-webhook` of `webhook`) in the target folder of the running test, for tests outside
+/// the binary's own package. `cargo test --workspace` builds it before any test runs; run alone, a
+/// test needs `cargo build -p <package>` first. Panics when it is missing or older than a source
+/// it is built from, rather than testing a stale binary.
 pub fn workspace_binary(package: &str, name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test's own path");
     // <target>/<profile>/deps/<test binary>
@@ -420,25 +422,38 @@ pub fn workspace_binary(package: &str, name: &str) -> PathBuf {
         .parent()
         .and_then(Path::parent)
         .expect("the test binary is in <target>/<profile>/deps");
-    let target_dir = profile_dir
-        .parent()
-        .expect("the profile folder is in the target folder");
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "--locked", "--quiet", "-p", package, "--bin", name])
-        .arg("--target-dir")
-        .arg(target_dir)
-        .current_dir(repo_root());
-    if profile_dir.file_name().is_some_and(|p| p == "release") {
-        cmd.arg("--release");
-    }
-    let out = cmd.output().expect("cargo runs");
-    assert!(
-        out.status.success(),
-        "cargo build -p {package} --bin {name} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let path = profile_dir.join(name);
-    assert!(path.exists(), "{} was not built", path.display());
+    let build = format!("cargo build -p {package} (cargo test --workspace builds it)");
+    let built = std::fs::metadata(&path)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| panic!("{} is missing: {build}", path.display()));
+    fn newest(path: &Path) -> Option<std::time::SystemTime> {
+        let meta = std::fs::metadata(path).ok()?;
+        if meta.is_dir() {
+            std::fs::read_dir(path)
+                .ok()?
+                .filter_map(|e| newest(&e.ok()?.path()))
+                .max()
+        } else {
+            meta.modified().ok()
+        }
+    }
+    let root = repo_root();
+    let package_sources = format!("{package}/src");
+    for source in [
+        package_sources.as_str(),
+        "shared/src",
+        "runtime/src",
+        "Cargo.lock",
+    ] {
+        if let Some(changed) = newest(&root.join(source)) {
+            assert!(
+                changed <= built,
+                "{} is older than {source}: {build}",
+                path.display()
+            );
+        }
+    }
     path
 }
 
