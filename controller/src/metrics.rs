@@ -55,7 +55,7 @@ pub struct Metrics {
     pub watched_gvks: Gauge,
     pub watched_dest_gvks: Gauge,
     /// The controller-runtime names the Go operator exposed.
-    pub runtime: crate::runtime_metrics::RuntimeMetrics,
+    pub queue: crate::queue_metrics::QueueMetrics,
 }
 
 impl Metrics {
@@ -72,7 +72,7 @@ impl Metrics {
             reconcile_errors_total: Family::default(),
             watched_gvks: Gauge::default(),
             watched_dest_gvks: Gauge::default(),
-            runtime: crate::runtime_metrics::RuntimeMetrics::register(registry),
+            queue: crate::queue_metrics::QueueMetrics::register(registry),
         };
         registry.register(
             "projection_reconcile",
