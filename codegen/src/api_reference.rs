@@ -5,7 +5,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 use serde_json::Value;
-use shared::crd::{ClusterProjection, Projection};
+use shared::api::crd::{ClusterProjection, Projection};
 use std::fmt::Write as _;
 
 /// Where the reference lives, relative to the workspace root.
@@ -15,7 +15,7 @@ pub const API_REFERENCE_PATH: &str = "docs/api-reference.md";
 pub fn render() -> String {
     let mut out = String::new();
     out.push_str(
-        "<!-- Generated from the CRD schemas (shared/src/crd.rs) by `cargo run -p codegen --bin apidocs`. \
+        "<!-- Generated from the CRD schemas (shared/src/api/crd.rs) by `cargo run -p codegen --bin apidocs`. \
          Do not edit by hand. -->\n\n",
     );
     out.push_str("# API reference: `projection.sh/v1`\n\n");

@@ -2,7 +2,7 @@
 //! chart; a test fails when the committed files are stale.
 
 use kube::CustomResourceExt;
-use shared::crd::{ClusterProjection, Projection};
+use shared::api::crd::{ClusterProjection, Projection};
 
 /// A CRD manifest: its file name in `charts/projection/crds/` and its YAML.
 pub struct CrdManifest {
@@ -15,7 +15,7 @@ pub struct CrdManifest {
 /// Where the generated files live, relative to the workspace root.
 pub const CRD_DIR: &str = "charts/projection/crds";
 
-const HEADER: &str = "# Generated from the Rust types in shared/src/crd.rs by `cargo run -p codegen --bin crdgen`.\n# Do not edit by hand.\n";
+const HEADER: &str = "# Generated from the Rust types in shared/src/api/crd.rs by `cargo run -p codegen --bin crdgen`.\n# Do not edit by hand.\n";
 
 /// Renders both CRDs.
 pub fn manifests() -> Result<Vec<CrdManifest>, serde_yaml::Error> {

@@ -1,5 +1,5 @@
 //! The author's access, checked where the copies are made: before a pass writes anything, the CR's
-//! recorded author (`projection.sh/author`, see `shared::author`) must be allowed to `get` the
+//! recorded author (`projection.sh/author`, see `shared::policy::author`) must be allowed to `get` the
 //! source and to `create` its kind where the copies go, as the apiserver's authorizer answers a
 //! SubjectAccessReview for that author. So tenancy does not rest on the webhook: a CR admitted with
 //! the webhook down or bypassed, of a kind not served at admission, or edited to show more, copies
@@ -12,7 +12,7 @@
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use kube::{Api, Client, api::PostParams};
 use quick_cache::sync::Cache;
-use shared::author::{AccessQuestion, Author};
+use shared::policy::author::{AccessQuestion, Author};
 use std::time::{Duration, Instant};
 
 /// How long a grant is reused.

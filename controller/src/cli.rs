@@ -1,10 +1,10 @@
 //! Command-line flags. Names and defaults follow the Go operator so manifests carry over.
 
 use crate::author_access::AuthorAccessMode;
+use crate::initial_list::InitialList;
 use clap::Parser;
 use shared::{
-    initial_list::InitialList, kind_policy::AllowedPowerKinds, projectable::SourceMode,
-    recreate::RecreateKinds,
+    copy::recreate::RecreateKinds, policy::kind_policy::AllowedPowerKinds, policy::projectable::SourceMode,
 };
 use std::time::Duration;
 

@@ -6,10 +6,11 @@ use crate::{
     discovery::Discovery,
     events::Events,
     metrics::Metrics,
-    namespaces::Namespaces,
+    namespace_watch::Namespaces,
     watches::WatchRegistry,
+    write_journal::WriteJournal,
 };
-use shared::{kind_policy::AllowedPowerKinds, projectable::SourceMode};
+use shared::{policy::kind_policy::AllowedPowerKinds, policy::projectable::SourceMode};
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -28,13 +29,13 @@ pub struct Settings {
     /// Reconciles running at once.
     pub reconcile_concurrency: u16,
     /// How every watch receives its initial objects.
-    pub initial_list: shared::initial_list::InitialList,
+    pub initial_list: crate::initial_list::InitialList,
     /// Whether each CR's recorded author is checked where the copies are made.
     pub author_access: AuthorAccessMode,
     /// The kinds that grant power the platform lets be projected.
     pub allowed_power_kinds: AllowedPowerKinds,
     /// Kinds recreated when an update is refused as immutable, beyond ConfigMaps and Secrets.
-    pub recreate_on_immutable: shared::recreate::RecreateKinds,
+    pub recreate_on_immutable: shared::copy::recreate::RecreateKinds,
 }
 
 /// Shared by every reconcile.
@@ -42,12 +43,13 @@ pub struct Context {
     pub client: kube::Client,
     pub discovery: Discovery,
     pub watches: Arc<WatchRegistry>,
+    pub journal: WriteJournal,
     pub namespaces: Arc<Namespaces>,
     pub events: Events,
     pub metrics: Arc<Metrics>,
     pub settings: Settings,
     pub author_access: AuthorAccess,
-    pub backoff: Backoff,
+    pub backoff: FailureBackoff,
     pub statuses: WrittenStatuses,
 }
 
@@ -64,20 +66,20 @@ impl WrittenStatuses {
     /// Whether `next` equals what we last wrote to `uid` (true when we wrote nothing yet: then the
     /// CR's own status is all there is to compare with).
     pub fn matches(&self, uid: &str, next: &serde_json::Value) -> bool {
-        let next = shared::cache_trim::digest(next);
+        let next = crate::cache::cache_trim::digest(next);
         self.written
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&shared::verified::digest(&uid))
+            .get(&crate::cache::verified::digest(&uid))
             .is_none_or(|last| *last == next)
     }
 
     /// Records a status written to `uid`.
     pub fn record(&self, uid: &str, status: &serde_json::Value) {
-        self.written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(shared::verified::digest(&uid), shared::cache_trim::digest(status));
+        self.written.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            crate::cache::verified::digest(&uid),
+            crate::cache::cache_trim::digest(status),
+        );
     }
 
     /// Forgets a CR that is gone.
@@ -85,19 +87,19 @@ impl WrittenStatuses {
         self.written
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&shared::verified::digest(&uid));
+            .remove(&crate::cache::verified::digest(&uid));
     }
 }
 
 /// Per-object exponential backoff: 500 ms, 1 s, 2 s, ... up to the cap; reset on success.
 #[derive(Default)]
-pub struct Backoff {
+pub struct FailureBackoff {
     failing: Mutex<HashMap<String, runtime::backoff::Backoff>>,
 }
 
 const FIRST_RETRY: Duration = Duration::from_millis(500);
 
-impl Backoff {
+impl FailureBackoff {
     /// Records a failure of `uid` and returns how long to wait before the next attempt.
     pub fn next_delay(&self, uid: &str, cap: Duration) -> Duration {
         let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
@@ -136,7 +138,7 @@ mod tests {
 
     #[test]
     fn doubles_up_to_the_cap_and_resets() {
-        let b = Backoff::default();
+        let b = FailureBackoff::default();
         let cap = Duration::from_secs(3);
         let delays: Vec<_> = (0..5).map(|_| b.next_delay("u", cap)).collect();
         assert_eq!(delays, [500, 1000, 2000, 3000, 3000].map(Duration::from_millis));

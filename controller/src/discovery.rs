@@ -7,7 +7,10 @@ use kube::{
     core::GroupVersionKind,
     discovery::{ApiCapabilities, ApiResource, Scope},
 };
-use shared::{crd::SourceRef, source};
+use shared::api::{
+    crd::{SourceRef, WrittenDestination},
+    source,
+};
 use std::{collections::HashMap, sync::Mutex};
 
 /// A resolved source kind.
@@ -111,6 +114,25 @@ impl Discovery {
             kube::discovery::pinned_kind(&self.client, &gvk)
                 .await
                 .map_err(classify)
+        }
+    }
+}
+
+/// The API resource of copies recorded in a status, or `None` when their kind is no longer served
+/// (its CRD was deleted, and its objects with it); `Err` says why it could not be resolved.
+pub async fn recorded_resource(
+    client: &kube::Client,
+    recorded: &WrittenDestination,
+) -> Result<Option<ApiResource>, String> {
+    let gvk = kube::core::GroupVersionKind::gvk(&recorded.group, &recorded.version, &recorded.kind);
+    match kube::discovery::pinned_kind(client, &gvk).await {
+        Ok((resource, _)) => Ok(Some(resource)),
+        Err(kube::Error::Discovery(_)) => Ok(None),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(None),
+        Err(e) => {
+            let error = crate::error::describe(&e);
+            tracing::warn!(error, "could not resolve the recorded copies' kind");
+            Err(format!("resolving the kind {}: {error}", recorded.kind))
         }
     }
 }

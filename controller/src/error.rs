@@ -1,7 +1,7 @@
 //! The controller's errors. Each has a fixed category, used as a metric label and in logs.
 
 use kube::{api::ApiResource, runtime::finalizer};
-use shared::reason::Reason;
+use shared::api::reason::Reason;
 use thiserror::Error;
 
 /// What can make a reconcile fail (and be retried with backoff).
@@ -19,7 +19,7 @@ pub enum Error {
     /// The finalizer helper failed (adding, removing, or the cleanup it ran).
     #[error("{}", describe_finalizer(.0))]
     Finalizer(#[source] Box<finalizer::Error<Error>>),
-    /// The CR as the store keeps it (`shared::stored_cr`) did not decode back: a bug of ours, as
+    /// The CR as the store keeps it (`crate::cache::stored_cr`) did not decode back: a bug of ours, as
     /// the store encoded it; retried with backoff, in case a later watch event replaces it.
     #[error("decoding the cached CR: {0}")]
     Cache(#[source] serde_json::Error),

@@ -14,7 +14,7 @@ use kube::{
     Api, Client,
     api::{Patch, PatchParams, PostParams},
 };
-use shared::{fan_out::EventNote, reason::Reason};
+use shared::{api::reason::Reason, pass::tally::EventNote};
 use std::{
     collections::HashMap,
     sync::{
@@ -88,7 +88,7 @@ impl Events {
             reason,
             note,
         };
-        let id = shared::verified::digest(&key);
+        let id = crate::cache::verified::digest(&key);
         let now = Timestamp::now();
         let repeat = {
             let mut published = self.published.lock().unwrap_or_else(|e| e.into_inner());

@@ -10,10 +10,10 @@ use prometheus_client::{
     },
     registry::Registry,
 };
-use shared::{
+use crate::cache::stored_cr::StoredCr;
+use shared::api::{
     crd::{ClusterProjection, Condition, Projection},
     reason::Reason,
-    stored_cr::StoredCr,
 };
 use std::{
     collections::BTreeMap,
@@ -71,7 +71,7 @@ pub struct Metrics {
     pub watched_gvks: Gauge,
     pub watched_dest_gvks: Gauge,
     /// The controller-runtime names the Go operator exposed.
-    pub runtime: crate::runtime_metrics::RuntimeMetrics,
+    pub queue: crate::queue_metrics::QueueMetrics,
     /// What the gauges read at scrape time (`projection_resources`,
     /// `projection_cluster_projection_namespaces`, `leader_election_master_status`).
     replica: Arc<OnceLock<ReplicaView>>,
@@ -91,7 +91,7 @@ impl Metrics {
             reconcile_errors_total: Family::default(),
             watched_gvks: Gauge::default(),
             watched_dest_gvks: Gauge::default(),
-            runtime: crate::runtime_metrics::RuntimeMetrics::register(registry),
+            queue: crate::queue_metrics::QueueMetrics::register(registry),
             replica: Arc::default(),
         };
         registry.register(
@@ -173,7 +173,7 @@ pub struct ReadyLabels {
     pub kind: &'static str,
     /// The status of the `Ready` condition: `True`, `False`, or `Unknown` (also without one).
     pub ready: &'static str,
-    /// The `Ready` condition's reason (one of `shared::reason::Reason`), `Other` for a reason the
+    /// The `Ready` condition's reason (one of `shared::api::reason::Reason`), `Other` for a reason the
     /// controller does not write, empty without a condition.
     pub reason: &'static str,
 }

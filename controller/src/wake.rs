@@ -4,7 +4,7 @@
 
 use crate::index::CrRef;
 use kube::runtime::reflector::ObjectRef;
-use shared::crd::{ClusterProjection, Projection};
+use shared::api::crd::{ClusterProjection, Projection};
 use std::{
     collections::HashSet,
     sync::{

@@ -3,10 +3,10 @@
 //! wait for the lease. A standby that takes over thus starts with synced caches: its first
 //! reconciles find the source kinds resolved and the copies' stores listed.
 
-use crate::{context::Context, reconcile::ProjectionKind, watches::Tier};
+use crate::{cache::stored_cr::StoredCr, context::Context, pass::kind::ProjectionKind, watches::Tier};
 use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
-use shared::{crd::SourceRef, source::GroupKind, stored_cr::StoredCr};
+use shared::api::{crd::SourceRef, source::GroupKind};
 use std::{
     collections::HashSet,
     sync::{

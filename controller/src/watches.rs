@@ -8,7 +8,7 @@
 //! - per tier (Projection, ClusterProjection), a full-object watch of our copies only, filtered on
 //!   the server by the tier's ownership label, whose [`CopyStore`] lets a reconcile compare copies
 //!   with their source without a GET and find every copy of an owner without a LIST. The store keeps
-//!   each copy compact, trimmed to what those decisions read (`shared::cached_copy`). An event of a
+//!   each copy compact, trimmed to what those decisions read (`crate::cache::cached_copy`). An event of a
 //!   copy that is not ours (someone edited or deleted the copy) wakes its owner from this watch,
 //!   after the store has it: a reconcile woken earlier could find the copy's old state cached and
 //!   leave a deleted copy missing.
@@ -23,12 +23,14 @@
 //! their backoff. Either way the CRs reading the kind are woken, so the next reconcile starts the
 //! watches again if it still needs them.
 
+use crate::initial_list::InitialList;
 use crate::{
-    copy_store::{CopyStore, copy_store},
+    cache::copy_store::{CopyStore, copy_store},
     index::{CrRef, ObjectIndex, ObjectKey},
     metrics::Metrics,
     wake::Wake,
     watch_errors::{Refusal, Refused, describe_watch_error, record, watch_backoff},
+    write_journal::WriteJournal,
 };
 use futures::StreamExt;
 use kube::{
@@ -39,11 +41,7 @@ use kube::{
         watcher::{self, Event},
     },
 };
-use shared::{
-    initial_list::InitialList,
-    ownership::Owner,
-    source::{GroupKind, SourceKey},
-};
+use shared::api::source::{GroupKind, SourceKey};
 use std::{
     collections::HashMap,
     sync::{
@@ -66,8 +64,8 @@ pub enum Tier {
 impl Tier {
     fn uid_label(self) -> &'static str {
         match self {
-            Self::Projection => shared::keys::OWNED_BY_PROJECTION_UID,
-            Self::Cluster => shared::keys::OWNED_BY_CLUSTER_PROJECTION_UID,
+            Self::Projection => shared::api::keys::OWNED_BY_PROJECTION_UID,
+            Self::Cluster => shared::api::keys::OWNED_BY_CLUSTER_PROJECTION_UID,
         }
     }
 }
@@ -152,6 +150,11 @@ impl WatchRegistry {
         lock(&self.index)
     }
 
+    /// The journal of our own writes, over the same index.
+    pub fn journal(&self) -> WriteJournal {
+        WriteJournal::new(self.index.clone(), self.wake.clone())
+    }
+
     /// Starts the watches of `resource`'s kind (and of `tier`'s copies of it) unless they run, and
     /// returns the store of those copies once it has synced. A refusal by the apiserver (the
     /// controller may not list or watch the kind, or the kind is not served: its CRD was deleted
@@ -224,7 +227,7 @@ impl WatchRegistry {
     /// Stops the watches of `group_kind` if no CR reads that kind any more. The index is checked
     /// under the registry's lock, so a reconcile that has just recorded its read either sees the
     /// watches still running or starts new ones.
-    fn release_if_unread(&self, group_kind: &GroupKind) {
+    pub fn release_if_unread(&self, group_kind: &GroupKind) {
         let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
         if self.index().is_read(group_kind) {
             return;
@@ -325,7 +328,7 @@ impl WatchRegistry {
         refused: &Refusal,
         failing: &Arc<AtomicBool>,
     ) -> (CopyStore, JoinHandle<()>) {
-        let (copies, writer) = copy_store(crate::writer::FIELD_MANAGER);
+        let (copies, writer) = copy_store(shared::api::keys::FIELD_MANAGER);
         let ours = Api::<DynamicObject>::all_with(self.client.clone(), resource);
         let config = watcher::Config::default().labels(tier.uid_label()).any_semantic();
         let stream = watch_backoff(crate::initial_list::watch(ours, config, self.initial_list));
@@ -416,37 +419,6 @@ impl WatchRegistry {
         if let Some(group_kind) = read {
             self.release_if_unread(&group_kind);
         }
-    }
-
-    /// Records that we are about to write a copy.
-    pub fn begin_write(&self, key: ObjectKey) {
-        self.index().journal.begin_write(key);
-    }
-
-    /// Records how our write of a copy ended (its resourceVersion, or `None` if it failed). Events
-    /// held meanwhile that were not ours wake `owner`.
-    pub fn finish_write(&self, key: ObjectKey, owner: &Owner, resource_version: Option<String>) {
-        let foreign = self.index().journal.finish_write(key, resource_version);
-        if foreign {
-            self.wake.send(CrRef::of(owner));
-        }
-    }
-
-    /// Whether the copy at `key`, stored at `resource_version`, was found up to date for the desired
-    /// copy of fingerprint `desired` (see `shared::verified`).
-    pub fn is_verified(&self, key: &ObjectKey, resource_version: &str, desired: u64) -> bool {
-        self.index().verified.is_current(key, resource_version, desired)
-    }
-
-    /// Remembers that the copy at `key`, stored at `resource_version`, is up to date for the desired
-    /// copy of fingerprint `desired`.
-    pub fn remember_verified(&self, key: &ObjectKey, resource_version: &str, desired: u64) {
-        self.index().verified.remember(key, resource_version, desired);
-    }
-
-    /// Records that we are deleting a copy, so its delete event wakes nothing.
-    pub fn record_delete(&self, key: ObjectKey) {
-        self.index().journal.record_delete(key);
     }
 }
 

@@ -3,28 +3,29 @@
 //! annotation names us (with a resourceVersion precondition), deleted only when it does (with uid
 //! and resourceVersion preconditions).
 
-use crate::{copy_store::CopyStore, index::ObjectKey, watches::WatchRegistry};
+use crate::{
+    cache::{copy_store::CopyStore, verified},
+    index::ObjectKey,
+    write_journal::WriteJournal,
+};
 use backon::{ConstantBuilder, Retryable};
 use kube::{
     Api, ResourceExt,
-    api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions},
+    api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions},
 };
 use serde_json::Value;
 use shared::{
-    adoption::{Consent, adoption_patch, consent},
-    crd::WrittenDestination,
-    lifecycle::{AfterDeleteConflict, Release, after_delete_conflict, orphan_patch},
-    ownership::Owner,
-    reason::Reason,
-    recreate::{immutable_fields, immutable_message, is_immutable_refusal},
-    source::GroupKind,
-    verified,
-    write_plan::{WritePlan, plan_update},
+    api::keys::FIELD_MANAGER,
+    api::reason::Reason,
+    api::source::GroupKind,
+    copy::adoption::{Consent, adoption_patch, consent},
+    copy::ownership::Owner,
+    copy::recreate::{immutable_fields, immutable_message, is_immutable_refusal},
+    copy::write_plan::{WritePlan, plan_update},
+    pass::lifecycle::{AfterDeleteConflict, Release, after_delete_conflict, orphan_patch},
+    pass::plan::{Existing, Removed},
 };
 use std::{sync::Arc, time::Duration};
-
-/// The field manager of every write of the controller.
-pub const FIELD_MANAGER: &str = "projection-controller";
 
 /// What a write did.
 #[derive(Debug, PartialEq, Eq)]
@@ -79,35 +80,12 @@ impl WriteError {
     }
 }
 
-/// What deleting a copy found.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Removed {
-    /// It was ours and is gone.
-    Deleted,
-    /// Nothing was there.
-    Absent,
-    /// Something is there that is not (or no longer) ours: left alone.
-    LeftAlone,
-    /// It was ours and stays, without our ownership keys (an `Orphan` policy).
-    Orphaned,
-}
-
-/// How a copy that exists already is treated.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Existing {
-    /// Patched to match the source (`syncPolicy: Reconcile`).
-    Update,
-    /// Left as it is (`syncPolicy: ApplyOnce`); a stranger's object is still only adopted with
-    /// consent.
-    Keep,
-}
-
 /// Writes `desired` (a built copy) so that the object at its coordinates matches it, if it is ours
 /// (or only creates it, when `existing` says to keep what exists). An update refused as immutable
-/// deletes and recreates the copy only when `recreatable` (`shared::recreate::RecreateKinds`).
+/// deletes and recreates the copy only when `recreatable` (`shared::copy::recreate::RecreateKinds`).
 #[allow(clippy::too_many_arguments)]
 pub async fn write_copy(
-    registry: &WatchRegistry,
+    journal: &WriteJournal,
     api: &Api<DynamicObject>,
     group_kind: &GroupKind,
     copies: &CopyStore,
@@ -130,7 +108,7 @@ pub async fn write_copy(
         let verified = || {
             copy.resource_version()
                 .zip(fingerprint)
-                .is_some_and(|(rv, fingerprint)| registry.is_verified(&key, rv, fingerprint))
+                .is_some_and(|(rv, fingerprint)| journal.is_verified(&key, rv, fingerprint))
         };
         if existing_copy == Existing::Keep || verified() {
             return Ok(Written::Unchanged);
@@ -146,9 +124,9 @@ pub async fn write_copy(
     // A stale cache costs one retry with a fresh read; a third round means someone keeps writing.
     for _ in 0..3 {
         let Some(current) = existing.take() else {
-            match create_copy(registry, api, &key, owner, &desired_object(desired)?).await {
+            match create_copy(journal, api, &key, owner, &desired_object(desired)?).await {
                 Ok(created) => {
-                    remember_if_current(registry, &key, &created, desired, fingerprint);
+                    remember_if_current(journal, &key, &created, desired, fingerprint);
                     return Ok(Written::Created);
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -169,7 +147,7 @@ pub async fn write_copy(
         }
         // Remembered as up to date only with a resourceVersion and a fingerprint of the desired copy.
         let stored_at = current.metadata.resource_version.as_deref().zip(fingerprint);
-        if !adopting && stored_at.is_some_and(|(rv, fingerprint)| registry.is_verified(&key, rv, fingerprint))
+        if !adopting && stored_at.is_some_and(|(rv, fingerprint)| journal.is_verified(&key, rv, fingerprint))
         {
             return Ok(Written::Unchanged);
         }
@@ -178,7 +156,7 @@ pub async fn write_copy(
         let patch = match plan_update(&current_value, desired, FIELD_MANAGER) {
             WritePlan::UpToDate if !adopting => {
                 if let Some((rv, fingerprint)) = stored_at {
-                    registry.remember_verified(&key, rv, fingerprint);
+                    journal.remember_verified(&key, rv, fingerprint);
                 }
                 return Ok(Written::Unchanged);
             }
@@ -186,13 +164,13 @@ pub async fn write_copy(
             WritePlan::Patch(p) if adopting => adoption_patch(p),
             WritePlan::Patch(p) => p,
         };
-        registry.begin_write(key.clone());
+        journal.begin_write(key.clone());
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()
         };
         let patched = api.patch(&name, &params, &Patch::Merge(&patch)).await;
-        registry.finish_write(
+        journal.finish_write(
             key.clone(),
             owner,
             patched.as_ref().ok().and_then(|p| p.resource_version()),
@@ -200,7 +178,7 @@ pub async fn write_copy(
         match patched {
             Ok(_) if adopting => return Ok(Written::Adopted),
             Ok(updated) => {
-                remember_if_current(registry, &key, &updated, desired, fingerprint);
+                remember_if_current(journal, &key, &updated, desired, fingerprint);
                 return Ok(Written::Updated);
             }
             Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -217,7 +195,7 @@ pub async fn write_copy(
             Err(kube::Error::Api(s)) if is_immutable_refusal(&s) => {
                 // The first line: a PersistentVolumeClaim's refusal goes on with a diff of its spec.
                 let reason = s.message.lines().next().unwrap_or_default().to_owned();
-                return recreate(registry, api, &key, &current, &desired_object(desired)?, owner)
+                return recreate(journal, api, &key, &current, &desired_object(desired)?, owner)
                     .await
                     .map(|()| Written::Recreated(reason));
             }
@@ -241,7 +219,7 @@ fn desired_object(desired: &Value) -> Result<DynamicObject, WriteError> {
 /// Remembers a copy as the apiserver answered our write (after any admission changes) when it is up
 /// to date, so the next pass need not compare it.
 fn remember_if_current(
-    registry: &WatchRegistry,
+    journal: &WriteJournal,
     key: &ObjectKey,
     written: &DynamicObject,
     desired: &Value,
@@ -254,25 +232,25 @@ fn remember_if_current(
         return;
     };
     if plan_update(&written_value, desired, FIELD_MANAGER) == WritePlan::UpToDate {
-        registry.remember_verified(key, rv, fingerprint);
+        journal.remember_verified(key, rv, fingerprint);
     }
 }
 
-/// Creates a copy, telling the registry so that the resulting watch event wakes nothing.
+/// Creates a copy, telling the journal so that the resulting watch event wakes nothing.
 async fn create_copy(
-    registry: &WatchRegistry,
+    journal: &WriteJournal,
     api: &Api<DynamicObject>,
     key: &ObjectKey,
     owner: &Owner,
     desired: &DynamicObject,
 ) -> Result<DynamicObject, kube::Error> {
-    registry.begin_write(key.clone());
+    journal.begin_write(key.clone());
     let params = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
     let created = api.create(&params, desired).await;
-    registry.finish_write(
+    journal.finish_write(
         key.clone(),
         owner,
         created.as_ref().ok().and_then(|c| c.resource_version()),
@@ -282,14 +260,14 @@ async fn create_copy(
 
 /// Replaces an owned copy whose update the apiserver refuses as immutable.
 async fn recreate(
-    registry: &WatchRegistry,
+    journal: &WriteJournal,
     api: &Api<DynamicObject>,
     key: &ObjectKey,
     current: &DynamicObject,
     desired: &DynamicObject,
     owner: &Owner,
 ) -> Result<(), WriteError> {
-    registry.record_delete(key.clone());
+    journal.record_delete(key.clone());
     let preconditions = Preconditions {
         uid: current.uid(),
         resource_version: current.resource_version(),
@@ -309,7 +287,7 @@ async fn recreate(
     let while_deleting = ConstantBuilder::new()
         .with_delay(Duration::from_millis(100))
         .with_max_times(49);
-    match (|| create_copy(registry, api, key, owner, desired))
+    match (|| create_copy(journal, api, key, owner, desired))
         .retry(while_deleting)
         .when(name_taken)
         .await
@@ -323,30 +301,11 @@ async fn recreate(
     }
 }
 
-/// The API resource of copies recorded in a status, or `None` when their kind is no longer served
-/// (its CRD was deleted, and its objects with it); `Err` says why it could not be resolved.
-pub async fn recorded_resource(
-    ctx: &crate::context::Context,
-    recorded: &WrittenDestination,
-) -> Result<Option<ApiResource>, String> {
-    let gvk = kube::core::GroupVersionKind::gvk(&recorded.group, &recorded.version, &recorded.kind);
-    match kube::discovery::pinned_kind(&ctx.client, &gvk).await {
-        Ok((resource, _)) => Ok(Some(resource)),
-        Err(kube::Error::Discovery(_)) => Ok(None),
-        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(None),
-        Err(e) => {
-            let error = crate::error::describe(&e);
-            tracing::warn!(error, "could not resolve the recorded copies' kind");
-            Err(format!("resolving the kind {}: {error}", recorded.kind))
-        }
-    }
-}
-
 /// Deletes `current` (a copy as last seen) if `owner` owns it, with uid and resourceVersion
 /// preconditions; a copy that changed meanwhile is read again once (`after_delete_conflict`), and a
 /// second conflict is returned as the error, so the pass backs off instead of looping.
 pub async fn remove_known(
-    registry: &WatchRegistry,
+    journal: &WriteJournal,
     api: &Api<DynamicObject>,
     group_kind: &GroupKind,
     current: &DynamicObject,
@@ -363,7 +322,7 @@ pub async fn remove_known(
         if seen.metadata.deletion_timestamp.is_some() {
             return Ok(Removed::Deleted);
         }
-        registry.record_delete(ObjectKey::of(group_kind, seen));
+        journal.record_delete(ObjectKey::of(group_kind, seen));
         let preconditions = Preconditions {
             uid: seen.uid(),
             resource_version: seen.resource_version(),
@@ -423,7 +382,7 @@ pub async fn orphan_known(
 
 /// Deletes or orphans `current` (a copy as last seen), as `release` says.
 pub async fn release_known(
-    registry: &WatchRegistry,
+    journal: &WriteJournal,
     api: &Api<DynamicObject>,
     group_kind: &GroupKind,
     current: &DynamicObject,
@@ -431,7 +390,7 @@ pub async fn release_known(
     release: Release,
 ) -> Result<Removed, kube::Error> {
     match release {
-        Release::Delete => remove_known(registry, api, group_kind, current, owner).await,
+        Release::Delete => remove_known(journal, api, group_kind, current, owner).await,
         Release::Orphan => orphan_known(api, current, owner).await,
     }
 }
@@ -439,7 +398,7 @@ pub async fn release_known(
 /// Deletes or orphans the copy at `name` (in `api`'s namespace), as `release` says, if `owner` owns
 /// it.
 pub async fn release_copy(
-    registry: &WatchRegistry,
+    journal: &WriteJournal,
     api: &Api<DynamicObject>,
     group_kind: &GroupKind,
     name: &str,
@@ -448,6 +407,6 @@ pub async fn release_copy(
 ) -> Result<Removed, kube::Error> {
     match api.get_opt(name).await? {
         None => Ok(Removed::Absent),
-        Some(current) => release_known(registry, api, group_kind, &current, owner, release).await,
+        Some(current) => release_known(journal, api, group_kind, &current, owner, release).await,
     }
 }

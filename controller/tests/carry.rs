@@ -9,7 +9,7 @@ use k8s_openapi::api::{
 use kube::{Api, ResourceExt};
 use projection_tests::{TestNamespace, events_about, wait_for};
 use serde_json::{Value, json};
-use shared::crd::ClusterProjection;
+use shared::api::crd::ClusterProjection;
 
 mod common;
 use common::*;

@@ -11,7 +11,7 @@ use projection_tests::{
     NamespaceSet, ServiceProcess, events_about, kubectl_ok, metric_value, wait_for, wait_for_event,
 };
 use serde_json::{Value, json};
-use shared::crd::{ClusterProjection, ClusterProjectionStatus, Projection};
+use shared::api::crd::{ClusterProjection, ClusterProjectionStatus, Projection};
 use std::time::Duration;
 
 mod common;

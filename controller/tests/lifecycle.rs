@@ -10,7 +10,7 @@ use kube::{
 };
 use projection_tests::{NamespaceSet, events_about, kubectl_ok, wait_for, wait_for_event};
 use serde_json::json;
-use shared::crd::{ClusterProjection, ClusterProjectionStatus, Projection};
+use shared::api::crd::{ClusterProjection, ClusterProjectionStatus, Projection};
 
 mod common;
 use common::*;
@@ -117,7 +117,7 @@ fn unmanaged(cm: &ConfigMap, (annotation, label): (&str, &str)) -> bool {
         && !cm.annotations().contains_key(REQUESTED_AT)
 }
 
-async fn projection_status(api: &Api<Projection>, name: &str) -> shared::crd::ProjectionStatus {
+async fn projection_status(api: &Api<Projection>, name: &str) -> shared::api::crd::ProjectionStatus {
     api.get(name)
         .await
         .expect("projection")

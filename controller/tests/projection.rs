@@ -15,7 +15,7 @@ use kube::{
 };
 use projection_tests::{ServiceProcess, kubectl_ok, metric_value, wait_for, wait_for_event};
 use serde_json::{Value, json};
-use shared::crd::{ClusterProjection, Projection};
+use shared::api::crd::{ClusterProjection, Projection};
 use std::time::Duration;
 
 mod common;

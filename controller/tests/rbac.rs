@@ -13,7 +13,7 @@ use kube::{
 };
 use projection_tests::{ServiceProcess, events_about, http_get, metric_value, wait_for, wait_for_event};
 use serde_json::json;
-use shared::crd::ClusterProjection;
+use shared::api::crd::ClusterProjection;
 use std::time::Duration;
 
 mod common;

@@ -15,8 +15,8 @@ use kube::{Api, Client, api::PostParams};
 use projection_tests::{ClusterScopedGuard, TestNamespace, chart, kubectl_stdin, test_config, wait_for};
 use serde_json::{Value, json};
 use shared::{
-    author::{AUTHOR, Author},
-    crd::{ClusterProjection, Projection},
+    api::crd::{ClusterProjection, Projection},
+    policy::author::{AUTHOR, Author},
 };
 
 /// A client acting as `user` in `groups` (the admin impersonating them, as `kubectl --as`).

@@ -13,7 +13,7 @@ use kube::{
 };
 use projection_tests::{ClusterScopedGuard, NamespaceSet, ServiceProcess, kubectl_ok, wait_for};
 use serde_json::json;
-use shared::crd::ClusterProjection;
+use shared::api::crd::ClusterProjection;
 use std::time::Duration;
 
 mod common;

@@ -7,12 +7,12 @@
 use serde::Deserialize;
 use serde_json::Value;
 use shared::{
-    copy::{BuiltContent, CopyRules},
-    copy_spec::{FieldExclusion, KeySelection, MetadataFilter},
-    crd::Overlay,
-    destination::Target,
-    keys::SOURCE_HASH,
-    ownership::Owner,
+    api::copy_spec::{FieldExclusion, KeySelection, MetadataFilter},
+    api::crd::Overlay,
+    api::keys::SOURCE_HASH,
+    copy::content::{BuiltContent, CopyRules},
+    copy::destination::Target,
+    copy::ownership::Owner,
 };
 use std::path::Path;
 

@@ -4,11 +4,11 @@
 use serde::Deserialize;
 use serde_json::Value;
 use shared::{
-    copy::{BuiltContent, CopyRules},
-    crd::Overlay,
-    destination::{Target, build_destination},
-    keys::SOURCE_HASH,
-    ownership::Owner,
+    api::crd::Overlay,
+    api::keys::SOURCE_HASH,
+    copy::content::{BuiltContent, CopyRules},
+    copy::destination::{Target, build_destination},
+    copy::ownership::Owner,
 };
 use std::path::Path;
 

@@ -6,9 +6,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use serde_json::Value;
 use shared::{
-    adoption::{Consent, consent},
-    lifecycle::orphan_patch,
-    ownership::Owner,
+    copy::adoption::{Consent, consent},
+    copy::ownership::Owner,
+    pass::lifecycle::orphan_patch,
 };
 use std::path::Path;
 

@@ -6,8 +6,8 @@
 
 use regex::Regex;
 use shared::{
-    reason::{Reason, ResultCategory, Verb},
-    status::CONDITION_TYPES,
+    api::reason::{Reason, ResultCategory, Verb},
+    pass::status::CONDITION_TYPES,
 };
 use std::{
     collections::BTreeSet,
@@ -112,7 +112,7 @@ fn every_metric_is_documented() {
             .expect("valid");
     for file in [
         "controller/src/metrics.rs",
-        "controller/src/runtime_metrics.rs",
+        "controller/src/queue_metrics.rs",
         "webhook/src/metrics.rs",
     ] {
         let text = code(file);
@@ -145,9 +145,8 @@ fn every_metric_label_value_is_documented() {
     let mut values = BTreeSet::new();
     let label = r#"(?:kind|result|event|category|endpoint|resource|operation|verdict): "(\w+)""#;
     for file in [
-        "controller/src/reconcile.rs",
-        "controller/src/projection.rs",
-        "controller/src/cluster_projection.rs",
+        "controller/src/pass/mod.rs",
+        "controller/src/pass/report.rs",
         "webhook/src/handler.rs",
     ] {
         values.extend(captures(label, &code(file)));
@@ -162,7 +161,7 @@ fn every_metric_label_value_is_documented() {
     }
     values.extend(captures(r#"(?m)^\s+"(\w+)"\s*$"#, &code("webhook/src/tls.rs")));
     values.extend(captures(
-        r#"const KIND: &str = "(\w+)";"#,
+        r#"const KIND: &'static str = "(\w+)";"#,
         &code_under("controller/src"),
     ));
     assert_documented("metric label values", &values, 30);

@@ -2,7 +2,7 @@
 //! the exact errors expected, `good.yaml` specs that must pass. The webhook's integration test
 //! applies the same cases through the apiserver.
 
-use shared::validation::{Invalid, check_cluster_projection, check_projection};
+use shared::admission::validation::{Invalid, check_cluster_projection, check_projection};
 use std::path::Path;
 
 mod common {

@@ -30,7 +30,7 @@ use projection_tests::{
     repo_root, service_account_kubeconfig, testenv_dir, wait_for, workspace_binary,
 };
 use serde_json::{Value, json};
-use shared::crd::{ClusterProjection, Projection};
+use shared::api::crd::{ClusterProjection, Projection};
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::PathBuf,
@@ -1156,7 +1156,7 @@ async fn refuse_projection_updates(
     })
     .await;
     let mut refused = projection("probe", dest, source, "settings", json!({}));
-    refused.spec.destination = Some(shared::crd::ProjectionDestination {
+    refused.spec.destination = Some(shared::api::crd::ProjectionDestination {
         name: Some("settings-probe".into()),
     });
     projections

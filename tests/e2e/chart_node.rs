@@ -17,7 +17,7 @@ use projection_tests::{
     testenv_dir, wait_crd_established, wait_for, wait_for_event,
 };
 use serde_json::{Value, json};
-use shared::crd::Projection;
+use shared::api::crd::Projection;
 use std::{
     sync::{
         Arc,

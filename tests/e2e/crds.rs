@@ -7,7 +7,7 @@ use kube::{
 };
 use projection_tests::{ClusterScopedGuard, TestNamespace, client, install_crds, kubectl_ok, repo_root};
 use serde_json::{Value, json};
-use shared::crd::{ClusterProjection, Projection};
+use shared::api::crd::{ClusterProjection, Projection};
 
 fn projection_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), namespace, &ApiResource::erase::<Projection>(&()))

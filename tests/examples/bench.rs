@@ -23,7 +23,7 @@ use kube::{
     runtime::watcher::{self, Event},
 };
 use serde_json::{Value, json};
-use shared::crd::{ClusterProjection, Projection};
+use shared::api::crd::{ClusterProjection, Projection};
 use std::{
     collections::{BTreeMap, HashMap},
     path::PathBuf,
@@ -1042,7 +1042,7 @@ async fn apiserver_fan_out(
     Ok(())
 }
 
-fn is_ready(conditions: Option<&[shared::crd::Condition]>) -> bool {
+fn is_ready(conditions: Option<&[shared::api::crd::Condition]>) -> bool {
     conditions
         .unwrap_or_default()
         .iter()

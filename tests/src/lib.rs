@@ -823,10 +823,10 @@ pub async fn author_annotation(client: &Client) -> anyhow::Result<serde_json::Va
         .await
         .context("asking the apiserver who we are (SelfSubjectReview)")?;
     let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
-    let author = shared::author::Author::of(
+    let author = shared::policy::author::Author::of(
         user.username.as_deref().unwrap_or_default(),
         user.groups.as_deref().unwrap_or_default(),
     )
     .map_err(anyhow::Error::msg)?;
-    Ok(serde_json::json!({shared::author::AUTHOR: author.record()}))
+    Ok(serde_json::json!({shared::policy::author::AUTHOR: author.record()}))
 }

@@ -6,7 +6,7 @@
 //! closest to expiring is forgotten first, and a question larger than [`MAX_QUESTION_BYTES`] is
 //! never kept. Pure: the caller passes the clock.
 
-use crate::cluster_view::UserInfo;
+use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::discovery::ApiResource;
 use std::{
     collections::{BTreeMap, HashMap, VecDeque},
@@ -18,7 +18,7 @@ use std::{
 /// which object (group, resource, namespace, name). Two requests share an answer only when all of
 /// it is equal.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct AccessQuestion {
+pub struct GrantKey {
     pub user: Option<String>,
     pub uid: Option<String>,
     pub groups: Option<Vec<String>>,
@@ -36,11 +36,11 @@ pub const MAX_QUESTION_BYTES: usize = 4 * 1024;
 
 /// What a kept grant costs besides its strings: the question's own struct, the `Arc`, the map and
 /// queue entries (an estimate on the high side).
-const ENTRY_OVERHEAD_BYTES: usize = std::mem::size_of::<AccessQuestion>() + 96;
+const ENTRY_OVERHEAD_BYTES: usize = std::mem::size_of::<GrantKey>() + 96;
 /// What each string costs besides its bytes: the `String` itself in its `Vec` or map.
 const STRING_OVERHEAD_BYTES: usize = std::mem::size_of::<String>();
 
-impl AccessQuestion {
+impl GrantKey {
     /// The bytes keeping this question costs (its strings, the user's groups and extra included, and
     /// an estimate of the bookkeeping around them).
     pub fn size_bytes(&self) -> usize {
@@ -95,15 +95,15 @@ pub struct AllowedAnswers {
     max_bytes: usize,
     /// The sum of `size_bytes` of the kept questions.
     bytes: usize,
-    expiry: HashMap<Arc<AccessQuestion>, Instant>,
+    expiry: HashMap<Arc<GrantKey>, Instant>,
     /// The kept grants in the order they were kept, which (one TTL for all) is the order they
     /// expire in: expired and evicted grants leave from the front.
-    order: VecDeque<(Arc<AccessQuestion>, Instant)>,
+    order: VecDeque<(Arc<GrantKey>, Instant)>,
 }
 
 impl AllowedAnswers {
     /// Keeps grants for `ttl`, at most `capacity` at a time and `max_bytes` in all (see
-    /// [`AccessQuestion::size_bytes`]); a zero `ttl`, `capacity` or `max_bytes` keeps nothing.
+    /// [`GrantKey::size_bytes`]); a zero `ttl`, `capacity` or `max_bytes` keeps nothing.
     pub fn new(ttl: Duration, capacity: usize, max_bytes: usize) -> Self {
         Self {
             ttl,
@@ -121,13 +121,13 @@ impl AllowedAnswers {
     }
 
     /// Whether `question` was granted less than the TTL before `now`.
-    pub fn is_granted(&self, question: &AccessQuestion, now: Instant) -> bool {
+    pub fn is_granted(&self, question: &GrantKey, now: Instant) -> bool {
         self.expiry.get(question).is_some_and(|expires| now < *expires)
     }
 
     /// Keeps the grant of `question`, given at `now`. A grant still kept keeps its first expiry, so
     /// a grant asked about without a pause is still asked again once per TTL.
-    pub fn remember(&mut self, question: AccessQuestion, now: Instant) {
+    pub fn remember(&mut self, question: GrantKey, now: Instant) {
         let size = question.size_bytes();
         if !self.enabled() || size > MAX_QUESTION_BYTES.min(self.max_bytes) {
             return;
@@ -159,7 +159,7 @@ impl AllowedAnswers {
         self.expiry.len()
     }
 
-    /// The bytes the kept grants cost (see [`AccessQuestion::size_bytes`]).
+    /// The bytes the kept grants cost (see [`GrantKey::size_bytes`]).
     pub fn bytes(&self) -> usize {
         self.bytes
     }
@@ -212,8 +212,8 @@ mod tests {
         }
     }
 
-    fn question(user: &UserInfo, name: &str) -> AccessQuestion {
-        AccessQuestion::new(user, &secrets(), "platform", name, "get")
+    fn question(user: &UserInfo, name: &str) -> GrantKey {
+        GrantKey::new(user, &secrets(), "platform", name, "get")
     }
 
     #[test]
@@ -260,15 +260,15 @@ mod tests {
             ("name", question(&alice, "other")),
             (
                 "namespace",
-                AccessQuestion::new(&alice, &secrets(), "elsewhere", "db", "get"),
+                GrantKey::new(&alice, &secrets(), "elsewhere", "db", "get"),
             ),
             (
                 "group",
-                AccessQuestion::new(&alice, &other_group, "platform", "db", "get"),
+                GrantKey::new(&alice, &other_group, "platform", "db", "get"),
             ),
             (
                 "resource",
-                AccessQuestion::new(
+                GrantKey::new(
                     &alice,
                     &ApiResource {
                         plural: "configmaps".into(),
@@ -281,7 +281,7 @@ mod tests {
             ),
             (
                 "verb",
-                AccessQuestion::new(&alice, &secrets(), "platform", "db", "list"),
+                GrantKey::new(&alice, &secrets(), "platform", "db", "list"),
             ),
         ];
         assert!(answers.is_granted(&granted, t0));

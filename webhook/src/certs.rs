@@ -161,7 +161,7 @@ pub struct Material {
 
 /// Why a certificate is issued anew.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reason {
+pub enum IssueReason {
     /// Not there at all.
     Missing,
     /// Not parseable, or the key does not belong to the certificate.
@@ -184,7 +184,7 @@ pub enum Reason {
     CaReplaced,
 }
 
-impl Reason {
+impl IssueReason {
     /// A bounded label for metrics and logs.
     pub fn category(&self) -> &'static str {
         match self {
@@ -201,7 +201,7 @@ impl Reason {
     }
 }
 
-impl std::fmt::Display for Reason {
+impl std::fmt::Display for IssueReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Invalid(why) => write!(f, "invalid: {why}"),
@@ -216,9 +216,9 @@ pub enum CaPlan {
     /// It stays.
     Keep,
     /// A new CA goes in front; the earlier ones stay in `ca.crt` until they expire.
-    Rotate(Reason),
+    Rotate(IssueReason),
     /// The CA is unusable: a new one replaces it and everything in `ca.crt`.
-    Replace(Reason),
+    Replace(IssueReason),
 }
 
 /// What to do with the serving pair.
@@ -227,7 +227,7 @@ pub enum ServingPlan {
     /// It stays.
     Keep,
     /// A new pair is issued by the current (or new) CA.
-    Issue(Reason),
+    Issue(IssueReason),
 }
 
 /// The verdict on a Secret's contents at one instant.
@@ -348,18 +348,18 @@ struct CaView {
     previous: Vec<CertFacts>,
 }
 
-fn read_ca(material: &Material) -> Result<CaView, Reason> {
+fn read_ca(material: &Material) -> Result<CaView, IssueReason> {
     if material.ca_crt.is_empty() || material.ca_key.is_empty() {
-        return Err(Reason::Missing);
+        return Err(IssueReason::Missing);
     }
-    let ders = pem_certificates(&material.ca_crt).map_err(Reason::Invalid)?;
-    let current = cert_facts(&ders[0]).map_err(Reason::Invalid)?;
+    let ders = pem_certificates(&material.ca_crt).map_err(IssueReason::Invalid)?;
+    let current = cert_facts(&ders[0]).map_err(IssueReason::Invalid)?;
     if !current.is_ca {
-        return Err(Reason::Invalid(
+        return Err(IssueReason::Invalid(
             "the first certificate of ca.crt is not a CA".into(),
         ));
     }
-    key_for(&material.ca_key, &current.public_key).map_err(Reason::Invalid)?;
+    key_for(&material.ca_key, &current.public_key).map_err(IssueReason::Invalid)?;
     let previous = ders[1..]
         .iter()
         .filter_map(|der| cert_facts(der).ok())
@@ -382,21 +382,21 @@ pub fn assess(
     let mut next_check = now + lifetimes.ca_validity;
     let ca = match read_ca(material) {
         Err(reason) => Err(reason),
-        Ok(ca) if ca.current.not_after <= now => Err(Reason::Expiring),
+        Ok(ca) if ca.current.not_after <= now => Err(IssueReason::Expiring),
         Ok(ca) => Ok(ca),
     };
     let (ca_plan, ca) = match ca {
         Err(reason) => {
             return Assessment {
                 ca: CaPlan::Replace(reason),
-                serving: ServingPlan::Issue(Reason::CaReplaced),
+                serving: ServingPlan::Issue(IssueReason::CaReplaced),
                 next_check: now,
             };
         }
         Ok(ca) => {
             let due = renew_at(ca.current.not_after, lifetimes.renew_before);
             if due <= now {
-                (CaPlan::Rotate(Reason::Expiring), ca)
+                (CaPlan::Rotate(IssueReason::Expiring), ca)
             } else {
                 next_check = next_check.min(due);
                 (CaPlan::Keep, ca)
@@ -428,26 +428,26 @@ fn assess_serving(
     lifetimes: &Lifetimes,
     ca: &CaView,
     ca_plan: &CaPlan,
-) -> Result<SystemTime, Reason> {
+) -> Result<SystemTime, IssueReason> {
     if material.tls_crt.is_empty() || material.tls_key.is_empty() {
-        return Err(Reason::Missing);
+        return Err(IssueReason::Missing);
     }
-    let ders = pem_certificates(&material.tls_crt).map_err(Reason::Invalid)?;
-    let leaf = cert_facts(&ders[0]).map_err(Reason::Invalid)?;
-    key_for(&material.tls_key, &leaf.public_key).map_err(Reason::Invalid)?;
+    let ders = pem_certificates(&material.tls_crt).map_err(IssueReason::Invalid)?;
+    let leaf = cert_facts(&ders[0]).map_err(IssueReason::Invalid)?;
+    key_for(&material.tls_key, &leaf.public_key).map_err(IssueReason::Invalid)?;
     if !names.is_subset(&leaf.names) {
-        return Err(Reason::NamesMissing);
+        return Err(IssueReason::NamesMissing);
     }
     let issuer = std::iter::once(&ca.current)
         .chain(&ca.previous)
         .find(|issuer| issued_by(&leaf.der, &issuer.der))
-        .ok_or(Reason::NotIssuedByCa)?;
+        .ok_or(IssueReason::NotIssuedByCa)?;
     let renew = leaf
         .not_after
         .checked_sub(lifetimes.renew_before)
         .unwrap_or(SystemTime::UNIX_EPOCH);
     if renew <= now {
-        return Err(Reason::Expiring);
+        return Err(IssueReason::Expiring);
     }
     // A safety net: normally the serving pair moves to the new CA long before its issuer expires.
     let issuer_due = issuer
@@ -455,20 +455,20 @@ fn assess_serving(
         .checked_sub(lifetimes.renew_before / 2)
         .unwrap_or(SystemTime::UNIX_EPOCH);
     if issuer_due <= now {
-        return Err(Reason::IssuerExpiring);
+        return Err(IssueReason::IssuerExpiring);
     }
     let mut next = renew.min(issuer_due);
     if &leaf.names != names {
         let settled = leaf.not_before + BACKDATE + NAMES_SETTLE;
         if settled <= now {
-            return Err(Reason::NamesExtra);
+            return Err(IssueReason::NamesExtra);
         }
         next = next.min(settled);
     }
     if issuer.der != ca.current.der && *ca_plan == CaPlan::Keep {
         let published = ca.current.not_before + BACKDATE + lifetimes.ca_publish_delay;
         if published <= now {
-            return Err(Reason::IssuedByPreviousCa);
+            return Err(IssueReason::IssuedByPreviousCa);
         }
         next = next.min(published);
     }
@@ -582,7 +582,7 @@ pub fn renew(
         let key = std::str::from_utf8(&next.ca_key)
             .map_err(|_| CertError::Inconsistent("ca.key is not UTF-8".into()))?;
         let names = match reason {
-            Reason::NamesMissing => pem_certificates(&material.tls_crt)
+            IssueReason::NamesMissing => pem_certificates(&material.tls_crt)
                 .ok()
                 .and_then(|ders| cert_facts(&ders[0]).ok())
                 .map_or_else(|| names.clone(), |leaf| names.union(&leaf.names)),
@@ -718,8 +718,8 @@ mod tests {
     #[test]
     fn an_empty_secret_gets_a_ca_and_a_serving_pair() {
         let assessment = assess(t0(), &Material::default(), &names(), &lifetimes());
-        assert_eq!(assessment.ca, CaPlan::Replace(Reason::Missing));
-        assert_eq!(assessment.serving, ServingPlan::Issue(Reason::CaReplaced));
+        assert_eq!(assessment.ca, CaPlan::Replace(IssueReason::Missing));
+        assert_eq!(assessment.serving, ServingPlan::Issue(IssueReason::CaReplaced));
         assert_eq!(assessment.next_check, t0());
     }
 
@@ -749,7 +749,7 @@ mod tests {
         let at = t0() + 335 * DAY + Duration::from_secs(1);
         let assessment = assess(at, &material, &names(), &lifetimes());
         assert_eq!(assessment.ca, CaPlan::Keep);
-        assert_eq!(assessment.serving, ServingPlan::Issue(Reason::Expiring));
+        assert_eq!(assessment.serving, ServingPlan::Issue(IssueReason::Expiring));
         let renewed = renew(at, &material, &assessment, &names(), &lifetimes()).expect("renewed");
         assert_eq!(renewed.ca_crt, material.ca_crt);
         assert_eq!(renewed.ca_key, material.ca_key);
@@ -763,21 +763,21 @@ mod tests {
         let other = SubjectNames::for_service("webhook", "elsewhere", "cluster.local", &[]).expect("names");
         assert_eq!(
             assess(t0(), &material, &other, &lifetimes()).serving,
-            ServingPlan::Issue(Reason::NamesMissing)
+            ServingPlan::Issue(IssueReason::NamesMissing)
         );
 
         let mut missing = material.clone();
         missing.tls_key.clear();
         assert_eq!(
             assess(t0(), &missing, &names(), &lifetimes()).serving,
-            ServingPlan::Issue(Reason::Missing)
+            ServingPlan::Issue(IssueReason::Missing)
         );
 
         let mut garbage = material.clone();
         garbage.tls_crt = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".to_vec();
         assert!(matches!(
             assess(t0(), &garbage, &names(), &lifetimes()).serving,
-            ServingPlan::Issue(Reason::Invalid(_))
+            ServingPlan::Issue(IssueReason::Invalid(_))
         ));
 
         // A key from another pair.
@@ -787,7 +787,7 @@ mod tests {
         assert_eq!(assessment.ca, CaPlan::Keep);
         assert_eq!(
             assessment.serving,
-            ServingPlan::Issue(Reason::Invalid(
+            ServingPlan::Issue(IssueReason::Invalid(
                 "the key does not belong to the certificate".into()
             ))
         );
@@ -799,7 +799,7 @@ mod tests {
         foreign.tls_key = stranger.tls_key;
         assert_eq!(
             assess(t0(), &foreign, &names(), &lifetimes()).serving,
-            ServingPlan::Issue(Reason::NotIssuedByCa)
+            ServingPlan::Issue(IssueReason::NotIssuedByCa)
         );
     }
 
@@ -810,7 +810,7 @@ mod tests {
         let new = SubjectNames::for_service("webhook", "system", "corp.internal", &[]).expect("names");
         let material = fresh(t0());
         let a = assess(t0(), &material, &new, &lifetimes());
-        assert_eq!(a.serving, ServingPlan::Issue(Reason::NamesMissing));
+        assert_eq!(a.serving, ServingPlan::Issue(IssueReason::NamesMissing));
         let both = renew(t0(), &material, &a, &new, &lifetimes()).expect("renewed");
         let leaf = cert_facts(&pem_certificates(&both.tls_crt).expect("PEM")[0]).expect("parses");
         assert_eq!(leaf.names, old.union(&new), "issued for both versions' names");
@@ -823,7 +823,7 @@ mod tests {
         // ...and once settled, the names of whoever is left are issued exactly.
         let later = t0() + NAMES_SETTLE;
         let a = assess(later, &both, &new, &lifetimes());
-        assert_eq!(a.serving, ServingPlan::Issue(Reason::NamesExtra));
+        assert_eq!(a.serving, ServingPlan::Issue(IssueReason::NamesExtra));
         let exact = renew(later, &both, &a, &new, &lifetimes()).expect("renewed");
         let leaf = cert_facts(&pem_certificates(&exact.tls_crt).expect("PEM")[0]).expect("parses");
         assert_eq!(leaf.names, new);
@@ -837,10 +837,10 @@ mod tests {
         wrong_key.ca_key = fresh(t0()).ca_key;
         let assessment = assess(t0(), &wrong_key, &names(), &lifetimes());
         assert!(
-            matches!(assessment.ca, CaPlan::Replace(Reason::Invalid(_))),
+            matches!(assessment.ca, CaPlan::Replace(IssueReason::Invalid(_))),
             "{assessment:?}"
         );
-        assert_eq!(assessment.serving, ServingPlan::Issue(Reason::CaReplaced));
+        assert_eq!(assessment.serving, ServingPlan::Issue(IssueReason::CaReplaced));
         let replaced = renew(t0(), &wrong_key, &assessment, &names(), &lifetimes()).expect("renewed");
         assert_eq!(pem_certificates(&replaced.ca_crt).expect("PEM").len(), 1);
         assert!(assess(t0(), &replaced, &names(), &lifetimes()).is_current());
@@ -850,11 +850,11 @@ mod tests {
         leaf_as_ca.ca_key = material.tls_key.clone();
         assert!(matches!(
             assess(t0(), &leaf_as_ca, &names(), &lifetimes()).ca,
-            CaPlan::Replace(Reason::Invalid(_))
+            CaPlan::Replace(IssueReason::Invalid(_))
         ));
 
         let expired = assess(t0() + 3651 * DAY, &material, &names(), &lifetimes());
-        assert_eq!(expired.ca, CaPlan::Replace(Reason::Expiring));
+        assert_eq!(expired.ca, CaPlan::Replace(IssueReason::Expiring));
     }
 
     #[test]
@@ -869,13 +869,13 @@ mod tests {
         let recent = {
             let a = Assessment {
                 ca: CaPlan::Keep,
-                serving: ServingPlan::Issue(Reason::Expiring),
+                serving: ServingPlan::Issue(IssueReason::Expiring),
                 next_check: t1,
             };
             renew(t1 - 10 * DAY, &material, &a, &names(), &lifetimes).expect("renewed")
         };
         let step1 = assess(t1, &recent, &names(), &lifetimes);
-        assert_eq!(step1.ca, CaPlan::Rotate(Reason::Expiring));
+        assert_eq!(step1.ca, CaPlan::Rotate(IssueReason::Expiring));
         assert_eq!(step1.serving, ServingPlan::Keep);
         let rotated = renew(t1, &recent, &step1, &names(), &lifetimes).expect("rotated");
         assert_eq!(rotated.tls_crt, recent.tls_crt, "the serving pair stays");
@@ -894,7 +894,7 @@ mod tests {
         // Step 2: then the serving pair moves to the new CA; the old one stays in the bundle.
         let step2 = assess(published, &rotated, &names(), &lifetimes);
         assert_eq!(step2.ca, CaPlan::Keep);
-        assert_eq!(step2.serving, ServingPlan::Issue(Reason::IssuedByPreviousCa));
+        assert_eq!(step2.serving, ServingPlan::Issue(IssueReason::IssuedByPreviousCa));
         let moved = renew(published, &rotated, &step2, &names(), &lifetimes).expect("moved");
         let leaf = &pem_certificates(&moved.tls_crt).expect("PEM")[0];
         assert!(issued_by(leaf, &cas[0]));
@@ -905,7 +905,7 @@ mod tests {
         let after = t0() + 3650 * DAY + HOUR;
         let renewal = Assessment {
             ca: CaPlan::Keep,
-            serving: ServingPlan::Issue(Reason::Expiring),
+            serving: ServingPlan::Issue(IssueReason::Expiring),
             next_check: after,
         };
         let pruned = renew(after, &moved, &renewal, &names(), &lifetimes).expect("renewed");
@@ -928,7 +928,7 @@ mod tests {
         let late = t0() + 93 * DAY;
         let a = Assessment {
             ca: CaPlan::Keep,
-            serving: ServingPlan::Issue(Reason::Expiring),
+            serving: ServingPlan::Issue(IssueReason::Expiring),
             next_check: late,
         };
         let late_pair = renew(late, &material, &a, &names(), &lifetimes).expect("issued");
@@ -937,8 +937,8 @@ mod tests {
         frozen.ca_crt = material.ca_crt.clone();
         let at = t0() + 96 * DAY;
         let verdict = assess(at, &frozen, &names(), &lifetimes);
-        assert_eq!(verdict.ca, CaPlan::Rotate(Reason::Expiring));
-        assert_eq!(verdict.serving, ServingPlan::Issue(Reason::IssuerExpiring));
+        assert_eq!(verdict.ca, CaPlan::Rotate(IssueReason::Expiring));
+        assert_eq!(verdict.serving, ServingPlan::Issue(IssueReason::IssuerExpiring));
     }
 
     #[test]

@@ -12,8 +12,10 @@ use kube::{
     runtime::{WatchStreamExt, watcher},
 };
 use shared::{
-    claims::{ClaimIndex, ClaimVerdict, Claimant, check, cluster_claim, cluster_targets, projection_claim},
-    crd::{ClusterProjection, ClusterProjectionSpec, Projection},
+    admission::claims::{
+        ClaimIndex, ClaimVerdict, Claimant, check, cluster_claim, cluster_targets, projection_claim,
+    },
+    api::crd::{ClusterProjection, ClusterProjectionSpec, Projection},
 };
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -22,7 +24,7 @@ use std::{
 };
 
 /// Namespace name → labels.
-type Namespaces = BTreeMap<String, BTreeMap<String, String>>;
+type NamespaceLabels = BTreeMap<String, BTreeMap<String, String>>;
 
 /// What the watches have seen.
 #[derive(Default)]
@@ -30,7 +32,7 @@ struct State {
     index: ClaimIndex,
     /// ClusterProjections with a selector, re-resolved when namespaces change.
     selecting: HashMap<Claimant, ClusterProjectionSpec>,
-    namespaces: Namespaces,
+    namespaces: NamespaceLabels,
     /// Which of the three watches have listed once.
     synced: [bool; 3],
 }
@@ -77,7 +79,7 @@ pub enum Candidate<'a> {
         /// Its namespace.
         namespace: &'a str,
         /// Its spec.
-        spec: &'a shared::crd::ProjectionSpec,
+        spec: &'a shared::api::crd::ProjectionSpec,
     },
     /// A ClusterProjection.
     Cluster {
@@ -227,7 +229,7 @@ impl ClaimWatch {
     }
 
     async fn follow_namespaces(&self, client: Client) {
-        let mut listing = Namespaces::new();
+        let mut listing = NamespaceLabels::new();
         let mut events = watcher(
             Api::<PartialObjectMeta<Namespace>>::all(client),
             watcher::Config::default(),

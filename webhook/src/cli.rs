@@ -3,7 +3,7 @@
 
 use crate::error::ConfigError;
 use clap::Parser;
-use shared::{kind_policy::AllowedPowerKinds, projectable::SourceMode};
+use shared::{policy::kind_policy::AllowedPowerKinds, policy::projectable::SourceMode};
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 /// projection-webhook: admission webhook for projection.sh resources.

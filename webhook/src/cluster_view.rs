@@ -4,11 +4,11 @@
 //! grants ([`AllowedAnswers`]) and allowing source reads ([`SourceMetadataCache`]) for a few seconds.
 
 use crate::{
-    access_cache::{AccessQuestion, AllowedAnswers},
+    access_cache::{AllowedAnswers, GrantKey},
     claim_watch::ClaimWatch,
     error::PolicyError,
     metrics::CacheLabels,
-    source_cache::{SourceKey, SourceMetadataCache},
+    source_cache::{SourceMetadataCache, SourceReadKey},
 };
 use arc_swap::ArcSwapOption;
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
@@ -19,7 +19,7 @@ use kube::{
     discovery::{ApiResource, Scope},
 };
 use prometheus_client::metrics::{counter::Counter, family::Family};
-use shared::crd::SourceRef;
+use shared::api::crd::SourceRef;
 use std::{
     collections::BTreeMap,
     future::Future,
@@ -126,7 +126,7 @@ impl KubeCluster {
     }
 
     /// Whether a kept grant answers `question` (`None`: the cache is off).
-    fn kept_grant(&self, question: &AccessQuestion) -> Option<bool> {
+    fn kept_grant(&self, question: &GrantKey) -> Option<bool> {
         let granted = self
             .granted
             .lock()
@@ -136,7 +136,7 @@ impl KubeCluster {
             .then(|| granted.is_granted(question, Instant::now()))
     }
 
-    fn keep_grant(&self, question: AccessQuestion) {
+    fn keep_grant(&self, question: GrantKey) {
         let mut granted = self
             .granted
             .lock()
@@ -224,7 +224,7 @@ impl ClusterView for Arc<KubeCluster> {
         namespace: &str,
         name: &str,
     ) -> Result<bool, PolicyError> {
-        let question = AccessQuestion::new(user, resource, namespace, name, "get");
+        let question = GrantKey::new(user, resource, namespace, name, "get");
         if let Some(kept) = self.kept_grant(&question) {
             let result = if kept { "hit" } else { "miss" };
             self.granted_lookups.get_or_create(&CacheLabels { result }).inc();
@@ -268,7 +268,7 @@ impl ClusterView for Arc<KubeCluster> {
         namespace: &str,
         name: &str,
     ) -> Result<Option<BTreeMap<String, String>>, PolicyError> {
-        let key = SourceKey::new(resource, namespace, name);
+        let key = SourceReadKey::new(resource, namespace, name);
         if self.sources.enabled() {
             // Only a read that allowed comes back from the cache: what would deny is read again.
             let kept = self.sources.lookup(&key, Instant::now());

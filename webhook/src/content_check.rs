@@ -1,13 +1,13 @@
 //! `spec.keys` against the source as it is now: a spec whose copy would be an invalid object (a
 //! Secret type left without the keys it requires, two keys under one name) is refused at admission
-//! when the source can be read, with the controller's own message (`shared::copy`). A source that
+//! when the source can be read, with the controller's own message (`shared::copy::content`). A source that
 //! cannot be read now, or does not exist yet, is left to the controller, which reports
 //! `DestinationInvalid`; so is a source with none of the selected keys (a warning here).
 
 use crate::cluster_view::{ClusterView, KindScope};
 use shared::{
-    copy::{BuiltContent, CopyRules},
-    crd::SourceRef,
+    api::crd::SourceRef,
+    copy::content::{BuiltContent, CopyRules},
 };
 
 /// What admission makes of the spec's content rules for this source.

@@ -8,11 +8,11 @@ use crate::{
 };
 use kube::discovery::ApiResource;
 use shared::{
-    crd::SourceRef,
-    keys::PROJECTABLE,
-    projectable::{SourceMode, check_projectable},
-    reason::Reason,
-    source::cluster_scoped_message,
+    api::crd::SourceRef,
+    api::keys::PROJECTABLE,
+    api::reason::Reason,
+    api::source::cluster_scoped_message,
+    policy::projectable::{SourceMode, check_projectable},
 };
 
 /// The policy's answer.

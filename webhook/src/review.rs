@@ -19,12 +19,12 @@ use kube::core::{
 };
 use serde_json::{Value, json};
 use shared::{
-    author::{AUTHOR, Author},
-    copy::CopyRules,
-    crd::{ClusterProjectionSpec, ProjectionSpec, SourceRef},
-    kind_policy::{AllowedPowerKinds, check_kind},
-    source::cluster_scoped_message,
-    validation::{check_cluster_projection, check_projection},
+    admission::validation::{check_cluster_projection, check_projection},
+    api::crd::{ClusterProjectionSpec, ProjectionSpec, SourceRef},
+    api::source::cluster_scoped_message,
+    copy::content::CopyRules,
+    policy::author::{AUTHOR, Author},
+    policy::kind_policy::{AllowedPowerKinds, check_kind},
 };
 
 /// The two endpoints.

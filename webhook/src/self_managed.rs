@@ -368,7 +368,7 @@ impl SecretKeeper {
     }
 
     fn count_issues(&self, assessment: &Assessment) {
-        let count = |certificate, reason: &certs::Reason| {
+        let count = |certificate, reason: &certs::IssueReason| {
             self.metrics
                 .certificates_issued_total
                 .get_or_create(&IssueLabels {

@@ -12,8 +12,8 @@
 
 use kube::discovery::ApiResource;
 use shared::{
-    keys::PROJECTABLE,
-    projectable::{SourceMode, check_projectable},
+    api::keys::PROJECTABLE,
+    policy::projectable::{SourceMode, check_projectable},
 };
 use std::{
     collections::BTreeMap,
@@ -23,14 +23,14 @@ use std::{
 /// Which source: its resource (group and plural; the version does not change the metadata), its
 /// namespace and its name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct SourceKey {
+pub struct SourceReadKey {
     pub group: String,
     pub resource: String,
     pub namespace: String,
     pub name: String,
 }
 
-impl SourceKey {
+impl SourceReadKey {
     /// The source `name` of `resource` in `namespace`.
     pub fn new(resource: &ApiResource, namespace: &str, name: &str) -> Self {
         Self {
@@ -98,7 +98,7 @@ pub fn reusable(
 pub struct SourceMetadataCache {
     ttl: Duration,
     mode: SourceMode,
-    kept: Option<quick_cache::sync::Cache<SourceKey, KeptSource>>,
+    kept: Option<quick_cache::sync::Cache<SourceReadKey, KeptSource>>,
 }
 
 impl SourceMetadataCache {
@@ -119,14 +119,19 @@ impl SourceMetadataCache {
     }
 
     /// The kept annotations of `key` if they may be used at `now` (see [`reusable`]).
-    pub fn lookup(&self, key: &SourceKey, now: Instant) -> Option<BTreeMap<String, String>> {
+    pub fn lookup(&self, key: &SourceReadKey, now: Instant) -> Option<BTreeMap<String, String>> {
         let kept = self.kept.as_ref()?.get(key);
         reusable(kept.as_ref(), now, self.ttl, self.mode)
     }
 
     /// Keeps `annotations` of `key`, read at `read_at`, if they allow; forgets an earlier read
     /// otherwise.
-    pub fn remember(&self, key: SourceKey, annotations: Option<&BTreeMap<String, String>>, read_at: Instant) {
+    pub fn remember(
+        &self,
+        key: SourceReadKey,
+        annotations: Option<&BTreeMap<String, String>>,
+        read_at: Instant,
+    ) {
         let Some(kept) = &self.kept else { return };
         match annotations.filter(|_| allows(self.mode, annotations)) {
             Some(annotations) => kept.insert(key, KeptSource::of(annotations, read_at)),
@@ -161,8 +166,8 @@ mod tests {
         }
     }
 
-    fn key(name: &str) -> SourceKey {
-        SourceKey::new(&configmaps(), "platform", name)
+    fn key(name: &str) -> SourceReadKey {
+        SourceReadKey::new(&configmaps(), "platform", name)
     }
 
     #[test]
@@ -263,7 +268,7 @@ mod tests {
         );
         assert!(
             cache
-                .lookup(&SourceKey::new(&configmaps(), "elsewhere", "open"), t0)
+                .lookup(&SourceReadKey::new(&configmaps(), "elsewhere", "open"), t0)
                 .is_none(),
             "the namespace is part of the key"
         );

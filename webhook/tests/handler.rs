@@ -12,7 +12,7 @@ use axum::{
 use http_body_util::BodyExt;
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
-use shared::{crd::SourceRef, projectable::SourceMode};
+use shared::{api::crd::SourceRef, policy::projectable::SourceMode};
 use std::{collections::BTreeMap, sync::Arc};
 use tower::ServiceExt;
 use webhook::{

@@ -14,7 +14,7 @@ use kube::discovery::ApiResource;
 use runtime::serve::Limits;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use serde_json::Value;
-use shared::crd::SourceRef;
+use shared::api::crd::SourceRef;
 use std::{
     collections::BTreeMap,
     net::SocketAddr,

@@ -1,5 +1,5 @@
 //! Writes `docs/api-reference.md`, rendered from the CRD schemas generated from the Rust types.
-//! Run `cargo run -p codegen --bin apidocs` after changing `shared/src/crd.rs` (with `crdgen`).
+//! Run `cargo run -p codegen --bin apidocs` after changing `shared/src/api/crd.rs` (with `crdgen`).
 
 use std::path::Path;
 

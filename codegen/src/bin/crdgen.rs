@@ -1,5 +1,5 @@
 //! Writes the CRD manifests generated from the Rust types into `charts/projection/crds/`.
-//! Run `cargo run -p codegen --bin crdgen` after changing `shared/src/crd.rs`.
+//! Run `cargo run -p codegen --bin crdgen` after changing `shared/src/api/crd.rs`.
 
 use std::path::Path;
 

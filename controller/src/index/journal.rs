@@ -3,7 +3,7 @@
 //! a write is on its way are held until it answers.
 
 use super::ObjectKey;
-use shared::verified::digest;
+use crate::cache::verified::digest;
 use std::{collections::HashMap, num::NonZeroU64};
 
 /// How many of our own recent writes per copy are remembered: a watch lagging behind a burst of
@@ -118,7 +118,7 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shared::source::GroupKind;
+    use shared::api::source::GroupKind;
 
     fn key(name: &str) -> ObjectKey {
         ObjectKey {

@@ -21,9 +21,9 @@ pub use objects::ObjectIndex;
 
 use kube::{ResourceExt, api::DynamicObject, runtime::reflector::ObjectRef};
 use shared::{
-    crd::{ClusterProjection, Projection},
-    ownership::Owner,
-    source::GroupKind,
+    api::crd::{ClusterProjection, Projection},
+    api::source::GroupKind,
+    copy::ownership::Owner,
 };
 
 /// A CR the indexes can name, and that can be woken.

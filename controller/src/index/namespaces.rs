@@ -5,8 +5,8 @@
 
 use kube::runtime::reflector::ObjectRef;
 use shared::{
-    crd::ClusterProjection,
-    targets::{NamespaceInfo, TargetRule},
+    api::crd::ClusterProjection,
+    pass::targets::{NamespaceInfo, TargetRule},
 };
 use std::{
     collections::{BTreeMap, HashMap, HashSet},

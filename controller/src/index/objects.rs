@@ -6,11 +6,11 @@
 //! the copies' cache it reads has the event too).
 
 use super::{CrRef, Journal, ObjectKey};
+use crate::cache::verified::VerifiedCopies;
 use kube::{api::ObjectMeta, runtime::reflector::ObjectRef};
 use shared::{
-    keys::{OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_PROJECTION},
-    source::{GroupKind, SourceKey},
-    verified::VerifiedCopies,
+    api::keys::{OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_PROJECTION},
+    api::source::{GroupKind, SourceKey},
 };
 use std::{
     collections::{HashMap, HashSet, hash_map::Entry},

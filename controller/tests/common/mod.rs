@@ -16,7 +16,7 @@ use projection_tests::{
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use shared::crd::{ClusterProjection, Projection};
+use shared::api::crd::{ClusterProjection, Projection};
 use std::{fmt::Debug, path::Path, time::Duration};
 
 pub const TIMEOUT: Duration = Duration::from_secs(20);
@@ -203,14 +203,14 @@ pub fn cm_source(namespace: &str, name: &str) -> Value {
 
 /// The condition `type_` among `conditions` (of either kind's status), if it is there.
 pub fn condition<'a>(
-    conditions: &'a [shared::crd::Condition],
+    conditions: &'a [shared::api::crd::Condition],
     type_: &str,
-) -> Option<&'a shared::crd::Condition> {
+) -> Option<&'a shared::api::crd::Condition> {
     conditions.iter().find(|c| c.r#type == type_)
 }
 
 /// The message of the condition `type_` among `conditions`; empty when there is none.
-pub fn condition_message(conditions: &[shared::crd::Condition], type_: &str) -> String {
+pub fn condition_message(conditions: &[shared::api::crd::Condition], type_: &str) -> String {
     condition(conditions, type_)
         .map(|c| c.message.clone())
         .unwrap_or_default()

@@ -14,7 +14,7 @@ use kube::{
 };
 use projection_tests::{ServiceProcess, in_parallel};
 use serde_json::{Value, json};
-use shared::crd::ClusterProjection;
+use shared::api::crd::ClusterProjection;
 use std::{
     collections::BTreeMap,
     path::Path,

@@ -26,8 +26,8 @@ use kube::{
 use projection_tests::{ServiceProcess, in_parallel};
 use serde_json::{Value, json};
 use shared::{
-    crd::{ClusterProjection, Projection},
-    keys::{OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_PROJECTION, PROJECTABLE},
+    api::crd::{ClusterProjection, Projection},
+    api::keys::{OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_PROJECTION, PROJECTABLE},
 };
 use std::{
     collections::{BTreeMap, BTreeSet},

@@ -2,7 +2,7 @@
 //! test's own view of the cluster, without a Kubernetes API behind it.
 #![allow(dead_code)]
 
-use shared::projectable::SourceMode;
+use shared::policy::projectable::SourceMode;
 use std::sync::Arc;
 use webhook::{
     cluster_view::ClusterView,

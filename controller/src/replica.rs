@@ -1,0 +1,460 @@
+//! A replica of the controller: what it runs whether or not it leads (the watches of the CRs, the
+//! namespaces and the source kinds, the indexes, the warm-up), and the reconcilers it runs once it
+//! holds the Lease (or at once without leader election).
+
+use crate::{
+    cache::stored_cr::StoredCr, context, discovery, events, initial_list, metrics, namespace_watch, pass,
+    queue_metrics, wake, warm, watches,
+};
+use futures::StreamExt;
+use k8s_openapi::{
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    kube_aggregator::pkg::apis::apiregistration::v1::APIService,
+};
+use kube::{
+    Api, Client, Resource,
+    api::PartialObjectMeta,
+    runtime::{
+        Controller, WatchStreamExt, controller, reflector,
+        watcher::{self, Event},
+    },
+};
+use runtime::http;
+use shared::api::{
+    crd::{ClusterProjection, Projection},
+    keys::{CLUSTER_PROJECTION_FINALIZER, PROJECTION_FINALIZER},
+};
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
+};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_util::sync::CancellationToken;
+
+/// The watch stream of one CR kind, feeding `writer`'s store (each CR compacted as it is decoded,
+/// `crate::cache::stored_cr`) and filtered to relevant changes; `deleted` is told of each CR the watch
+/// reports deleted.
+fn cr_stream<K>(
+    client: &Client,
+    writer: reflector::store::Writer<StoredCr<K>>,
+    finalizer: &'static str,
+    initial: crate::initial_list::InitialList,
+    deleted: impl Fn(&StoredCr<K>) + Send + 'static,
+) -> impl futures::Stream<Item = Result<StoredCr<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    let events = initial_list::watch(
+        Api::<StoredCr<K>>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+        initial,
+    )
+    .default_backoff()
+    .reflect(writer);
+    on_deleted(events, deleted).applied_objects().filter({
+        let mut changes = crate::relevance::RelevantChanges::default();
+        move |change| {
+            let relevant = match change {
+                Ok(cr) => changes.is_relevant(cr.meta(), finalizer, std::time::Instant::now()),
+                Err(_) => true,
+            };
+            std::future::ready(relevant)
+        }
+    })
+}
+
+/// Passes every watch event on, telling `deleted` of each object the watch reports deleted (before
+/// `applied_objects` drops those events).
+fn on_deleted<K, S>(
+    events: S,
+    deleted: impl Fn(&K) + Send + 'static,
+) -> impl futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send
+where
+    S: futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send,
+{
+    events.inspect(move |event| {
+        if let Ok(Event::Delete(object)) = event {
+            deleted(object);
+        }
+    })
+}
+
+/// A kind the controller lists and watches cluster-wide.
+trait Watchable:
+    Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static
+{
+}
+impl<K> Watchable for K where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// The CR changes sent to a reconciler, as the stream it takes.
+fn changes<K>(
+    rx: tokio::sync::mpsc::UnboundedReceiver<K>,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Send + 'static,
+{
+    UnboundedReceiverStream::new(rx).map(Ok)
+}
+
+/// The CR changes handed to a reconciler, counted into its queue metrics on the way.
+fn queued_changes<K>(
+    stream: impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    queue: Arc<queue_metrics::ControllerMetrics>,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Send + 'static,
+{
+    stream.inspect(move |change| {
+        if let Ok(cr) = change {
+            queue.queued_change(queue_metrics::queue_key(
+                cr.meta().namespace.as_deref(),
+                cr.meta().name.as_deref().unwrap_or_default(),
+            ));
+        }
+    })
+}
+
+/// The wakes handed to a reconciler, counted into its queue metrics on the way.
+fn queued_wakes<K>(
+    wakes: tokio::sync::mpsc::UnboundedReceiver<reflector::ObjectRef<K>>,
+    queue: Arc<queue_metrics::ControllerMetrics>,
+) -> impl futures::Stream<Item = reflector::ObjectRef<StoredCr<K>>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Send + 'static,
+{
+    UnboundedReceiverStream::new(wakes).map(move |wake| {
+        queue.queued_change(queue_metrics::queue_key(wake.namespace.as_deref(), &wake.name));
+        stored_ref(&wake)
+    })
+}
+
+/// The store's key of the CR `cr` names.
+fn stored_ref<K>(cr: &reflector::ObjectRef<K>) -> reflector::ObjectRef<StoredCr<K>>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let key = reflector::ObjectRef::new(&cr.name);
+    match &cr.namespace {
+        Some(namespace) => key.within(namespace),
+        None => key,
+    }
+}
+
+/// Logs a reconcile that did not complete; one the controller dropped (its CR left the store)
+/// leaves the queue metrics.
+fn log_result<T, E: std::fmt::Display, Q: std::error::Error>(
+    result: Result<T, controller::Error<E, Q>>,
+    queue: &queue_metrics::ControllerMetrics,
+) -> std::future::Ready<()> {
+    if let Err(e) = result {
+        if let controller::Error::ObjectNotFound(cr) = &e {
+            queue.dropped(&queue_metrics::queue_key(cr.namespace.as_deref(), &cr.name));
+        }
+        tracing::debug!(error = %e, "reconcile did not complete");
+    }
+    std::future::ready(())
+}
+
+/// What a replica runs whether or not it leads: the watches, the indexes and the stores of the CRs,
+/// and the warm-up of the source kinds they name.
+pub struct Replica {
+    ctx: Arc<context::Context>,
+    wake: wake::Wake,
+    leading: Arc<AtomicBool>,
+    projections: reflector::Store<StoredCr<Projection>>,
+    clusters: reflector::Store<StoredCr<ClusterProjection>>,
+    /// CR changes for the reconcilers (sent once this replica leads).
+    projection_changes: (
+        tokio::sync::mpsc::UnboundedSender<StoredCr<Projection>>,
+        tokio::sync::mpsc::UnboundedReceiver<StoredCr<Projection>>,
+    ),
+    cluster_changes: (
+        tokio::sync::mpsc::UnboundedSender<StoredCr<ClusterProjection>>,
+        tokio::sync::mpsc::UnboundedReceiver<StoredCr<ClusterProjection>>,
+    ),
+    /// Wakes from the watch tasks.
+    projection_wakes: tokio::sync::mpsc::UnboundedReceiver<reflector::ObjectRef<Projection>>,
+    cluster_wakes: tokio::sync::mpsc::UnboundedReceiver<reflector::ObjectRef<ClusterProjection>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Replica {
+    pub fn start(
+        client: Client,
+        metrics: Arc<metrics::Metrics>,
+        settings: context::Settings,
+        readiness: http::Readiness,
+    ) -> Self {
+        let leading = Arc::new(AtomicBool::new(false));
+        let (projections_tx, projection_wakes) = tokio::sync::mpsc::unbounded_channel();
+        let (clusters_tx, cluster_wakes) = tokio::sync::mpsc::unbounded_channel();
+        let wake = wake::Wake {
+            projections: projections_tx,
+            clusters: clusters_tx,
+            leading: leading.clone(),
+            missed: Arc::default(),
+        };
+        let initial = settings.initial_list;
+        let namespaces = namespace_watch::Namespaces::new();
+        let mut tasks = vec![tokio::spawn(namespaces.clone().run(
+            client.clone(),
+            wake.clone(),
+            initial,
+        ))];
+        let watches = Arc::new(watches::WatchRegistry::new(
+            client.clone(),
+            metrics.clone(),
+            wake.clone(),
+            initial,
+        ));
+        let ctx = Arc::new(context::Context {
+            client: client.clone(),
+            discovery: discovery::Discovery::new(client.clone()),
+            journal: watches.journal(),
+            watches,
+            namespaces,
+            events: events::Events::new(client.clone()),
+            metrics,
+            author_access: crate::author_access::AuthorAccess::new(settings.author_access),
+            settings,
+            backoff: context::FailureBackoff::default(),
+            statuses: context::WrittenStatuses::default(),
+        });
+
+        // Discovery changes when a CRD, or an APIService (one per served group and version: the
+        // aggregator registers a CRD's versions one by one, and aggregated APIs come this way),
+        // appears, changes or goes: forget cached resolutions and re-resolve the sources of that group.
+        // A CRD's own kind's watches also follow it (stopped when it goes, replaced when it comes
+        // back while they fail).
+        tasks.push(tokio::spawn(
+            follow_discovery_changes::<CustomResourceDefinition>(
+                client.clone(),
+                ctx.clone(),
+                |watches, name, deleted| watches.crd_changed(name, deleted),
+            ),
+        ));
+        tasks.push(tokio::spawn(follow_discovery_changes::<APIService>(
+            client.clone(),
+            ctx.clone(),
+            |_, _, _| {},
+        )));
+
+        let (warm_tx, warm_rx) = tokio::sync::mpsc::unbounded_channel();
+        tasks.push(tokio::spawn(warm::warm_up(ctx.clone(), warm_rx)));
+        let (projections, projection_writer) = reflector::store::<StoredCr<Projection>>();
+        let (clusters, cluster_writer) = reflector::store::<StoredCr<ClusterProjection>>();
+        ctx.metrics.observe_replica(&leading, &projections, &clusters);
+        let projection_changes = tokio::sync::mpsc::unbounded_channel();
+        let cluster_changes = tokio::sync::mpsc::unbounded_channel();
+        tasks.push(tokio::spawn(warm::feed(
+            cr_stream(&client, projection_writer, PROJECTION_FINALIZER, initial, {
+                let ctx = ctx.clone();
+                move |cr| pass::forget_deleted(&ctx, cr)
+            }),
+            projection_changes.0.clone(),
+            warm_tx.clone(),
+            leading.clone(),
+        )));
+        tasks.push(tokio::spawn(warm::feed(
+            cr_stream(&client, cluster_writer, CLUSTER_PROJECTION_FINALIZER, initial, {
+                let ctx = ctx.clone();
+                move |cr| pass::forget_deleted(&ctx, cr)
+            }),
+            cluster_changes.0.clone(),
+            warm_tx,
+            leading.clone(),
+        )));
+
+        let ready = (projections.clone(), clusters.clone(), ctx.namespaces.clone());
+        tasks.push(tokio::spawn(async move {
+            let limit = std::time::Duration::from_secs(3600);
+            if watches::store_ready(&ready.0, limit).await && watches::store_ready(&ready.1, limit).await {
+                ready.2.synced().await;
+                readiness.set(true);
+                tracing::info!("caches synced; ready");
+            }
+        }));
+        Self {
+            ctx,
+            wake,
+            leading,
+            projections,
+            clusters,
+            projection_changes,
+            cluster_changes,
+            projection_wakes,
+            cluster_wakes,
+            tasks,
+        }
+    }
+
+    /// Runs the reconcilers until `stop`: every CR known so far is reconciled, then every change.
+    pub async fn lead(self, stop: CancellationToken) {
+        self.leading.store(true, Ordering::Release);
+        // Changes seen from now on are forwarded by `warm::feed`; those before are in the stores.
+        // The CRs a watch would have woken meanwhile go first (a source edited while the leader
+        // was gone), then every CR.
+        for cr in self.wake.take_missed() {
+            match cr {
+                crate::index::CrRef::Projection(r) => {
+                    if let Some(cr) = self.projections.get(&stored_ref(&r)) {
+                        let _ = self.projection_changes.0.send((*cr).clone());
+                    }
+                }
+                crate::index::CrRef::Cluster(r) => {
+                    if let Some(cr) = self.clusters.get(&stored_ref(&r)) {
+                        let _ = self.cluster_changes.0.send((*cr).clone());
+                    }
+                }
+            }
+        }
+        for cr in self.projections.state() {
+            let _ = self.projection_changes.0.send((*cr).clone());
+        }
+        for cr in self.clusters.state() {
+            let _ = self.cluster_changes.0.send((*cr).clone());
+        }
+        let config = controller::Config::default().concurrency(self.ctx.settings.reconcile_concurrency);
+        let (projections_store, clusters_store) = (self.projections.clone(), self.clusters.clone());
+        let queue = self.ctx.metrics.queue.projection.clone();
+        let projections = Controller::for_stream(
+            queued_changes(changes(self.projection_changes.1), queue.clone()),
+            self.projections,
+        )
+        .reconcile_on(queued_wakes(self.projection_wakes, queue.clone()))
+        .with_config(config.clone())
+        .graceful_shutdown_on(stop.clone().cancelled_owned())
+        .run(pass::reconcile, pass::error_policy, self.ctx.clone())
+        .for_each(move |result| log_result(result, &queue));
+        let queue = self.ctx.metrics.queue.cluster.clone();
+        let clusters = Controller::for_stream(
+            queued_changes(changes(self.cluster_changes.1), queue.clone()),
+            self.clusters,
+        )
+        .reconcile_on(queued_wakes(self.cluster_wakes, queue.clone()))
+        .with_config(config)
+        .graceful_shutdown_on(stop.clone().cancelled_owned())
+        .run(pass::reconcile, pass::error_policy, self.ctx.clone())
+        .for_each(move |result| log_result(result, &queue));
+        tokio::join!(
+            unless_stopped_unsynced(projections, stop.clone(), projections_store),
+            unless_stopped_unsynced(clusters, stop, clusters_store),
+        );
+        for task in self.tasks {
+            task.abort();
+        }
+    }
+
+    /// Stops a replica that never led.
+    pub fn stop(self) {
+        for task in self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Runs a controller (`run`) to its end, or until `stop` if its store has not synced by then.
+/// kube's controller holds its reconciles until its store is ready and its graceful shutdown waits
+/// for them, so a replica whose CR watch never syncs (its RBAC does not cover the CRs, a CRD is
+/// missing) would otherwise ignore SIGTERM until its pod is killed. A synced controller finishes
+/// its running reconciles as before.
+async fn unless_stopped_unsynced<K>(
+    run: impl std::future::Future<Output = ()>,
+    stop: CancellationToken,
+    store: reflector::Store<K>,
+) where
+    K: Watchable,
+{
+    use futures::FutureExt;
+    let unsynced_stop = async {
+        stop.cancelled().await;
+        if matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))) {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        () = run => {}
+        () = unsynced_stop => tracing::info!(
+            kind = K::kind(&()).as_ref(),
+            "stopped before the caches synced: no reconcile ran, none to finish"
+        ),
+    }
+}
+
+/// Invalidates discovery and wakes the CRs following the group of every `K` that changes, then
+/// tells `also` (the watches, the object's name, whether it was deleted).
+async fn follow_discovery_changes<K>(
+    client: Client,
+    ctx: Arc<context::Context>,
+    also: fn(&watches::WatchRegistry, &str, bool),
+) where
+    K: Watchable,
+{
+    initial_list::watch(
+        Api::<PartialObjectMeta<K>>::all(client),
+        watcher::Config::default(),
+        ctx.settings.initial_list,
+    )
+    .default_backoff()
+    .for_each(|event| {
+        if let Ok(Event::Apply(object) | Event::Delete(object)) = &event {
+            let name = object.metadata.name.as_deref().unwrap_or_default();
+            ctx.discovery.invalidate();
+            ctx.watches.wake_discovery_followers(group_of(name));
+            also(&ctx.watches, name, matches!(event, Ok(Event::Delete(_))));
+        }
+        std::future::ready(())
+    })
+    .await;
+}
+
+/// The API group in the name of a CRD (`<plural>.<group>`) or an APIService (`<version>.<group>`,
+/// `v1.` for the core group).
+fn group_of(name: &str) -> &str {
+    name.split_once('.').map_or("", |(_, group)| group)
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+    use kube::runtime::watcher::Event;
+    use std::sync::{Arc, Mutex};
+
+    #[tokio::test]
+    async fn every_deletion_the_watch_reports_is_told_and_every_event_passes_on() {
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let events = futures::stream::iter([
+            Ok(Event::Init),
+            Ok(Event::InitApply("a")),
+            Ok(Event::InitDone),
+            Ok(Event::Apply("b")),
+            Ok(Event::Delete("a")),
+            Err(kube::runtime::watcher::Error::NoResourceVersion),
+            Ok(Event::Delete("b")),
+        ]);
+        let passed: Vec<_> = super::on_deleted(events, {
+            let told = told.clone();
+            move |name: &&str| told.lock().unwrap().push(*name)
+        })
+        .collect()
+        .await;
+        assert_eq!(passed.len(), 7, "nothing is held back");
+        assert_eq!(*told.lock().unwrap(), ["a", "b"]);
+    }
+
+    #[test]
+    fn group_of_crd_and_api_service_names() {
+        assert_eq!(super::group_of("widgets.example.com"), "example.com");
+        assert_eq!(super::group_of("v1beta1.example.com"), "example.com");
+        assert_eq!(super::group_of("v1."), "");
+    }
+}

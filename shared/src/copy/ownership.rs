@@ -1,0 +1,145 @@
+//! Who owns a copy. The ownership annotation is the only proof: the UID label narrows watches and
+//! lists but is never trusted alone, so a copy whose annotation was removed or changed is left alone.
+
+use crate::api::keys::{
+    OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_CLUSTER_PROJECTION_UID, OWNED_BY_PROJECTION,
+    OWNED_BY_PROJECTION_UID,
+};
+use std::collections::BTreeMap;
+
+/// The CR a copy belongs to. Deserializable (`{projection: {namespace, name, uid}}` or
+/// `{clusterProjection: {name, uid}}`) for the fixtures that name one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Owner {
+    /// A namespaced `Projection`.
+    Projection {
+        /// Its namespace (also the namespace of its copy).
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// Its UID, stamped as a label.
+        uid: String,
+    },
+    /// A `ClusterProjection`.
+    ClusterProjection {
+        /// Its name.
+        name: String,
+        /// Its UID, stamped as a label.
+        uid: String,
+    },
+}
+
+impl Owner {
+    /// The authoritative annotation key of this owner's tier.
+    pub fn annotation_key(&self) -> &'static str {
+        match self {
+            Self::Projection { .. } => OWNED_BY_PROJECTION,
+            Self::ClusterProjection { .. } => OWNED_BY_CLUSTER_PROJECTION,
+        }
+    }
+
+    /// The annotation value naming this owner: `<namespace>/<name>` or `<name>`.
+    pub fn annotation_value(&self) -> String {
+        match self {
+            Self::Projection { namespace, name, .. } => format!("{namespace}/{name}"),
+            Self::ClusterProjection { name, .. } => name.clone(),
+        }
+    }
+
+    /// The UID label key of this owner's tier.
+    pub fn uid_label_key(&self) -> &'static str {
+        match self {
+            Self::Projection { .. } => OWNED_BY_PROJECTION_UID,
+            Self::ClusterProjection { .. } => OWNED_BY_CLUSTER_PROJECTION_UID,
+        }
+    }
+
+    /// The owner's UID.
+    pub fn uid(&self) -> &str {
+        match self {
+            Self::Projection { uid, .. } | Self::ClusterProjection { uid, .. } => uid,
+        }
+    }
+
+    /// The kind of the owning CR.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Projection { .. } => "Projection",
+            Self::ClusterProjection { .. } => "ClusterProjection",
+        }
+    }
+
+    /// Whether an object with these annotations is this owner's copy.
+    pub fn owns(&self, annotations: Option<&BTreeMap<String, String>>) -> bool {
+        annotations
+            .and_then(|a| a.get(self.annotation_key()))
+            .is_some_and(|v| self.is_annotation_value(v))
+    }
+
+    /// Whether `value` (of this tier's ownership annotation) names this owner; the same as comparing
+    /// with [`Self::annotation_value`], without building it.
+    pub fn is_annotation_value(&self, value: &str) -> bool {
+        match self {
+            Self::Projection { namespace, name, .. } => value
+                .split_once('/')
+                .is_some_and(|(n, rest)| n == namespace && rest == name),
+            Self::ClusterProjection { name, .. } => value == name,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn projection() -> Owner {
+        Owner::Projection {
+            namespace: "team-a".into(),
+            name: "p".into(),
+            uid: "u-1".into(),
+        }
+    }
+
+    #[test]
+    fn only_the_annotation_proves_ownership() {
+        let owner = projection();
+        let ours = BTreeMap::from([(OWNED_BY_PROJECTION.to_owned(), "team-a/p".to_owned())]);
+        assert!(owner.owns(Some(&ours)));
+        let other = BTreeMap::from([(OWNED_BY_PROJECTION.to_owned(), "team-b/p".to_owned())]);
+        assert!(!owner.owns(Some(&other)));
+        // The other tier's key with the same value is not ours either.
+        let cluster = BTreeMap::from([(OWNED_BY_CLUSTER_PROJECTION.to_owned(), "team-a/p".to_owned())]);
+        assert!(!owner.owns(Some(&cluster)));
+        assert!(!owner.owns(None));
+    }
+
+    #[test]
+    fn the_annotation_value_check_agrees_with_the_built_value() {
+        let cluster = Owner::ClusterProjection {
+            name: "c".into(),
+            uid: "u-2".into(),
+        };
+        for owner in [projection(), cluster] {
+            for value in ["team-a/p", "c", "team-a/p/x", "team-a/", "/p", "p", "team-ap", ""] {
+                assert_eq!(
+                    owner.is_annotation_value(value),
+                    value == owner.annotation_value(),
+                    "{owner:?} and {value:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn keys_per_tier() {
+        let cluster = Owner::ClusterProjection {
+            name: "c".into(),
+            uid: "u-2".into(),
+        };
+        assert_eq!(cluster.annotation_value(), "c");
+        assert_eq!(cluster.uid_label_key(), OWNED_BY_CLUSTER_PROJECTION_UID);
+        assert_eq!(projection().annotation_value(), "team-a/p");
+        assert_eq!(projection().uid_label_key(), OWNED_BY_PROJECTION_UID);
+    }
+}

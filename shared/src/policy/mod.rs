@@ -1,0 +1,7 @@
+//! Who may copy what, decided alike by the webhook at admission and by the controller at every
+//! pass: projectability of a source, kinds never copied or copied only when the platform allows
+//! them, and the author record with the access questions asked of it.
+
+pub mod author;
+pub mod kind_policy;
+pub mod projectable;
