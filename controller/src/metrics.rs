@@ -1,6 +1,7 @@
 //! The controller's Prometheus metrics. Names follow the Go operator; labels are bounded (kind,
 //! result, event), never object names or error text.
 
+use crate::cache::stored_cr::StoredCr;
 use kube::runtime::reflector::Store;
 use prometheus_client::{
     collector::Collector,
@@ -10,7 +11,6 @@ use prometheus_client::{
     },
     registry::Registry,
 };
-use crate::cache::stored_cr::StoredCr;
 use shared::api::{
     crd::{ClusterProjection, Condition, Projection},
     reason::Reason,
