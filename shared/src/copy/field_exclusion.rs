@@ -182,7 +182,10 @@ impl ExclusionProblem {
     /// The rule the expression breaks, for the user.
     pub fn rule(&self) -> String {
         match self {
-            Self::Unparsable { message, instead: None } => format!("not a JSONPath expression: {message}"),
+            Self::Unparsable {
+                message,
+                instead: None,
+            } => format!("not a JSONPath expression: {message}"),
             Self::Unparsable {
                 message,
                 instead: Some(meant),

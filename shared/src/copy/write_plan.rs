@@ -441,7 +441,11 @@ mod tests {
                     "annotations": {OWNED_BY_PROJECTION: "team/p", ADOPT_BY: null}}}))),
         ];
         for (case, current, owner, existing, expected) in cases {
-            assert_eq!(decide(current.as_ref(), &want, owner, existing), expected, "{case}");
+            assert_eq!(
+                decide(current.as_ref(), &want, owner, existing),
+                expected,
+                "{case}"
+            );
         }
     }
 }
