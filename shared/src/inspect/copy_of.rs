@@ -16,7 +16,7 @@ use std::fmt;
 
 /// A CR, by kind and name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(tag = "kind", rename_all = "camelCase")]
+#[serde(tag = "kind")]
 pub enum CrName {
     /// A Projection in `namespace`.
     Projection {
@@ -111,6 +111,73 @@ pub fn currency(copy: &Value, now: &str) -> Currency {
             now: now.to_owned(),
         },
         None => Currency::Unstamped,
+    }
+}
+
+/// One copy of a CR as `sources` reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "camelCase")]
+pub enum CopyState {
+    /// Ours, and carries the hash built now.
+    Current,
+    /// Ours, built from other content.
+    Stale {
+        /// The copy's hash.
+        copy: String,
+        /// The hash built now.
+        now: String,
+    },
+    /// Ours, without a hash.
+    Unstamped,
+    /// Nothing at the copy's coordinates (not written yet, or deleted since).
+    Missing,
+    /// Something the CR does not own is there (a `DestinationConflict`).
+    NotOurs,
+    /// Ours, but what the source builds now is unknown (the source is missing or refused): why.
+    Unknown {
+        /// Why.
+        why: String,
+    },
+}
+
+/// The state of the object at a copy's coordinates (`None`: nothing there) for `owner`, given the
+/// hash of the content built now (or why it cannot be built).
+pub fn copy_state(object: Option<&Value>, owner: &Owner, now: Result<&str, &str>) -> CopyState {
+    let Some(object) = object else {
+        return CopyState::Missing;
+    };
+    let ours = object["metadata"]["annotations"][owner.annotation_key()]
+        .as_str()
+        .is_some_and(|v| owner.is_annotation_value(v));
+    if !ours {
+        return CopyState::NotOurs;
+    }
+    match now {
+        Err(why) => CopyState::Unknown { why: why.to_owned() },
+        Ok(now) => match currency(object, now) {
+            Currency::Current => CopyState::Current,
+            Currency::Stale { copy, now } => CopyState::Stale { copy, now },
+            Currency::Unstamped => CopyState::Unstamped,
+        },
+    }
+}
+
+impl CopyState {
+    /// Whether a person should look at it.
+    pub fn needs_attention(&self) -> bool {
+        !matches!(self, Self::Current)
+    }
+
+    /// A few words for a table.
+    pub fn words(&self) -> String {
+        match self {
+            Self::Current => "current".to_owned(),
+            Self::Stale { .. } => "stale".to_owned(),
+            Self::Unstamped => "unstamped".to_owned(),
+            Self::Missing => "missing".to_owned(),
+            Self::NotOurs => "conflict (not ours)".to_owned(),
+            Self::Unknown { why } => format!("unknown: {why}"),
+        }
     }
 }
 
@@ -236,5 +303,26 @@ mod tests {
             "b/cfg"
         ));
         assert!(!left_by_event("DestinationDeleted", "b/cfg", "b/cfg"));
+    }
+
+    #[test]
+    fn a_copy_state_is_read_from_what_is_at_its_coordinates() {
+        let owner = CrName::ClusterProjection { name: "fan".into() }.owner("u");
+        let ours = object(json!({OWNED_BY_CLUSTER_PROJECTION: "fan", SOURCE_HASH: "h1"}));
+        let stranger = object(json!({OWNED_BY_CLUSTER_PROJECTION: "other", SOURCE_HASH: "h1"}));
+        let unstamped = object(json!({OWNED_BY_CLUSTER_PROJECTION: "fan"}));
+        #[rustfmt::skip]
+        let cases: Vec<(Option<&Value>, Result<&str, &str>, CopyState)> = vec![
+            (None, Ok("h1"), CopyState::Missing),
+            (Some(&ours), Ok("h1"), CopyState::Current),
+            (Some(&ours), Ok("h2"), CopyState::Stale { copy: "h1".into(), now: "h2".into() }),
+            (Some(&stranger), Ok("h1"), CopyState::NotOurs),
+            (Some(&ours), Err("source gone"), CopyState::Unknown { why: "source gone".into() }),
+            (Some(&unstamped), Ok("h1"), CopyState::Unstamped),
+        ];
+        for (object, now, expected) in cases {
+            assert_eq!(copy_state(object, &owner, now), expected);
+        }
+        assert!(!CopyState::Current.needs_attention() && CopyState::Missing.needs_attention());
     }
 }
