@@ -4,6 +4,7 @@
 
 mod cli;
 mod cluster;
+mod complete;
 mod copies;
 mod crs;
 mod exit;
@@ -21,6 +22,18 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     runtime::crypto::install_crypto_provider();
+    // Run as `kubectl_complete-projection` (a link to this binary): kubectl asks for completions.
+    let mut args = std::env::args();
+    let invoked = args.next().unwrap_or_default();
+    if invoked.rsplit('/').next() == Some("kubectl_complete-projection") {
+        let words: Vec<String> = args.collect();
+        let (candidates, directive) = complete::candidates(&Cli::command(), &words);
+        for candidate in candidates {
+            println!("{candidate}");
+        }
+        println!(":{directive}");
+        return ExitCode::SUCCESS;
+    }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
