@@ -32,7 +32,10 @@ pub fn candidates(command: &Command, words: &[String]) -> (Vec<String>, u8) {
     }
     let mut out = Vec::new();
     if partial.starts_with('-') {
-        for arg in current.get_arguments().chain(command.get_arguments().filter(|a| a.is_global_set())) {
+        for arg in current
+            .get_arguments()
+            .chain(command.get_arguments().filter(|a| a.is_global_set()))
+        {
             if let Some(long) = arg.get_long() {
                 out.push(format!("--{long}"));
             }
@@ -70,7 +73,16 @@ mod tests {
         let (all, directive) = complete(&[""]);
         assert_eq!(
             all,
-            ["completion", "preview", "resume", "sources", "status", "suspend", "sync", "why"]
+            [
+                "completion",
+                "preview",
+                "resume",
+                "sources",
+                "status",
+                "suspend",
+                "sync",
+                "why"
+            ]
         );
         assert_eq!(directive, NO_FILES);
         assert_eq!(complete(&["s"]).0, ["sources", "status", "suspend", "sync"]);

@@ -5,8 +5,7 @@
 mod common;
 
 use common::{
-    Run, apply, cluster_ready, controller, delete_cluster_projection, delete_projections, plugin, plugin_raw,
-    plugin_with, projection_ready,
+    Cleanup, Run, apply, cluster_ready, controller, plugin, plugin_raw, plugin_with, projection_ready,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
@@ -80,6 +79,9 @@ async fn why_sources_status_and_lifecycle_follow_a_copy_made_stale_on_purpose() 
     let (src, dst) = (src.name().to_owned(), dst.name().to_owned());
     let fan = format!("plugin-life-{}", std::process::id());
     let _controller = controller().await;
+    let mut cleanup = Cleanup::new();
+    cleanup.cluster_projection(&fan);
+    cleanup.projections(&dst);
     apply(&source_configmap(&src, "settings", "a: '1'"));
     apply(&projection_yaml(&dst, "mirror", &src, ""));
     apply(&cluster_yaml(
@@ -266,9 +268,6 @@ async fn why_sources_status_and_lifecycle_follow_a_copy_made_stale_on_purpose() 
     plugin(&["why", "cm/settings", "-n", &dst])
         .expect(0)
         .line_with(&["Copy:", "current"]);
-
-    delete_cluster_projection(&client, &fan).await;
-    delete_projections(&client, &dst).await;
 }
 
 #[tokio::test]
@@ -280,6 +279,8 @@ async fn why_names_the_crs_that_would_write_or_left_an_object_no_cr_owns() {
     let dst = TestNamespace::create(&client, "plugin-why-dst").await;
     let (src, dst) = (src.name().to_owned(), dst.name().to_owned());
     let _controller = controller().await;
+    let mut cleanup = Cleanup::new();
+    cleanup.projections(&dst);
     apply(&source_configmap(&src, "settings", "a: '1'"));
 
     // A stranger's object where a Projection wants its copy: a conflict.
@@ -341,8 +342,6 @@ async fn why_names_the_crs_that_would_write_or_left_an_object_no_cr_owns() {
         configmap(&client, &dst, "left").await.is_some(),
         "the orphaned copy stays"
     );
-
-    delete_projections(&client, &dst).await;
 }
 
 #[tokio::test]
@@ -360,6 +359,20 @@ async fn preview_says_what_the_controller_would_do_per_namespace_and_writes_noth
     let fan = format!("plugin-pv-{}", std::process::id());
     let once = format!("plugin-once-{}", std::process::id());
     let _controller = controller().await;
+    let mut cleanup = Cleanup::new();
+    cleanup.kubectl(&[
+        "patch",
+        "configmap",
+        "hold",
+        "-n",
+        &held,
+        "--type",
+        "merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ]);
+    cleanup.cluster_projection(&fan);
+    cleanup.cluster_projection(&once);
     apply(&source_configmap(&src, "settings", "a: '1'"));
     apply(&cluster_yaml(
         &fan,
@@ -546,19 +559,6 @@ async fn preview_says_what_the_controller_would_do_per_namespace_and_writes_noth
         "preview created the CR"
     );
 
-    kubectl_ok(&[
-        "patch",
-        "configmap",
-        "hold",
-        "-n",
-        &held,
-        "--type",
-        "merge",
-        "-p",
-        r#"{"metadata":{"finalizers":null}}"#,
-    ]);
-    delete_cluster_projection(&client, &fan).await;
-    delete_cluster_projection(&client, &once).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -769,4 +769,41 @@ fn completion_scripts_for_bash_zsh_and_fish() {
         }
     }
     plugin_raw(&["completion", "powershell"], None, &[]).expect(2);
+}
+
+#[test]
+fn kubectl_runs_the_plugin_and_completes_it_through_kubectl_complete_projection() {
+    // The plugin and its completion link on the PATH, as `cargo install` and the docs' `ln -s` leave
+    // them; the control plane's own kubectl finds both.
+    let dir = std::env::temp_dir().join(format!("plugin-path-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    for name in ["kubectl-projection", "kubectl_complete-projection"] {
+        let link = dir.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(common::binary(), &link).expect("a link");
+    }
+    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
+    let kubectl = |args: &[&str]| {
+        let out = std::process::Command::new(projection_tests::control_plane_bin().join("kubectl"))
+            .args(args)
+            .env("PATH", &path)
+            .env("KUBECONFIG", kubeconfig_path())
+            .output()
+            .expect("kubectl runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, stdout) = kubectl(&["__complete", "projection", "s"]);
+    assert_eq!(
+        (code, stdout.as_str()),
+        (Some(0), "sources\nstatus\nsuspend\nsync\n:4\n")
+    );
+    let (_, stdout) = kubectl(&["__complete", "projection", "sync", "--w"]);
+    assert_eq!(stdout, "--wait\n:4\n");
+    let (code, stdout) = kubectl(&["projection", "completion", "bash"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("kubectl-projection"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -215,33 +215,60 @@ pub async fn cluster_ready(client: &Client, name: &str, status: &str, reason: &s
     .await;
 }
 
-/// Deletes the ClusterProjection `name` and waits until it is gone (its copies removed by the
-/// controller, which must still run).
-pub async fn delete_cluster_projection(client: &Client, name: &str) {
-    let api: Api<ClusterProjection> = Api::all(client.clone());
-    projection_tests::delete_ignoring_absent(&api, name).await;
-    wait_for(&format!("ClusterProjection {name} gone"), TIMEOUT, || async {
-        match api.get_opt(name).await {
-            Ok(None) => Ok(()),
-            Ok(Some(_)) => Err("still there".to_owned()),
-            Err(e) => Err(e.to_string()),
-        }
-    })
-    .await;
+/// kubectl commands run when dropped, in order, each waiting (at most 60 s) for what it deletes:
+/// declared after the test's controller, it runs first, while the controller still removes the
+/// finalizers, also when the test panics, so no CR of a failed test is left to act in later tests.
+pub struct Cleanup(Vec<Vec<String>>);
+
+impl Cleanup {
+    pub fn new() -> Self {
+        Self(Vec::new())
+    }
+
+    /// Deletes the ClusterProjection `name`.
+    pub fn cluster_projection(&mut self, name: &str) {
+        self.0.push(
+            [
+                "delete",
+                "clusterprojection",
+                name,
+                "--ignore-not-found",
+                "--wait=true",
+                "--timeout=60s",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+        );
+    }
+
+    /// Deletes every Projection of `namespace`.
+    pub fn projections(&mut self, namespace: &str) {
+        self.0.push(
+            [
+                "delete",
+                "projections",
+                "--all",
+                "-n",
+                namespace,
+                "--wait=true",
+                "--timeout=60s",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+        );
+    }
+
+    /// Runs `args` with kubectl.
+    pub fn kubectl(&mut self, args: &[&str]) {
+        self.0.push(args.iter().map(|a| (*a).to_owned()).collect());
+    }
 }
 
-/// Deletes every Projection of `namespace` and waits until they are gone.
-pub async fn delete_projections(client: &Client, namespace: &str) {
-    let api: Api<Projection> = Api::namespaced(client.clone(), namespace);
-    let _ = api
-        .delete_collection(&Default::default(), &Default::default())
-        .await;
-    wait_for(&format!("Projections of {namespace} gone"), TIMEOUT, || async {
-        match api.list(&Default::default()).await {
-            Ok(list) if list.items.is_empty() => Ok(()),
-            Ok(list) => Err(format!("{} left", list.items.len())),
-            Err(e) => Err(e.to_string()),
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for args in &self.0 {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let _ = projection_tests::kubectl(&args);
         }
-    })
-    .await;
+    }
 }
