@@ -130,11 +130,7 @@ fn render(report: &Report, wide: bool) -> String {
             CrName::ClusterProjection { name } => ("ClusterProjection", name.clone()),
         };
         let base = |copy: String, state: String| {
-            let mut row = vec![kind.to_owned(), cr.clone(), reader.ready.clone(), copy, state];
-            if !wide {
-                row.truncate(5);
-            }
-            row
+            vec![kind.to_owned(), cr.clone(), reader.ready.clone(), copy, state]
         };
         if let Some(e) = &reader.targets_error {
             rows.push(base("<none>".into(), format!("targets not resolved: {e}")));
