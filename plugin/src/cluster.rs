@@ -10,10 +10,58 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
 };
 use shared::{
-    api::crd::{ClusterProjection, Projection, SourceRef},
-    inspect::resource_name::{Served, resolve},
+    api::{
+        crd::{ClusterProjection, Projection, SourceRef},
+        source::GroupKind,
+    },
+    inspect::resource_name::{Served, resolve, split_reference},
     pass::targets::NamespaceInfo,
 };
+
+/// An object named on the command line as `KIND/NAME` (in the namespace of `-n`).
+pub struct Named {
+    /// The connection.
+    pub cluster: Cluster,
+    /// Its kind.
+    pub resource: ApiResource,
+    /// Its group and kind.
+    pub group_kind: GroupKind,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The object as stored, as JSON; `None` when it does not exist.
+    pub object: Option<serde_json::Value>,
+}
+
+impl Named {
+    /// Connects and reads the object `reference` (`KIND/NAME`) names.
+    pub async fn read(global: &Global, reference: &str) -> Result<Self, Failure> {
+        let (kind_name, name) = split_reference(reference).map_err(Failure::Usage)?;
+        let cluster = Cluster::connect(global).await?;
+        let resource = cluster.resolve_name(kind_name).await?;
+        let namespace = cluster.namespace.clone();
+        let object = cluster
+            .objects(&resource, &namespace)
+            .get_opt(name)
+            .await
+            .with_context(|| format!("reading {} {namespace}/{name}", resource.kind))?
+            .map(serde_json::to_value)
+            .transpose()
+            .context("encoding the object")?;
+        Ok(Self {
+            group_kind: GroupKind {
+                group: resource.group.clone(),
+                kind: resource.kind.clone(),
+            },
+            cluster,
+            resource,
+            namespace,
+            name: name.to_owned(),
+            object,
+        })
+    }
+}
 
 /// A connection to the cluster and the namespace commands default to.
 pub struct Cluster {

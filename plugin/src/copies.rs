@@ -6,7 +6,7 @@ use kube::api::{ApiResource, DynamicObject};
 use serde_json::Value;
 use shared::{
     copy::content::BuiltContent,
-    inspect::copy_of::{CopyState, copy_state},
+    inspect::copy_of::{CopyState, copy_state, owner_of},
     pass::targets::{NamespaceInfo, TargetRule, Targets},
 };
 
@@ -92,7 +92,7 @@ pub async fn state_in(
         });
     };
     let object = read_copy(cluster, resource, namespace, &cr.copy_name()).await?;
-    let owner = cr.name().owner(cr.meta().uid.as_deref().unwrap_or_default());
+    let owner = owner_of(&cr.name(), cr.meta().uid.as_deref().unwrap_or_default());
     Ok(copy_state(
         object.as_ref(),
         &owner,

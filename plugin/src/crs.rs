@@ -8,7 +8,7 @@ use shared::{
     api::crd::{ClusterProjection, Condition, Projection, SourceRef},
     copy::content::CopyRules,
     inspect::{
-        copy_of::CrName,
+        copy_of::{CrName, kubectl_name},
         summary::{Summary, of_cluster, of_projection},
     },
 };
@@ -137,7 +137,7 @@ impl AnyCr {
                 .await
                 .map(|c| c.map(Self::Cluster)),
         };
-        Ok(found.with_context(|| format!("reading {name}"))?)
+        Ok(found.with_context(|| format!("reading {}", kubectl_name(name)))?)
     }
 
     /// Its latest `count` events, oldest first.

@@ -54,11 +54,3 @@ impl Failure {
         }
     }
 }
-
-/// A kube error as a failure: a 404 is "not found" with `what`, anything else an error.
-pub fn from_kube(e: kube::Error, what: &str) -> Failure {
-    match e {
-        kube::Error::Api(s) if s.code == 404 => Failure::NotFound(format!("{what} not found")),
-        e => Failure::Error(anyhow::Error::new(e).context(format!("reading {what}"))),
-    }
-}

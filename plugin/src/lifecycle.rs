@@ -19,7 +19,7 @@ use shared::{
         crd::{ClusterProjection, Projection},
         keys::REQUESTED_AT,
     },
-    inspect::copy_of::CrName,
+    inspect::copy_of::{CrName, kubectl_name},
 };
 use std::time::{Duration, Instant};
 
@@ -84,7 +84,7 @@ async fn selected(cluster: &Cluster, select: &Select) -> Result<Vec<AnyCr>, Fail
             };
             match AnyCr::get(cluster, &cr_name).await? {
                 Some(cr) => Ok(vec![cr]),
-                None => Err(Failure::NotFound(format!("{cr_name} not found"))),
+                None => Err(Failure::NotFound(format!("{} not found", kubectl_name(&cr_name)))),
             }
         }
         Selection::Many(kind) => {
@@ -118,10 +118,11 @@ async fn patch(cluster: &Cluster, cr: &AnyCr, body: &Value) -> Result<AnyCr, Fai
             .await
             .map(AnyCr::Cluster),
     };
-    Ok(patched.with_context(|| format!("patching {}", cr.name()))?)
+    Ok(patched.with_context(|| format!("patching {}", kubectl_name(&cr.name())))?)
 }
 
-fn kubectl_name(cr: &AnyCr) -> String {
+/// `projection.projection.sh/NAME`, as kubectl prints what it changed.
+fn resource_name(cr: &AnyCr) -> String {
     match cr {
         AnyCr::Projection(p) => format!("projection.projection.sh/{}", p.name_any()),
         AnyCr::Cluster(c) => format!("clusterprojection.projection.sh/{}", c.name_any()),
@@ -139,7 +140,7 @@ pub async fn set_suspend(global: &Global, select: &Select, suspend: bool) -> Res
         patch(&cluster, &cr, &json!({"spec": {"suspend": suspend}})).await?;
         println!(
             "{} {}",
-            kubectl_name(&cr),
+            resource_name(&cr),
             if suspend { "suspended" } else { "resumed" }
         );
     }
@@ -158,7 +159,7 @@ pub async fn sync(global: &Global, select: &Select, wait: bool, timeout: Duratio
     let mut pending = Vec::new();
     for cr in crs {
         patch(&cluster, &cr, &body).await?;
-        println!("{} reconcile requested at {requested}", kubectl_name(&cr));
+        println!("{} reconcile requested at {requested}", resource_name(&cr));
         pending.push(cr.name());
     }
     if !wait {
@@ -170,12 +171,12 @@ pub async fn sync(global: &Global, select: &Select, wait: bool, timeout: Duratio
     while let Some(name) = pending.first().cloned() {
         let cr = AnyCr::get(&cluster, &name)
             .await?
-            .ok_or_else(|| Failure::NotFound(format!("{name} was deleted while waiting")))?;
+            .ok_or_else(|| Failure::NotFound(format!("{} was deleted while waiting", kubectl_name(&name))))?;
         if cr.last_handled() == Some(requested.as_str()) {
             let summary = cr.summary();
             println!(
                 "{} reconciled: Ready={} {}",
-                kubectl_name(&cr),
+                resource_name(&cr),
                 summary.ready,
                 summary.reason
             );
@@ -186,7 +187,7 @@ pub async fn sync(global: &Global, select: &Select, wait: bool, timeout: Duratio
             continue;
         }
         if Instant::now() >= deadline {
-            let names: Vec<String> = pending.iter().map(ToString::to_string).collect();
+            let names: Vec<String> = pending.iter().map(kubectl_name).collect();
             return Err(Failure::TimedOut(format!(
                 "timed out after {} waiting for the controller to handle the request of {requested} ({})",
                 humantime::format_duration(timeout),

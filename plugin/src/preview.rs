@@ -25,7 +25,7 @@ use shared::{
     },
     copy::{content::BuiltContent, destination::Target, write_plan::decide},
     inspect::{
-        copy_of::CrName,
+        copy_of::{CrName, kubectl_name, owner_of},
         preview::{Row, action_word, needs_attention, refused, rows},
     },
     pass::{
@@ -249,7 +249,7 @@ async fn preview(cluster: &Cluster, manifest: &Manifest, settings: &Settings) ->
         .as_ref()
         .and_then(|c| c.meta().uid.clone())
         .unwrap_or_default();
-    let owner = cr.name().owner(&uid);
+    let owner = owner_of(&cr.name(), &uid);
     let copy_name = cr.copy_name();
     let (scope, targets) = match cr {
         AnyCr::Projection(_) => (
@@ -354,7 +354,10 @@ fn render(previews: &[Preview], wide: bool) -> String {
         let state = if p.exists { "exists" } else { "new" };
         out.push_str(&format!(
             "{} ({state}) of {}{group} {}/{}:\n",
-            p.cr, s.kind, s.namespace, s.name
+            kubectl_name(&p.cr),
+            s.kind,
+            s.namespace,
+            s.name
         ));
         if let Some(stopped) = &p.stopped {
             out.push_str(&format!(

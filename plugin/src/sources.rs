@@ -3,20 +3,14 @@
 
 use crate::{
     cli::{Global, Output},
-    cluster::Cluster,
+    cluster::Named,
     copies::{build_now, placements, state_in},
     crs::every_cr,
     exit::{Code, Failure},
     output::{structured, table},
 };
 use serde::Serialize;
-use shared::{
-    api::source::GroupKind,
-    inspect::{
-        copy_of::{CopyState, CrName, reads},
-        resource_name::split_reference,
-    },
-};
+use shared::inspect::copy_of::{CopyState, CrName, reads};
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -52,27 +46,16 @@ struct Report {
 
 /// Runs `sources`.
 pub async fn run(global: &Global, reference: &str) -> Result<Code, Failure> {
-    let (kind_name, name) = split_reference(reference).map_err(Failure::Usage)?;
-    let cluster = Cluster::connect(global).await?;
-    let resource = cluster.resolve_name(kind_name).await?;
-    let namespace = cluster.namespace.clone();
-    let exists = cluster
-        .objects(&resource, &namespace)
-        .get_opt(name)
-        .await
-        .map_err(|e| Failure::Error(anyhow::Error::new(e).context("reading the object")))?
-        .is_some();
-    let group_kind = GroupKind {
-        group: resource.group.clone(),
-        kind: resource.kind.clone(),
-    };
+    let named = Named::read(global, reference).await?;
+    let (cluster, namespace, name) = (&named.cluster, &named.namespace, named.name.as_str());
+    let exists = named.object.is_some();
     let namespaces = cluster.namespaces().await?;
     let mut readers = Vec::new();
-    for cr in every_cr(&cluster).await? {
-        if !reads(cr.source(), &group_kind, &namespace, name) {
+    for cr in every_cr(cluster).await? {
+        if !reads(cr.source(), &named.group_kind, namespace, name) {
             continue;
         }
-        let built = build_now(&cluster, &cr).await?;
+        let built = build_now(cluster, &cr).await?;
         let (places, targets_error) = match placements(&cr, &namespaces) {
             Ok(places) => (places, None),
             Err(e) => (Vec::new(), Some(e)),
@@ -80,7 +63,7 @@ pub async fn run(global: &Global, reference: &str) -> Result<Code, Failure> {
         let mut copies = Vec::new();
         for place in places {
             copies.push(Copy {
-                state: state_in(&cluster, &cr, &built, &place).await?,
+                state: state_in(cluster, &cr, &built, &place).await?,
                 namespace: place,
                 name: cr.copy_name(),
             });
@@ -97,8 +80,8 @@ pub async fn run(global: &Global, reference: &str) -> Result<Code, Failure> {
         .iter()
         .any(|r| r.targets_error.is_some() || r.copies.iter().any(|c| c.state.needs_attention()));
     let report = Report {
-        kind: resource.kind.clone(),
-        namespace,
+        kind: named.resource.kind.clone(),
+        namespace: namespace.clone(),
         name: name.to_owned(),
         exists,
         readers,

@@ -2,10 +2,10 @@
 
 use crate::{
     cli::{Global, Output},
-    cluster::Cluster,
+    cluster::{Cluster, Named},
     copies::{Built, build_now, state_in},
     crs::{AnyCr, every_cr, last_seen},
-    exit::{Code, Failure, from_kube},
+    exit::{Code, Failure},
     output::{or_none, structured, table},
 };
 use anyhow::Context as _;
@@ -21,8 +21,10 @@ use shared::{
     },
     copy::adoption::adoption_value,
     inspect::{
-        copy_of::{CopyState, CrName, left_by_event, named_owners, would_write, written_by_us},
-        resource_name::split_reference,
+        copy_of::{
+            CopyState, CrName, kubectl_name, left_by_event, named_owners, owner_of, would_write,
+            written_by_us,
+        },
         summary::Summary,
     },
     pass::targets::TargetRule,
@@ -98,19 +100,20 @@ impl EventLine {
 
 /// Runs `why`.
 pub async fn run(global: &Global, reference: &str, event_count: usize) -> Result<Code, Failure> {
-    let (kind_name, name) = split_reference(reference).map_err(Failure::Usage)?;
-    let cluster = Cluster::connect(global).await?;
-    let resource = cluster.resolve_name(kind_name).await?;
-    let namespace = cluster.namespace.clone();
-    let object = cluster
-        .objects(&resource, &namespace)
-        .get(name)
-        .await
-        .map_err(|e| from_kube(e, &format!("{} {namespace}/{name}", resource.kind)))?;
-    let object = serde_json::to_value(&object).context("encoding the object")?;
-    let group_kind = GroupKind {
-        group: resource.group.clone(),
-        kind: resource.kind.clone(),
+    let Named {
+        cluster,
+        resource,
+        group_kind,
+        namespace,
+        name,
+        object,
+    } = Named::read(global, reference).await?;
+    let name = name.as_str();
+    let Some(object) = object else {
+        return Err(Failure::NotFound(format!(
+            "{} {namespace}/{name} not found",
+            resource.kind
+        )));
     };
     let mut report = Report {
         object: ObjectName {
@@ -174,7 +177,8 @@ async fn owned(
     } else {
         CopyState::Unknown {
             why: format!(
-                "{owner} writes {} copies named {}, not this object",
+                "{} writes {} copies named {}, not this object",
+                kubectl_name(owner),
                 cr.source().kind,
                 cr.copy_name()
             ),
@@ -273,12 +277,13 @@ fn render(report: &Report, wide: bool) -> String {
             out.push_str("The controller wrote it once: it was released (orphaned by policy, or its ownership annotation was removed or changed).\n");
         }
         for cr in &not.left_by {
-            out.push_str(&format!("Left by:     {cr}\n"));
+            out.push_str(&format!("Left by:     {}\n", kubectl_name(cr)));
         }
         for cr in &not.would_write {
             out.push_str(&format!(
-                "Conflict:    {cr} would write it, and leaves it alone (DestinationConflict); to let it, annotate the object projection.sh/adopt-by={}\n",
-                adoption_value(&cr.owner(""))
+                "Conflict:    {} would write it, and leaves it alone (DestinationConflict); to let it, annotate the object projection.sh/adopt-by={}\n",
+                kubectl_name(cr),
+                adoption_value(&owner_of(cr, ""))
             ));
         }
         if not.would_write.is_empty() && not.left_by.is_empty() {
@@ -287,7 +292,7 @@ fn render(report: &Report, wide: bool) -> String {
         return out;
     }
     for owned in &report.owned_by {
-        out.push_str(&format!("Owned by:    {}\n", owned.cr));
+        out.push_str(&format!("Owned by:    {}\n", kubectl_name(&owned.cr)));
         if !owned.exists {
             out.push_str("             which does not exist (deleted without removing its copies?): the copy is managed by nothing\n");
             continue;

@@ -69,14 +69,40 @@ fn status_entry<'a>(list: &'a Value, kind: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {kind} {name} in {list}"))
 }
 
+/// One test's world: the exclusive right to run a controller (or to run none), a client, the CRDs,
+/// and namespaces of its own, deleted when it is dropped.
+struct World {
+    client: Client,
+    namespaces: Vec<TestNamespace>,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl World {
+    async fn new(prefix: &str, suffixes: &[&str]) -> Self {
+        let serial = exclusive().await;
+        let client = client().await;
+        install_crds(&client).await;
+        let mut namespaces = Vec::new();
+        for suffix in suffixes {
+            namespaces.push(TestNamespace::create(&client, &format!("{prefix}-{suffix}")).await);
+        }
+        Self {
+            client,
+            namespaces,
+            _serial: serial,
+        }
+    }
+
+    /// The name of the `i`th namespace.
+    fn ns(&self, i: usize) -> String {
+        self.namespaces[i].name().to_owned()
+    }
+}
+
 #[tokio::test]
 async fn why_sources_status_and_lifecycle_follow_a_copy_made_stale_on_purpose() {
-    let _serial = exclusive().await;
-    let client = client().await;
-    install_crds(&client).await;
-    let src = TestNamespace::create(&client, "plugin-life-src").await;
-    let dst = TestNamespace::create(&client, "plugin-life-dst").await;
-    let (src, dst) = (src.name().to_owned(), dst.name().to_owned());
+    let world = World::new("plugin-life", &["src", "dst"]).await;
+    let (client, src, dst) = (world.client.clone(), world.ns(0), world.ns(1));
     let fan = format!("plugin-life-{}", std::process::id());
     let _controller = controller().await;
     let mut cleanup = Cleanup::new();
@@ -272,12 +298,8 @@ async fn why_sources_status_and_lifecycle_follow_a_copy_made_stale_on_purpose() 
 
 #[tokio::test]
 async fn why_names_the_crs_that_would_write_or_left_an_object_no_cr_owns() {
-    let _serial = exclusive().await;
-    let client = client().await;
-    install_crds(&client).await;
-    let src = TestNamespace::create(&client, "plugin-why-src").await;
-    let dst = TestNamespace::create(&client, "plugin-why-dst").await;
-    let (src, dst) = (src.name().to_owned(), dst.name().to_owned());
+    let world = World::new("plugin-why", &["src", "dst"]).await;
+    let (client, src, dst) = (world.client.clone(), world.ns(0), world.ns(1));
     let _controller = controller().await;
     let mut cleanup = Cleanup::new();
     cleanup.projections(&dst);
@@ -346,15 +368,9 @@ async fn why_names_the_crs_that_would_write_or_left_an_object_no_cr_owns() {
 
 #[tokio::test]
 async fn preview_says_what_the_controller_would_do_per_namespace_and_writes_nothing() {
-    let _serial = exclusive().await;
-    let client = client().await;
-    install_crds(&client).await;
-    let mut namespaces = Vec::new();
-    for suffix in ["src", "a", "b", "c", "e", "held"] {
-        namespaces.push(TestNamespace::create(&client, &format!("plugin-pv-{suffix}")).await);
-    }
-    let names: Vec<String> = namespaces.iter().map(|n| n.name().to_owned()).collect();
-    let [src, a, b, c, e, held] = [0, 1, 2, 3, 4, 5].map(|i| names[i].clone());
+    let world = World::new("plugin-pv", &["src", "a", "b", "c", "e", "held"]).await;
+    let client = world.client.clone();
+    let [src, a, b, c, e, held] = [0, 1, 2, 3, 4, 5].map(|i| world.ns(i));
     let nope = format!("{held}-absent");
     let fan = format!("plugin-pv-{}", std::process::id());
     let once = format!("plugin-once-{}", std::process::id());
@@ -637,12 +653,8 @@ async fn preview_refuses_what_the_webhook_refuses_with_the_same_message() {
 #[tokio::test]
 async fn selections_exit_codes_and_kubeconfig_resolution_without_a_controller() {
     // No controller may run: `sync --wait` must time out.
-    let _serial = exclusive().await;
-    let client = client().await;
-    install_crds(&client).await;
-    let src = TestNamespace::create(&client, "plugin-sel-src").await;
-    let ns = TestNamespace::create(&client, "plugin-sel").await;
-    let (src, ns) = (src.name().to_owned(), ns.name().to_owned());
+    let world = World::new("plugin-sel", &["src", "ns"]).await;
+    let (client, src, ns) = (world.client.clone(), world.ns(0), world.ns(1));
     apply(&projection_yaml(&ns, "one", &src, ""));
     apply(&projection_yaml(&ns, "two", &src, "").replace("name: two,", "name: two, labels: {team: x},"));
 

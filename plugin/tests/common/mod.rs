@@ -177,40 +177,44 @@ pub fn apply(yaml: &str) {
     );
 }
 
+/// Waits until the `Ready` condition of `name` (read through `api`) has `status` and `reason`.
+async fn ready<K>(api: Api<K>, name: &str, status: &str, reason: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    wait_for(&format!("{name} Ready={status} {reason}"), TIMEOUT, || async {
+        let cr = serde_json::to_value(api.get(name).await.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+        let conditions = &cr["status"]["conditions"];
+        conditions
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Ready" && c["status"] == status && c["reason"] == reason)
+            .map(|_| ())
+            .ok_or_else(|| conditions.to_string())
+    })
+    .await;
+}
+
 /// Waits until the Projection's `Ready` condition has `status` and `reason`.
 pub async fn projection_ready(client: &Client, namespace: &str, name: &str, status: &str, reason: &str) {
-    let api: Api<Projection> = Api::namespaced(client.clone(), namespace);
-    wait_for(
-        &format!("Projection {namespace}/{name} Ready={status} {reason}"),
-        TIMEOUT,
-        || async {
-            let p = api.get(name).await.map_err(|e| e.to_string())?;
-            let conditions = p.status.map(|s| s.conditions).unwrap_or_default();
-            conditions
-                .iter()
-                .find(|c| c.r#type == "Ready" && c.status == status && c.reason == reason)
-                .map(|_| ())
-                .ok_or_else(|| format!("{conditions:?}"))
-        },
+    ready(
+        Api::<Projection>::namespaced(client.clone(), namespace),
+        name,
+        status,
+        reason,
     )
     .await;
 }
 
 /// Waits until the ClusterProjection's `Ready` condition has `status` and `reason`.
 pub async fn cluster_ready(client: &Client, name: &str, status: &str, reason: &str) {
-    let api: Api<ClusterProjection> = Api::all(client.clone());
-    wait_for(
-        &format!("ClusterProjection {name} Ready={status} {reason}"),
-        TIMEOUT,
-        || async {
-            let p = api.get(name).await.map_err(|e| e.to_string())?;
-            let conditions = p.status.map(|s| s.conditions).unwrap_or_default();
-            conditions
-                .iter()
-                .find(|c| c.r#type == "Ready" && c.status == status && c.reason == reason)
-                .map(|_| ())
-                .ok_or_else(|| format!("{conditions:?}"))
-        },
+    ready(
+        Api::<ClusterProjection>::all(client.clone()),
+        name,
+        status,
+        reason,
     )
     .await;
 }

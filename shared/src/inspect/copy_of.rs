@@ -12,49 +12,30 @@ use crate::{
 };
 use serde::Serialize;
 use serde_json::Value;
-use std::fmt;
 
-/// A CR, by kind and name.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(tag = "kind")]
-pub enum CrName {
-    /// A Projection in `namespace`.
-    Projection {
-        /// Its namespace.
-        namespace: String,
-        /// Its name.
-        name: String,
-    },
-    /// A ClusterProjection.
-    ClusterProjection {
-        /// Its name.
-        name: String,
-    },
-}
+/// A CR, by kind and name: the webhook's [`Claimant`].
+pub use crate::admission::claims::Claimant as CrName;
 
-impl fmt::Display for CrName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Projection { namespace, name } => write!(f, "projection {name} -n {namespace}"),
-            Self::ClusterProjection { name } => write!(f, "clusterprojection {name}"),
-        }
+/// The owner stamped on the copies of `cr`, whose UID is `uid`.
+pub fn owner_of(cr: &CrName, uid: &str) -> Owner {
+    match cr {
+        CrName::Projection { namespace, name } => Owner::Projection {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            uid: uid.to_owned(),
+        },
+        CrName::ClusterProjection { name } => Owner::ClusterProjection {
+            name: name.clone(),
+            uid: uid.to_owned(),
+        },
     }
 }
 
-impl CrName {
-    /// The owner stamped on its copies, with `uid`.
-    pub fn owner(&self, uid: &str) -> Owner {
-        match self {
-            Self::Projection { namespace, name } => Owner::Projection {
-                namespace: namespace.clone(),
-                name: name.clone(),
-                uid: uid.to_owned(),
-            },
-            Self::ClusterProjection { name } => Owner::ClusterProjection {
-                name: name.clone(),
-                uid: uid.to_owned(),
-            },
-        }
+/// How kubectl names `cr`: `projection NAME -n NAMESPACE`, `clusterprojection NAME`.
+pub fn kubectl_name(cr: &CrName) -> String {
+    match cr {
+        CrName::Projection { namespace, name } => format!("projection {name} -n {namespace}"),
+        CrName::ClusterProjection { name } => format!("clusterprojection {name}"),
     }
 }
 
@@ -239,10 +220,11 @@ mod tests {
             namespace: "team".into(),
             name: "p".into(),
         };
-        assert!(owner.owner("u").owns(Some(
+        assert!(owner_of(&owner, "u").owns(Some(
             &[(OWNED_BY_PROJECTION.to_owned(), "team/p".to_owned())].into()
         )));
-        assert_eq!(owner.to_string(), "projection p -n team");
+        assert_eq!(kubectl_name(&owner), "projection p -n team");
+        assert_eq!(owner.to_string(), "Projection team/p", "the webhook's words");
     }
 
     #[test]
@@ -307,7 +289,7 @@ mod tests {
 
     #[test]
     fn a_copy_state_is_read_from_what_is_at_its_coordinates() {
-        let owner = CrName::ClusterProjection { name: "fan".into() }.owner("u");
+        let owner = owner_of(&CrName::ClusterProjection { name: "fan".into() }, "u");
         let ours = object(json!({OWNED_BY_CLUSTER_PROJECTION: "fan", SOURCE_HASH: "h1"}));
         let stranger = object(json!({OWNED_BY_CLUSTER_PROJECTION: "other", SOURCE_HASH: "h1"}));
         let unstamped = object(json!({OWNED_BY_CLUSTER_PROJECTION: "fan"}));
