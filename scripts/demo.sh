@@ -93,7 +93,13 @@ spec:
   source: {kind: ConfigMap, namespace: platform-config, name: private-settings}
 YAML
 
+say "Why is the copy what it is? kubectl projection, the plugin (built from plugin/)"
+cargo build --quiet --locked -p kubectl-projection
+export PATH="$PWD/target/debug:$PATH"
+kubectl projection why configmap/platform-settings -n team-a
+
 say "Done"
 echo "The cluster, its node, cert-manager and projection keep running. Use them with:"
-echo "  export KUBECONFIG=$KUBECONFIG PATH=$TESTENV_DIR/bin:\$PATH"
+echo "  export KUBECONFIG=$KUBECONFIG PATH=$TESTENV_DIR/bin:$PWD/target/debug:\$PATH"
+echo "  kubectl projection status -A    # every Projection and ClusterProjection, one line each"
 echo "Stop everything and clean up with: tests/control-plane/down.sh"

@@ -18,10 +18,9 @@ use shared::{
     api::keys::FIELD_MANAGER,
     api::reason::Reason,
     api::source::GroupKind,
-    copy::adoption::{Consent, adoption_patch, consent},
     copy::ownership::Owner,
     copy::recreate::{immutable_fields, immutable_message, is_immutable_refusal},
-    copy::write_plan::{WritePlan, plan_update},
+    copy::write_plan::{WriteDecision, WritePlan, decide, plan_update},
     pass::lifecycle::{AfterDeleteConflict, Release, after_delete_conflict, orphan_patch},
     pass::plan::{Existing, Removed},
 };
@@ -137,14 +136,7 @@ pub async fn write_copy(
                 Err(e) => return Err(WriteError::Create(e)),
             }
         };
-        // Someone else's object is only ever taken over with its owner's consent.
         let adopting = !owner.owns(current.metadata.annotations.as_ref());
-        if adopting && let Consent::Refused(message) = consent(&current.metadata, owner) {
-            return Err(WriteError::Conflict(message));
-        }
-        if !adopting && existing_copy == Existing::Keep {
-            return Ok(Written::Unchanged);
-        }
         // Remembered as up to date only with a resourceVersion and a fingerprint of the desired copy.
         let stored_at = current.metadata.resource_version.as_deref().zip(fingerprint);
         if !adopting && stored_at.is_some_and(|(rv, fingerprint)| journal.is_verified(&key, rv, fingerprint))
@@ -153,16 +145,19 @@ pub async fn write_copy(
         }
         let current_value =
             serde_json::to_value(&*current).map_err(|e| WriteError::Conflict(e.to_string()))?;
-        let patch = match plan_update(&current_value, desired, FIELD_MANAGER) {
-            WritePlan::UpToDate if !adopting => {
+        // What to do is `shared`'s decision; the rest is I/O.
+        let patch = match decide(Some(&current_value), desired, owner, existing_copy) {
+            // Never for an object that exists (`existing` is empty now: the next round creates).
+            WriteDecision::Create => continue,
+            WriteDecision::Conflict(message) => return Err(WriteError::Conflict(message)),
+            WriteDecision::Kept => return Ok(Written::Unchanged),
+            WriteDecision::UpToDate => {
                 if let Some((rv, fingerprint)) = stored_at {
                     journal.remember_verified(&key, rv, fingerprint);
                 }
                 return Ok(Written::Unchanged);
             }
-            WritePlan::UpToDate => adoption_patch(serde_json::json!({})),
-            WritePlan::Patch(p) if adopting => adoption_patch(p),
-            WritePlan::Patch(p) => p,
+            WriteDecision::Update(patch) | WriteDecision::Adopt(patch) => patch,
         };
         journal.begin_write(key.clone());
         let params = PatchParams {

@@ -5,5 +5,6 @@
 pub mod admission;
 pub mod api;
 pub mod copy;
+pub mod inspect;
 pub mod pass;
 pub mod policy;

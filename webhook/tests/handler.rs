@@ -215,6 +215,23 @@ async fn both_endpoints_deny_an_invalid_spec_with_every_error() {
 }
 
 #[tokio::test]
+async fn a_dashed_key_in_a_field_exclusion_is_denied_with_the_bracket_form_to_write() {
+    let review = with_spec(
+        json!({"source": {"kind": "Secret", "namespace": "platform", "name": "db"},
+                                  "fields": {"exclude": ["$.data.admin-password"]}}),
+    );
+    for path in ["/mutate", "/validate"] {
+        let response = post(&app(), path, &review).await;
+        assert_eq!(
+            denial(&response),
+            "spec.fields.exclude[0]: not a JSONPath expression: Failed to parse rule: --> 1:13 = expected \
+             EOI, segment, or ALPHA; write $.data['admin-password'] (a name with '-', '.', '/' or a leading \
+             digit needs the bracket form)"
+        );
+    }
+}
+
+#[tokio::test]
 async fn metadata_only_updates_pass_even_when_the_spec_is_invalid() {
     let mut review = with_spec(json!({"source": {"kind": "bad"}}));
     review["request"]["operation"] = json!("UPDATE");

@@ -57,8 +57,10 @@ impl fmt::Display for Coordinates {
     }
 }
 
-/// A CR that claims objects.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A CR that claims objects (also how `kubectl projection` names a CR; serialized as
+/// `{kind, namespace, name}`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(tag = "kind")]
 pub enum Claimant {
     /// A Projection.
     Projection {

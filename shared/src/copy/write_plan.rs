@@ -6,6 +6,15 @@
 //! manager, which fields each writer last changed. Lists are compared as a whole (a merge patch
 //! replaces them), maps key by key.
 
+use crate::{
+    api::keys::FIELD_MANAGER,
+    copy::{
+        adoption::{Consent, adoption_patch, consent},
+        ownership::Owner,
+    },
+    pass::plan::Existing,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
@@ -16,6 +25,56 @@ pub enum WritePlan {
     UpToDate,
     /// A JSON merge patch, with `metadata.resourceVersion` set as a precondition.
     Patch(Value),
+}
+
+/// What writing one copy does with the object found at its coordinates: the one decision of the
+/// controller's writer (which adds only I/O, its journal and its fast paths), and of the kubectl
+/// plugin's `preview`, which makes it without writing.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WriteDecision {
+    /// Nothing is there: the copy is created.
+    Create,
+    /// Our copy already matches: nothing is sent.
+    UpToDate,
+    /// Our copy is left as it is (`syncPolicy: ApplyOnce` keeps what exists).
+    Kept,
+    /// Our copy differs: this JSON merge patch (with a resourceVersion precondition) updates it.
+    Update(Value),
+    /// A stranger's object whose owner consented (`projection.sh/adopt-by`): this patch makes it
+    /// our copy and removes the consent.
+    Adopt(Value),
+    /// A stranger's object without consent: left alone; the conflict message.
+    Conflict(String),
+}
+
+/// Decides what writing `desired` (a built copy of `owner`) does with `current`, the object at its
+/// coordinates as stored (`None` when nothing is there), when `existing` copies are updated or kept.
+/// Only the ownership annotation makes `current` ours; anything else is adopted only with consent.
+pub fn decide(current: Option<&Value>, desired: &Value, owner: &Owner, existing: Existing) -> WriteDecision {
+    let Some(current) = current else {
+        return WriteDecision::Create;
+    };
+    let ours = current["metadata"]["annotations"]
+        .get(owner.annotation_key())
+        .and_then(Value::as_str)
+        .is_some_and(|v| owner.is_annotation_value(v));
+    if !ours {
+        let meta: ObjectMeta = serde_json::from_value(current["metadata"].clone()).unwrap_or_default();
+        if let Consent::Refused(message) = consent(&meta, owner) {
+            return WriteDecision::Conflict(message);
+        }
+        return WriteDecision::Adopt(match plan_update(current, desired, FIELD_MANAGER) {
+            WritePlan::UpToDate => adoption_patch(Value::Object(Map::new())),
+            WritePlan::Patch(p) => adoption_patch(p),
+        });
+    }
+    if existing == Existing::Keep {
+        return WriteDecision::Kept;
+    }
+    match plan_update(current, desired, FIELD_MANAGER) {
+        WritePlan::UpToDate => WriteDecision::UpToDate,
+        WritePlan::Patch(p) => WriteDecision::Update(p),
+    }
 }
 
 /// Keys an apiserver allocates inside list items of a copy (Service ports' `nodePort`): their
@@ -330,5 +389,63 @@ mod tests {
             owned.children["data"].children.keys().collect::<Vec<_>>(),
             ["mine"]
         );
+    }
+
+    /// The copy of the Projection `team/p` at team/c, with `annotations` and data `a: <value>`.
+    fn found(annotations: Value, value: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "c", "namespace": "team", "resourceVersion": "9",
+                            "annotations": annotations, "labels": {"projection.sh/owned-by-projection-uid": "u"},
+                            "managedFields": mine(json!({"f:data": {"f:a": {}}}))},
+               "data": {"a": value}})
+    }
+
+    #[test]
+    fn the_write_of_one_copy_is_decided_from_what_is_there() {
+        use crate::api::keys::{ADOPT_BY, OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_PROJECTION};
+        let owner = Owner::Projection {
+            namespace: "team".into(),
+            name: "p".into(),
+            uid: "u".into(),
+        };
+        let cluster = Owner::ClusterProjection {
+            name: "p".into(),
+            uid: "u".into(),
+        };
+        let want = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": "c", "namespace": "team", "annotations": {OWNED_BY_PROJECTION: "team/p"}},
+                          "data": {"a": "1"}});
+        let ours = json!({OWNED_BY_PROJECTION: "team/p"});
+        let update = json!({"data": {"a": "1"}, "metadata": {"resourceVersion": "9"}});
+        let not_owned = "destination team/c exists and is not owned by this Projection";
+        let conflict = |m: &str| WriteDecision::Conflict(m.to_owned());
+        #[rustfmt::skip]
+        let cases: Vec<(&str, Option<Value>, &Owner, Existing, WriteDecision)> = vec![
+            ("nothing there", None, &owner, Existing::Update, WriteDecision::Create),
+            ("nothing there, ApplyOnce", None, &owner, Existing::Keep, WriteDecision::Create),
+            ("ours and current", Some(found(ours.clone(), "1")), &owner, Existing::Update, WriteDecision::UpToDate),
+            ("ours and stale", Some(found(ours.clone(), "0")), &owner, Existing::Update, WriteDecision::Update(update.clone())),
+            ("ours and stale, ApplyOnce", Some(found(ours.clone(), "0")), &owner, Existing::Keep, WriteDecision::Kept),
+            ("a label alone", Some(found(json!({}), "1")), &owner, Existing::Update, conflict(not_owned)),
+            ("another Projection's", Some(found(json!({OWNED_BY_PROJECTION: "team/q"}), "1")), &owner, Existing::Update, conflict(not_owned)),
+            ("the other tier's", Some(found(ours.clone(), "1")), &cluster, Existing::Update,
+                conflict("destination team/c exists and is not owned by this ClusterProjection")),
+            ("a ClusterProjection's, named alike", Some(found(json!({OWNED_BY_CLUSTER_PROJECTION: "p"}), "1")), &owner, Existing::Update, conflict(not_owned)),
+            ("consent for another CR", Some(found(json!({ADOPT_BY: "team/q"}), "1")), &owner, Existing::Update,
+                conflict(&format!("{not_owned}: its {ADOPT_BY} names \"team/q\", not \"team/p\""))),
+            ("consent, stale", Some(found(json!({ADOPT_BY: "team/p"}), "0")), &owner, Existing::Update,
+                WriteDecision::Adopt(json!({"data": {"a": "1"}, "metadata": {"resourceVersion": "9",
+                    "annotations": {OWNED_BY_PROJECTION: "team/p", ADOPT_BY: null}}}))),
+            ("consent, ApplyOnce adopts too", Some(found(json!({ADOPT_BY: "team/p"}), "1")), &owner, Existing::Keep,
+                WriteDecision::Adopt(json!({"metadata": {"resourceVersion": "9",
+                    "annotations": {OWNED_BY_PROJECTION: "team/p", ADOPT_BY: null}}}))),
+        ];
+        for (case, current, owner, existing, expected) in cases {
+            assert_eq!(
+                decide(current.as_ref(), &want, owner, existing),
+                expected,
+                "{case}"
+            );
+        }
     }
 }

@@ -1,0 +1,137 @@
+//! The command line: kubectl's conventions (`-n`, `-A`, `--context`, `--kubeconfig`, `-o`), one
+//! subcommand per question.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use shared::policy::{kind_policy::AllowedPowerKinds, projectable::SourceMode};
+use std::{path::PathBuf, time::Duration};
+
+/// kubectl projection: why a copy is what it is, what mirrors an object, what a Projection or
+/// ClusterProjection would write, and their status and lifecycle.
+#[derive(Parser, Debug)]
+#[command(name = "kubectl-projection", bin_name = "kubectl projection", version, about)]
+#[command(
+    after_help = "Exit codes: 0 done (current, Ready, nothing to act on); 1 error (cluster, \
+    input); 2 usage; 3 not found; 4 needs attention (a stale copy, a conflict, a CR not Ready); 5 \
+    not managed (why: no CR owns the object); 6 invalid (preview: admission would refuse the \
+    manifest); 7 timed out (sync --wait)."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// kubectl's global flags.
+#[derive(Args, Debug, Clone)]
+pub struct Global {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+    /// The namespace (default: the context's, else "default").
+    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Every namespace.
+    #[arg(short = 'A', long, global = true)]
+    pub all_namespaces: bool,
+    /// Output format.
+    #[arg(short = 'o', long, global = true, value_enum, default_value = "table")]
+    pub output: Output,
+}
+
+/// `-o`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Columns (the default).
+    Table,
+    /// Columns with the reasons and messages.
+    Wide,
+    /// JSON.
+    Json,
+    /// YAML.
+    Yaml,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Which Projection or ClusterProjection owns this copy, its source, whether the copy is
+    /// current, the CR's conditions and last events; for an object no CR owns, the CRs that would
+    /// write it or left it.
+    Why {
+        /// The object, as KIND/NAME (e.g. configmap/settings, deployments.apps/web).
+        reference: String,
+        /// Events shown (the latest).
+        #[arg(long, default_value_t = 10)]
+        events: usize,
+    },
+    /// Every Projection and ClusterProjection that reads this object, where their copies are and
+    /// whether each is current.
+    Sources {
+        /// The object, as KIND/NAME.
+        reference: String,
+    },
+    /// What a Projection or ClusterProjection manifest would write now, per namespace (create,
+    /// update, unchanged, conflict, skipped), by the controller's own plan; nothing is written.
+    Preview {
+        /// A manifest file, or - for standard input; repeatable; YAML or JSON, several documents
+        /// allowed.
+        #[arg(short = 'f', long = "filename", required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// The controller's --source-mode.
+        #[arg(long, default_value = "allowlist", value_parser = |s: &str| s.parse::<SourceMode>())]
+        source_mode: SourceMode,
+        /// The controller's --allow-power-kinds.
+        #[arg(long, default_value = "", value_parser = |s: &str| s.parse::<AllowedPowerKinds>())]
+        allow_power_kinds: AllowedPowerKinds,
+    },
+    /// Every Projection (in the namespace, or all with -A) and ClusterProjection with its outcome,
+    /// copies written and failed, suspension and last change.
+    Status,
+    /// Sets spec.suspend: no copy is written or deleted until resumed.
+    Suspend(Select),
+    /// Clears spec.suspend: a full reconcile follows.
+    Resume(Select),
+    /// Requests a full reconcile (annotation projection.sh/requested-at), and with --wait waits
+    /// until status.lastHandledReconcileAt echoes it.
+    Sync {
+        #[command(flatten)]
+        select: Select,
+        /// Wait until the controller has handled the request.
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits (e.g. 30s, 2m).
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+    },
+    /// Prints a shell completion script.
+    Completion {
+        /// The shell.
+        shell: Shell,
+    },
+}
+
+/// The shells completion is generated for.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+/// Which CRs a lifecycle command acts on.
+#[derive(Args, Debug, Clone)]
+pub struct Select {
+    /// KIND/NAME for one CR (projection/NAME, clusterprojection/NAME, proj/..., cproj/...), or
+    /// KIND alone with -l or --all.
+    pub target: Option<String>,
+    /// The CRs matching this label selector.
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    pub selector: Option<String>,
+    /// Every CR: the Projections of the namespace, or with -A every Projection and
+    /// ClusterProjection.
+    #[arg(long)]
+    pub all: bool,
+}

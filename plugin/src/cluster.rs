@@ -1,0 +1,269 @@
+//! The cluster as the plugin reads it: kubectl's kubeconfig and context resolution, discovery of the
+//! served kinds, and the CRs.
+
+use crate::{cli::Global, exit::Failure};
+use anyhow::Context as _;
+use k8s_openapi::{api::core::v1::Namespace, apimachinery::pkg::apis::meta::v1::APIResourceList};
+use kube::{
+    Api, Client, Config,
+    api::{ApiResource, DynamicObject, ListParams},
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use shared::{
+    api::{
+        crd::{ClusterProjection, Projection, SourceRef},
+        source::GroupKind,
+    },
+    inspect::resource_name::{Served, resolve, split_reference},
+    pass::targets::NamespaceInfo,
+};
+
+/// An object named on the command line as `KIND/NAME` (in the namespace of `-n`).
+pub struct Named {
+    /// The connection.
+    pub cluster: Cluster,
+    /// Its kind.
+    pub resource: ApiResource,
+    /// Its group and kind.
+    pub group_kind: GroupKind,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The object as stored, as JSON; `None` when it does not exist.
+    pub object: Option<serde_json::Value>,
+}
+
+impl Named {
+    /// Connects and reads the object `reference` (`KIND/NAME`) names.
+    pub async fn read(global: &Global, reference: &str) -> Result<Self, Failure> {
+        let (kind_name, name) = split_reference(reference).map_err(Failure::Usage)?;
+        let cluster = Cluster::connect(global).await?;
+        let resource = cluster.resolve_name(kind_name).await?;
+        let namespace = cluster.namespace.clone();
+        let object = cluster
+            .objects(&resource, &namespace)
+            .get_opt(name)
+            .await
+            .with_context(|| format!("reading {} {namespace}/{name}", resource.kind))?
+            .map(serde_json::to_value)
+            .transpose()
+            .context("encoding the object")?;
+        Ok(Self {
+            group_kind: GroupKind {
+                group: resource.group.clone(),
+                kind: resource.kind.clone(),
+            },
+            cluster,
+            resource,
+            namespace,
+            name: name.to_owned(),
+            object,
+        })
+    }
+}
+
+/// A connection to the cluster and the namespace commands default to.
+pub struct Cluster {
+    pub client: Client,
+    /// `-n`, else the context's namespace, else `default`.
+    pub namespace: String,
+    /// `-A`.
+    pub all_namespaces: bool,
+}
+
+impl Cluster {
+    /// Connects as kubectl would: `--kubeconfig`, else `$KUBECONFIG` (several files merged), else
+    /// `~/.kube/config`, else the in-cluster ServiceAccount; `--context` picks the context.
+    pub async fn connect(global: &Global) -> Result<Self, Failure> {
+        let options = KubeConfigOptions {
+            context: global.context.clone(),
+            ..KubeConfigOptions::default()
+        };
+        let config = match &global.kubeconfig {
+            Some(path) => {
+                let kubeconfig = Kubeconfig::read_from(path)
+                    .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+                Config::from_custom_kubeconfig(kubeconfig, &options)
+                    .await
+                    .context("invalid kubeconfig")?
+            }
+            None => match Config::from_kubeconfig(&options).await {
+                Ok(config) => config,
+                Err(e) if global.context.is_some() => {
+                    return Err(anyhow::Error::new(e).context("invalid kubeconfig").into());
+                }
+                Err(e) => Config::incluster()
+                    .map_err(|_| anyhow::Error::new(e).context("no kubeconfig, and not in a cluster"))?,
+            },
+        };
+        let namespace = global
+            .namespace
+            .clone()
+            .unwrap_or_else(|| config.default_namespace.clone());
+        let client = runtime::kube_client::client_for(config).context("cannot build the client")?;
+        Ok(Self {
+            client,
+            namespace,
+            all_namespaces: global.all_namespaces,
+        })
+    }
+
+    /// Every kind the server serves at its groups' preferred versions (what kubectl resolves names
+    /// against).
+    pub async fn served(&self) -> Result<Vec<Served>, Failure> {
+        let mut served = Vec::new();
+        let core = self
+            .client
+            .list_core_api_resources("v1")
+            .await
+            .context("discovery of the core group")?;
+        served.extend(from_list("", "v1", core));
+        let groups = self
+            .client
+            .list_api_groups()
+            .await
+            .context("discovery of the API groups")?;
+        let lists = futures::future::join_all(groups.groups.iter().filter_map(|g| {
+            let version = g.preferred_version.as_ref().or(g.versions.first())?;
+            let (name, version) = (g.name.clone(), version.version.clone());
+            Some(async move {
+                let list = self
+                    .client
+                    .list_api_group_resources(&format!("{name}/{version}"))
+                    .await;
+                (name, version, list)
+            })
+        }))
+        .await;
+        for (group, version, list) in lists {
+            // An aggregated API that is down is skipped, as kubectl does (with a warning).
+            match list {
+                Ok(list) => served.extend(from_list(&group, &version, list)),
+                Err(e) => eprintln!("warning: discovery of {group}/{version} failed: {e}"),
+            }
+        }
+        Ok(served)
+    }
+
+    /// The served kind kubectl's `name` means.
+    pub async fn resolve_name(&self, name: &str) -> Result<ApiResource, Failure> {
+        let served = self.served().await?;
+        let found = resolve(name, &served).map_err(Failure::NotFound)?;
+        Ok(api_resource(found))
+    }
+
+    /// The kind a CR's `source` names, at its pinned version or its group's preferred one, and
+    /// whether it is namespaced; `Ok(None)` when it is not served.
+    pub async fn resolve_source(&self, source: &SourceRef) -> Result<Option<(ApiResource, bool)>, Failure> {
+        let version = if !source.version.is_empty() {
+            source.version.clone()
+        } else if source.group.is_empty() {
+            "v1".to_owned()
+        } else {
+            let groups = self
+                .client
+                .list_api_groups()
+                .await
+                .context("discovery of the API groups")?;
+            let Some(group) = groups.groups.into_iter().find(|g| g.name == source.group) else {
+                return Ok(None);
+            };
+            match group
+                .preferred_version
+                .or_else(|| group.versions.into_iter().next())
+            {
+                Some(v) => v.version,
+                None => return Ok(None),
+            }
+        };
+        let list = if source.group.is_empty() {
+            self.client.list_core_api_resources(&version).await
+        } else {
+            self.client
+                .list_api_group_resources(&format!("{}/{version}", source.group))
+                .await
+        };
+        let list = match list {
+            Ok(list) => list,
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(None),
+            Err(e) => {
+                return Err(anyhow::Error::new(e)
+                    .context("discovery of the source's kind")
+                    .into());
+            }
+        };
+        Ok(from_list(&source.group, &version, list)
+            .into_iter()
+            .find(|s| s.kind == source.kind)
+            .map(|s| (api_resource(&s), s.namespaced)))
+    }
+
+    /// The API of `resource` in `namespace`.
+    pub fn objects(&self, resource: &ApiResource, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), namespace, resource)
+    }
+
+    /// Every Projection (of every namespace) and ClusterProjection.
+    pub async fn all_crs(&self) -> Result<(Vec<Projection>, Vec<ClusterProjection>), Failure> {
+        let projections = Api::<Projection>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .context("listing Projections")?;
+        let clusters = Api::<ClusterProjection>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .context("listing ClusterProjections")?;
+        Ok((projections.items, clusters.items))
+    }
+
+    /// The namespaces as the controller's targets see them.
+    pub async fn namespaces(&self) -> Result<Vec<NamespaceInfo>, Failure> {
+        let list = Api::<Namespace>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .context("listing namespaces")?;
+        Ok(list
+            .items
+            .into_iter()
+            .map(|ns| NamespaceInfo {
+                terminating: ns.metadata.deletion_timestamp.is_some()
+                    || ns.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Terminating"),
+                name: ns.metadata.name.unwrap_or_default(),
+                labels: ns.metadata.labels.unwrap_or_default(),
+            })
+            .collect())
+    }
+}
+
+fn from_list(group: &str, version: &str, list: APIResourceList) -> Vec<Served> {
+    list.resources
+        .into_iter()
+        .filter(|r| !r.name.contains('/'))
+        .map(|r| Served {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            kind: r.kind,
+            plural: r.name,
+            singular: r.singular_name,
+            short_names: r.short_names.unwrap_or_default(),
+            namespaced: r.namespaced,
+        })
+        .collect()
+}
+
+/// The `ApiResource` of a served kind.
+pub fn api_resource(served: &Served) -> ApiResource {
+    let api_version = if served.group.is_empty() {
+        served.version.clone()
+    } else {
+        format!("{}/{}", served.group, served.version)
+    };
+    ApiResource {
+        group: served.group.clone(),
+        version: served.version.clone(),
+        api_version,
+        kind: served.kind.clone(),
+        plural: served.plural.clone(),
+    }
+}
