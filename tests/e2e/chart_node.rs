@@ -1070,3 +1070,279 @@ async fn the_controller_holds_tenancy_with_the_webhook_bypassed() {
     release.uninstall();
     system.delete_and_wait(&client).await;
 }
+
+/// The memory of a container as its cgroup on the node accounts it: the limit in force, the
+/// highest usage so far, and how often the limit was hit (cgroup v1: `failcnt`; v2: the `max`
+/// events).
+#[derive(Debug)]
+struct CgroupMemory {
+    limit: u64,
+    peak: u64,
+    limit_hit: u64,
+}
+
+fn cgroup_memory(pid: u32) -> CgroupMemory {
+    let read = |path: String| {
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .trim()
+            .to_owned()
+    };
+    let cgroups = read(format!("/proc/{pid}/cgroup"));
+    if let Some(v1) = cgroups
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, path)| path.to_owned()))
+    {
+        let dir = format!("/sys/fs/cgroup/memory{v1}");
+        let number = |file: &str| read(format!("{dir}/{file}")).parse::<u64>().expect(file);
+        return CgroupMemory {
+            limit: number("memory.limit_in_bytes"),
+            peak: number("memory.max_usage_in_bytes"),
+            limit_hit: number("memory.failcnt"),
+        };
+    }
+    let v2 = cgroups
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .unwrap_or_else(|| panic!("no memory cgroup in {cgroups}"));
+    let dir = format!("/sys/fs/cgroup{v2}");
+    let events = read(format!("{dir}/memory.events"));
+    CgroupMemory {
+        limit: read(format!("{dir}/memory.max")).parse().expect("memory.max"),
+        peak: read(format!("{dir}/memory.peak")).parse().expect("memory.peak"),
+        limit_hit: events
+            .lines()
+            .find_map(|l| l.strip_prefix("max "))
+            .and_then(|n| n.parse().ok())
+            .expect("memory.events max"),
+    }
+}
+
+/// The peak resident set size (`VmHWM`) of process `pid`, in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("process status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM in /proc/PID/status")
+        * 1024
+}
+
+/// A pod of the sandbox image alone, whose network namespace an attack runs in: traffic from it
+/// comes from a pod IP, as from any other workload of the cluster.
+fn attacker_pod(namespace: &str, name: &str) -> Value {
+    let out = apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  \
+         terminationGracePeriodSeconds: 0\n  containers:\n  - \
+         {{name: idle, image: local.test/pause:local, imagePullPolicy: Never}}\n"
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    kubectl_ok(&[
+        "-n",
+        namespace,
+        "wait",
+        "--for=condition=Ready",
+        &format!("pod/{name}"),
+        "--timeout=60s",
+    ]);
+    serde_json::from_str(&kubectl_ok(&["-n", namespace, "get", "pod", name, "-o", "json"])).expect("pod JSON")
+}
+
+/// Issue 30's exhaustion attack against the chart's webhook pod on the node, from three other
+/// pods (so the share of one address does not hide it): 4 MiB reviews of one long string and of
+/// dense JSON (16 HTTP/2 connections × 8 streams each), and 100 stalled connections, for 25 s.
+/// Meanwhile `kubectl apply` keeps writing Projections through the apiserver, which calls the pod
+/// (one replica, so every admission goes to the attacked pod): every write gets the webhook's answer (a bad spec refused by it, a good one
+/// admitted with the author the mutating webhook records). The pod stays under its 256 MiB limit
+/// as its memory cgroup on the node accounts it, and is neither OOM-killed nor restarted.
+#[tokio::test]
+async fn webhook_pod_under_attack_stays_under_its_memory_limit_and_answers_the_apiserver() {
+    const ATTACK: Duration = Duration::from_secs(25);
+    const MEMORY_LIMIT: u64 = 256 * 1024 * 1024;
+    let (_serial, client, system) = on_the_node("node-exhaust").await;
+    // The default install, without `webhook.clientAuth`: nobody is asked for a client certificate,
+    // so the attackers' reviews reach the handler (with it, a pod without the apiserver's
+    // certificate gets no further than the handshake).
+    let values = vec![
+        ("webhook.replicas", json!(1)),
+        ("webhook.podDisruptionBudget.enabled", json!(false)),
+    ];
+    let release = Release::install_and_wait("projection-ex", system.name(), &values);
+    let name = format!("{}-webhook", release.name);
+    wait_for("the webhook to set both caBundles", TIMEOUT, || async {
+        let bundles = webhook_ca_bundles(&name);
+        if bundles.iter().all(|b| !b.is_empty()) {
+            Ok(())
+        } else {
+            Err(format!("{bundles:?}"))
+        }
+    })
+    .await;
+    let ca_file = testenv_dir().join(format!("exhaust-{}.crt", system.name()));
+    std::fs::write(&ca_file, &decoded_ca_bundles(&name)[0]).expect("write the webhook's CA");
+    let webhook = pods(&release.namespace, &selector(&release.name, "webhook"));
+    assert_eq!(webhook.len(), 1, "one webhook pod");
+    let webhook = &webhook[0];
+    let (pod, ip, pid) = (
+        pod_name(webhook),
+        webhook["status"]["podIP"].as_str().expect("pod IP").to_owned(),
+        container_pid(webhook),
+    );
+    let before = cgroup_memory(pid);
+    assert_eq!(
+        before.limit, MEMORY_LIMIT,
+        "the chart's memory limit is in force for {pod}"
+    );
+    let rss_before = peak_rss(pid);
+
+    let team = TestNamespace::create(&client, "node-exhaust-team").await;
+    let attackers = TestNamespace::create(&client, "node-exhaust-attackers").await;
+    let address = format!("{ip}:9443");
+    let server_name = format!("{name}.{}.svc", release.namespace);
+    let lanes: [(&str, &[&str]); 3] = [
+        ("strings", &["--silent", "0", "--half-headers", "0"]),
+        ("dense", &["--silent", "0", "--half-headers", "0", "--dense"]),
+        ("stalled", &["--connections", "0"]),
+    ];
+    let mut attacks = Vec::new();
+    for (lane, flags) in lanes {
+        let attacker = attacker_pod(attackers.name(), &format!("attacker-{lane}"));
+        assert_ne!(attacker["status"]["podIP"], json!(null));
+        let mut command = std::process::Command::new("nsenter");
+        command
+            .args(["-t", &container_pid(&attacker).to_string(), "-n"])
+            .arg(env!("CARGO_BIN_EXE_webhook-exhaust"))
+            .args(["--address", &address, "--server-name", &server_name])
+            .arg("--ca-file")
+            .arg(&ca_file)
+            .args([
+                "--duration",
+                &format!("{}s", ATTACK.as_secs()),
+                "--probe-every",
+                "1s",
+            ])
+            .args(flags)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        attacks.push((lane, command.spawn().expect("nsenter runs the attack")));
+    }
+
+    // The apiserver's writes during the attack, each through the webhook pod (failurePolicy Fail:
+    // a review that gets no answer fails the write). Bounded in count and by the attack's end.
+    let started = Instant::now();
+    let (mut refused, mut admitted, mut failures, mut slowest) = (0, 0, Vec::new(), Duration::ZERO);
+    let ns = team.name();
+    for i in 0..200 {
+        if started.elapsed() >= ATTACK {
+            break;
+        }
+        let t = Instant::now();
+        let bad = apply(&format!(
+            "apiVersion: projection.sh/v1\nkind: Projection\nmetadata: {{name: bad, namespace: {ns}}}\n\
+             spec:\n  source: {{version: v1, kind: Namespace, namespace: default, name: default}}\n"
+        ));
+        let err = stderr(&bad);
+        if !bad.status.success() && err.contains("denied the request") && err.contains("cluster-scoped") {
+            refused += 1;
+        } else {
+            failures.push(format!("bad spec {i}: exit {}: {err}", bad.status));
+        }
+        let good = apply(&format!(
+            "apiVersion: projection.sh/v1\nkind: Projection\nmetadata: {{name: during-attack-{i}, namespace: {ns}}}\n\
+             spec:\n  source: {{kind: ConfigMap, namespace: default, name: not-there}}\n"
+        ));
+        let author = kubectl(&[
+            "-n",
+            ns,
+            "get",
+            "projection",
+            &format!("during-attack-{i}"),
+            "-o",
+            "jsonpath={.metadata.annotations.projection\\.sh/author}",
+        ]);
+        let author = String::from_utf8_lossy(&author.stdout).into_owned();
+        if good.status.success() && author.contains("projection-testenv-admin") {
+            admitted += 1;
+        } else {
+            failures.push(format!(
+                "good spec {i}: exit {}, author {author:?}: {}",
+                good.status,
+                stderr(&good)
+            ));
+        }
+        slowest = slowest.max(t.elapsed());
+    }
+    let mut outcomes = Vec::new();
+    for (lane, attack) in attacks {
+        let out = attack.wait_with_output().expect("the attack ends by itself");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "the {lane} attack failed: {}\n{text}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let summary: Value = serde_json::from_str(text.lines().last().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("the {lane} attack's summary: {e}\n{text}"));
+        outcomes.push((lane, summary));
+    }
+    let after = cgroup_memory(pid);
+    let rss_peak = peak_rss(pid);
+    let mib = |b: u64| b / (1024 * 1024);
+    eprintln!(
+        "webhook pod {pod} ({ip}) under attack for {ATTACK:?}: peak RSS {} MiB (before {} MiB), cgroup peak \
+         {} MiB of a {} MiB limit, limit hit {} times; during it {refused} bad specs refused and {admitted} \
+         Projections admitted by the webhook, {} failed, slowest pair of writes {slowest:?}; attacks: {outcomes:?}",
+        mib(rss_peak),
+        mib(rss_before),
+        mib(after.peak),
+        mib(after.limit),
+        after.limit_hit,
+        failures.len(),
+    );
+    for (lane, summary) in &outcomes[..2] {
+        let answered: u64 = summary["large_answered"]
+            .as_object()
+            .map(|m| m.values().filter_map(Value::as_u64).sum())
+            .unwrap_or(0);
+        assert!(
+            answered > 0,
+            "the {lane} attack never got a large review through: it proves nothing ({summary})"
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "{} writes got no answer from the webhook during the attack:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        refused >= 3 && admitted >= 3,
+        "too few writes during the attack to show anything: {refused} refused, {admitted} admitted"
+    );
+    assert!(
+        rss_peak < MEMORY_LIMIT && after.peak < MEMORY_LIMIT && after.limit_hit == before.limit_hit,
+        "the webhook reached its memory limit: peak RSS {} MiB, cgroup {after:?}",
+        mib(rss_peak)
+    );
+    let now = pods(&release.namespace, &selector(&release.name, "webhook"));
+    assert_eq!(
+        now.iter().map(pod_name).collect::<Vec<_>>(),
+        [pod.clone()],
+        "the same pod serves"
+    );
+    let status = &now[0]["status"]["containerStatuses"][0];
+    assert_eq!(
+        status["restartCount"],
+        json!(0),
+        "the webhook restarted: {status}"
+    );
+    assert_eq!(container_pid(&now[0]), pid, "the webhook's process was replaced");
+
+    let _ = std::fs::remove_file(&ca_file);
+    for ns in [attackers, team] {
+        ns.delete_and_wait(&client).await;
+    }
+    release.uninstall();
+    system.delete_and_wait(&client).await;
+}

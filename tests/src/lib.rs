@@ -5,6 +5,7 @@
 //! Tests never read the user's `KUBECONFIG`: they only ever talk to the local control plane (or to
 //! the kubeconfig named by `PROJECTION_TEST_KUBECONFIG`), because they create and delete objects.
 
+pub mod attack;
 pub mod black_hole;
 pub mod chart;
 pub mod node;

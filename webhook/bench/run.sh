@@ -16,10 +16,16 @@
 # WEBHOOK_BIN=path runs that binary instead of building this tree's (to compare two builds in one
 # sitting, e.g. main's and a branch's).
 # Since issue 30 the webhook believes a review's user only from a client that presents the
-# apiserver's client certificate (--client-ca-file), and wrk cannot present one: started here
-# without that flag, the webhook skips the SubjectAccessReview and the source read, so the three
-# runs measure the same path (validation only). Figures with the checks need a load generator that
-# authenticates (not done yet).
+# apiserver's client certificate (--client-ca-file), and wrk cannot present one: with wrk (the
+# default), the webhook is started without that flag and skips the SubjectAccessReview and the
+# source read, so the three runs measure the same path (validation only).
+# AUTHENTICATED=1 measures the path the apiserver takes: the load comes from the workspace's
+# webhook-load (tests/src/bin/webhook-load.rs: HTTP/2 over TLS, one review in flight per
+# connection, the same printed lines), which presents the local control plane's admission client
+# certificate ($TESTENV_DIR/pki/webhook-client.crt), and the webhook is started with
+# --client-ca-file $TESTENV_DIR/pki/webhook-client-ca.crt when it has that flag (a webhook older
+# than issue 30 does not ask for a certificate and believes every caller, so it runs the same
+# checks). RATE is not applied there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 duration=${1:-20s} connections=${2:-16} threads=${3:-2} rate=${4:-0}
@@ -31,6 +37,15 @@ work=$(mktemp -d) pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; kubectl delete namespace bench-platform --wait=false >/dev/null 2>&1; rm -rf "$work"' EXIT
 binary=${WEBHOOK_BIN:-target/release/projection-webhook}
 [ -n "${WEBHOOK_BIN:-}" ] || cargo build --release -q -p webhook --bin projection-webhook
+authenticated=${AUTHENTICATED:-0} client_auth=()
+if [ "$authenticated" = 1 ]; then
+  load=${LOAD_BIN:-target/release/webhook-load}
+  [ -n "${LOAD_BIN:-}" ] || cargo build --release -q -p projection-tests --bin webhook-load
+  [ -s "$testenv/pki/webhook-client.crt" ] || { echo "no $testenv/pki/webhook-client.crt: start tests/control-plane/up.sh"; exit 1; }
+  if "$binary" --help | grep -q -- --client-ca-file; then
+    client_auth=(--client-ca-file "$testenv/pki/webhook-client-ca.crt")
+  fi
+fi
 certs/generate.sh "$work/certs" >/dev/null
 # An earlier run's namespace may still be terminating (deleted without waiting): its source would
 # vanish during this run.
@@ -82,16 +97,24 @@ run() {
   local label=$1; shift
   "$binary" --bind-address 127.0.0.1:$port --tls-cert-file "$work/certs/tls.crt" \
     --tls-key-file "$work/certs/tls.key" --health-probe-bind-address 127.0.0.1:19081 \
-    --metrics-bind-address 127.0.0.1:19081 --shutdown-delay 0s "$@" 2>"$work/webhook.log" &
+    --metrics-bind-address 127.0.0.1:19081 --shutdown-delay 0s ${client_auth[@]+"${client_auth[@]}"} "$@" 2>"$work/webhook.log" &
   pid=$!
   for _ in $(seq 100); do curl -fsS http://127.0.0.1:19081/readyz >/dev/null 2>&1 && break; sleep 0.1; done
   # Admitted without a warning: the source exists and is opted in (a missing source is admitted
   # with a warning and would measure another path).
-  curl -fsS -k https://127.0.0.1:$port/validate -d @"$work/review.json" | grep '"allowed":true' | grep -vq warnings \
-    || { echo "the review was not admitted without warnings:"; curl -sk https://127.0.0.1:$port/validate -d @"$work/review.json"; exit 1; }
-  echo "== $label ($duration, $connections connections, $threads threads, $pacing)"
-  REVIEW_FILE="$work/review.json" PAUSE_MS=$pause_ms wrk -t"$threads" -c"$connections" -d"$duration" \
-    -s webhook/bench/review.lua "https://127.0.0.1:$port/validate" | grep -E '^(requests|p[0-9]+) '
+  local cert=()
+  [ "$authenticated" = 1 ] && cert=(--cert "$testenv/pki/webhook-client.crt" --key "$testenv/pki/webhook-client.key")
+  curl -fsS -k ${cert[@]+"${cert[@]}"} https://127.0.0.1:$port/validate -d @"$work/review.json" | grep '"allowed":true' | grep -vq warnings \
+    || { echo "the review was not admitted without warnings:"; curl -sk ${cert[@]+"${cert[@]}"} https://127.0.0.1:$port/validate -d @"$work/review.json"; exit 1; }
+  if [ "$authenticated" = 1 ]; then
+    echo "== $label ($duration, $connections HTTP/2 connections, authenticated with the apiserver's client certificate)"
+    "$load" --address 127.0.0.1:$port --ca-file "$work/certs/ca.crt" ${cert[@]+"${cert[@]}"} \
+      --body "$work/review.json" --connections "$connections" --duration "$duration" | grep -E '^(requests|p[0-9]+) '
+  else
+    echo "== $label ($duration, $connections connections, $threads threads, $pacing)"
+    REVIEW_FILE="$work/review.json" PAUSE_MS=$pause_ms wrk -t"$threads" -c"$connections" -d"$duration" \
+      -s webhook/bench/review.lua "https://127.0.0.1:$port/validate" | grep -E '^(requests|p[0-9]+) '
+  fi
   server_side
   kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
 }

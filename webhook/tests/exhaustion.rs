@@ -4,12 +4,9 @@
 //! review must keep being answered. Runs the real binary against the local control plane (the
 //! webhook needs an apiserver to become ready), only on 127.0.0.1, for a bounded time.
 
-use projection_tests::{ServiceProcess, free_port, testenv_dir};
+use projection_tests::{ServiceProcess, attack, free_port, testenv_dir};
 use std::{sync::Arc, time::Duration};
 use tokio_rustls::TlsConnector;
-
-#[path = "attack/mod.rs"]
-mod attack;
 
 /// The chart's memory limit of a webhook pod.
 const POD_MEMORY_LIMIT_KIB: u64 = 256 * 1024;

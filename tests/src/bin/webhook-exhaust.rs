@@ -1,19 +1,21 @@
-//! The exhaustion test's attack against any webhook address, e.g. a pod's on a test cluster:
+//! The exhaustion tests' attack against any webhook address, e.g. a pod's on the local node:
 //!
 //! ```text
-//! cargo run -p webhook --example exhaust -- --address 198.18.0.7:9443 --server-name \
-//!   projection-webhook.projection-system.svc --ca-file ca.crt --duration 30s
+//! cargo run -p projection-tests --bin webhook-exhaust -- --address 198.18.0.7:9443 \
+//!   --server-name projection-webhook.projection-system.svc --ca-file ca.crt --duration 30s
 //! ```
 //!
-//! Prints what happened; watch the pod's memory (`kubectl top`, its `process_resident_memory_bytes`)
-//! meanwhile. Bounded in count and time; it stops by itself. Only point it at a webhook you run.
+//! Prints what happened, and as its last line the same as one JSON object (what
+//! `tests/e2e/chart_node.rs` reads when it runs this from another pod's network namespace); watch
+//! the pod's memory meanwhile (its container's `VmHWM` or memory cgroup from the node, or its
+//! `process_resident_memory_bytes`). Bounded in count and time; it stops by itself. Only point it at
+//! a webhook you run.
 
 use clap::Parser;
+use projection_tests::attack;
 use rustls::pki_types::{CertificateDer, pem::PemObject};
+use serde_json::json;
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
-
-#[path = "../tests/attack/mod.rs"]
-mod attack;
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -42,6 +44,9 @@ struct Args {
     /// At most 10 minutes.
     #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
     duration: Duration,
+    /// The pace of the legitimate reviews sent alongside.
+    #[arg(long, default_value = "250ms", value_parser = humantime::parse_duration)]
+    probe_every: Duration,
 }
 
 #[tokio::main]
@@ -75,10 +80,32 @@ async fn main() -> anyhow::Result<()> {
         silent: args.silent,
         half_headers: args.half_headers,
         duration: args.duration,
-        probe_every: Duration::from_millis(250),
+        probe_every: args.probe_every,
     };
     let outcome = attack::run(&attack, tokio_rustls::TlsConnector::from(Arc::new(client))).await;
     println!("{outcome:#?}");
     println!("slowest legitimate answer: {:?}", outcome.slowest_probe());
+    let by_status = |pairs: &mut dyn Iterator<Item = u16>| {
+        pairs.fold(serde_json::Map::new(), |mut m, s| {
+            let n = m.entry(s.to_string()).or_insert(json!(0));
+            *n = json!(n.as_u64().unwrap_or(0) + 1);
+            m
+        })
+    };
+    let large: serde_json::Map<String, serde_json::Value> = outcome
+        .large_answered
+        .iter()
+        .map(|(status, n)| (status.to_string(), json!(n)))
+        .collect();
+    println!(
+        "{}",
+        json!({
+            "large_answered": large,
+            "large_failed": outcome.large_failed,
+            "stalled_closed": outcome.stalled_closed,
+            "probes": by_status(&mut outcome.probes.iter().map(|(s, _)| *s)),
+            "slowest_probe_ms": outcome.slowest_probe().map(|d| d.as_millis()),
+        })
+    );
     Ok(())
 }

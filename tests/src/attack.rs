@@ -2,9 +2,9 @@
 //! sending many concurrent 4 MiB admission reviews, connections that stall (TCP without a TLS
 //! handshake, HTTP/2 with half a header block), and meanwhile a legitimate review at a steady pace
 //! whose answer time is recorded. It stops by itself at `duration`. Shared by the exhaustion test
-//! (against a webhook process on 127.0.0.1) and `cargo run -p webhook --example exhaust` (against
+//! (`webhook/tests/exhaustion.rs`, against a webhook process on 127.0.0.1), the chart's test of a
+//! webhook pod under attack (`tests/e2e/chart_node.rs`) and the `webhook-exhaust` binary (against
 //! any address, e.g. a pod's).
-#![allow(dead_code)]
 
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, StatusCode, body::Bytes};
