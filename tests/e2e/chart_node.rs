@@ -1328,7 +1328,7 @@ async fn webhook_pod_under_attack_stays_under_its_memory_limit_and_answers_the_a
     let now = pods(&release.namespace, &selector(&release.name, "webhook"));
     assert_eq!(
         now.iter().map(pod_name).collect::<Vec<_>>(),
-        [pod.clone()],
+        std::slice::from_ref(&pod),
         "the same pod serves"
     );
     let status = &now[0]["status"]["containerStatuses"][0];
