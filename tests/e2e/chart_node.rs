@@ -1153,9 +1153,10 @@ fn attacker_pod(namespace: &str, name: &str) -> Value {
 /// pods (so the share of one address does not hide it): 4 MiB reviews of one long string and of
 /// dense JSON (16 HTTP/2 connections × 8 streams each), and 100 stalled connections, for 25 s.
 /// Meanwhile `kubectl apply` keeps writing Projections through the apiserver, which calls the pod
-/// (one replica, so every admission goes to the attacked pod): every write gets the webhook's answer (a bad spec refused by it, a good one
-/// admitted with the author the mutating webhook records). The pod stays under its 256 MiB limit
-/// as its memory cgroup on the node accounts it, and is neither OOM-killed nor restarted.
+/// (one replica, so every admission goes to the attacked pod): every write gets the webhook's
+/// answer (a bad spec refused by it, a good one admitted with the author the mutating webhook
+/// records). The pod stays under its 256 MiB limit, by its own peak RSS and by its memory cgroup
+/// on the node, and is neither OOM-killed nor restarted.
 #[tokio::test]
 async fn webhook_pod_under_attack_stays_under_its_memory_limit_and_answers_the_apiserver() {
     const ATTACK: Duration = Duration::from_secs(25);
