@@ -301,3 +301,30 @@ async fn probe(attack: &Attack, connector: &TlsConnector, body: Bytes) -> Option
     let review: Value = serde_json::from_slice(&bytes).ok()?;
     (review["kind"] == "AdmissionReview" && review["response"].is_object()).then_some(status)
 }
+
+/// The TLS client of the load tools: HTTP/2 to a server whose certificate chains to the CA in
+/// `ca_file`, with the client certificate and key in `client_auth` when given (the apiserver's,
+/// for the authenticated path).
+pub fn h2_client_config(
+    ca_file: &std::path::Path,
+    client_auth: Option<(&std::path::Path, &std::path::Path)>,
+) -> anyhow::Result<rustls::ClientConfig> {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca_file)? {
+        roots.add(cert?)?;
+    }
+    let builder =
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots);
+    let mut client = match client_auth {
+        Some((cert, key)) => builder.with_client_auth_cert(
+            CertificateDer::pem_file_iter(cert)?.collect::<Result<_, _>>()?,
+            PrivateKeyDer::from_pem_file(key)?,
+        )?,
+        None => builder.with_no_client_auth(),
+    };
+    client.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(client)
+}

@@ -13,7 +13,6 @@
 
 use clap::Parser;
 use projection_tests::attack;
-use rustls::pki_types::{CertificateDer, pem::PemObject};
 use serde_json::json;
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
@@ -56,16 +55,7 @@ async fn main() -> anyhow::Result<()> {
         args.duration <= Duration::from_secs(600),
         "--duration is at most 10m"
     );
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(&args.ca_file)? {
-        roots.add(cert?)?;
-    }
-    let mut client =
-        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-    client.alpn_protocols = vec![b"h2".to_vec()];
+    let client = attack::h2_client_config(&args.ca_file, None)?;
     let attack = attack::Attack {
         address: args.address,
         server_name: args.server_name,

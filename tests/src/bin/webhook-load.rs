@@ -15,7 +15,7 @@ use clap::Parser;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, body::Bytes};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
+use rustls::pki_types::ServerName;
 use std::{
     net::SocketAddr,
     path::PathBuf,
@@ -70,22 +70,8 @@ async fn main() -> anyhow::Result<()> {
         args.duration <= Duration::from_secs(600),
         "--duration is at most 10m"
     );
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(&args.ca_file)? {
-        roots.add(cert?)?;
-    }
-    let builder =
-        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots);
-    let mut client = match (&args.cert, &args.key) {
-        (Some(cert), Some(key)) => builder.with_client_auth_cert(
-            CertificateDer::pem_file_iter(cert)?.collect::<Result<_, _>>()?,
-            PrivateKeyDer::from_pem_file(key)?,
-        )?,
-        _ => builder.with_no_client_auth(),
-    };
-    client.alpn_protocols = vec![b"h2".to_vec()];
+    let client_auth = args.cert.as_deref().zip(args.key.as_deref());
+    let client = projection_tests::attack::h2_client_config(&args.ca_file, client_auth)?;
     let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
     let body = Bytes::from(std::fs::read(&args.body)?);
     let server_name = ServerName::try_from(args.server_name.clone())?;
