@@ -1,5 +1,5 @@
-//! What every reconcile shares: the client, discovery, the watch registry, events, metrics, settings
-//! and the per-object failure counts that drive the backoff.
+//! What every reconcile shares, split by the pass step that uses it: reading sources, writing
+//! copies, reporting; with the settings from the command line.
 
 use crate::{
     author_access::{AuthorAccess, AuthorAccessMode},
@@ -38,19 +38,100 @@ pub struct Settings {
     pub recreate_on_immutable: shared::copy::recreate::RecreateKinds,
 }
 
-/// Shared by every reconcile.
+/// Shared by every reconcile, in the parts the pass's steps use: each step takes its part, not
+/// the whole.
 pub struct Context {
+    /// Where sources are resolved, read and checked (the read step).
+    pub sources: SourceAccess,
+    /// Where copies are written and removed (the apply step).
+    pub copies: CopyCluster,
+    /// Status, events, metrics and the retry backoff (the report step).
+    pub report: Report,
+    /// The watches of every kind read or written: sources, copies, and who waits on what.
+    pub watches: Arc<WatchRegistry>,
+    /// The namespaces and their labels, which ClusterProjections select.
+    pub namespaces: Arc<Namespaces>,
+}
+
+impl Context {
+    /// Builds the parts from one client (the cluster the CRs live in, whose sources are read and
+    /// whose namespaces receive the copies).
+    pub fn new(
+        client: &kube::Client,
+        settings: &Settings,
+        watches: Arc<WatchRegistry>,
+        namespaces: Arc<Namespaces>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            sources: SourceAccess {
+                client: client.clone(),
+                discovery: Discovery::new(client.clone()),
+                watches: watches.clone(),
+                source_mode: settings.source_mode,
+                allowed_power_kinds: settings.allowed_power_kinds.clone(),
+                author_access: AuthorAccess::new(settings.author_access),
+                concurrency: settings.write_concurrency.max(1),
+            },
+            copies: CopyCluster {
+                client: client.clone(),
+                journal: watches.journal(),
+                watches: watches.clone(),
+                concurrency: settings.write_concurrency.max(1),
+                recreate_on_immutable: settings.recreate_on_immutable.clone(),
+            },
+            report: Report {
+                client: client.clone(),
+                events: Events::new(client.clone()),
+                metrics,
+                statuses: WrittenStatuses::default(),
+                backoff: FailureBackoff::default(),
+                requeue_cap: settings.requeue_cap,
+            },
+            watches,
+            namespaces,
+        }
+    }
+}
+
+/// What the read step needs: discovery, the watches that hold the sources, the platform's policy
+/// on what may be projected, and the author checks.
+pub struct SourceAccess {
     pub client: kube::Client,
     pub discovery: Discovery,
     pub watches: Arc<WatchRegistry>,
+    /// Which sources may be projected.
+    pub source_mode: SourceMode,
+    /// The kinds that grant power the platform lets be projected.
+    pub allowed_power_kinds: AllowedPowerKinds,
+    pub author_access: AuthorAccess,
+    /// Author checks asked at once (one per target namespace at most).
+    pub concurrency: usize,
+}
+
+/// What the apply step needs: the cluster the copies are written to, the journal of our own writes
+/// there, and the caches of our copies. Every write and removal of a copy goes through this handle,
+/// so copies in another cluster need only another `CopyCluster`.
+pub struct CopyCluster {
+    pub client: kube::Client,
     pub journal: WriteJournal,
-    pub namespaces: Arc<Namespaces>,
+    pub watches: Arc<WatchRegistry>,
+    /// Writes and removals in flight at once for one CR.
+    pub concurrency: usize,
+    /// Kinds recreated when an update is refused as immutable, beyond ConfigMaps and Secrets.
+    pub recreate_on_immutable: shared::copy::recreate::RecreateKinds,
+}
+
+/// What the report step needs: the CR's cluster for status and events, the metrics, what we last
+/// wrote to each CR's status, and the per-CR failure backoff.
+pub struct Report {
+    pub client: kube::Client,
     pub events: Events,
     pub metrics: Arc<Metrics>,
-    pub settings: Settings,
-    pub author_access: AuthorAccess,
-    pub backoff: FailureBackoff,
     pub statuses: WrittenStatuses,
+    pub backoff: FailureBackoff,
+    /// Cap of the retry backoff.
+    pub requeue_cap: Duration,
 }
 
 /// The status the controller last wrote to each CR (by the digest of its uid), as a digest: only

@@ -3,8 +3,8 @@
 //! holds the Lease (or at once without leader election).
 
 use crate::{
-    cache::stored_cr::StoredCr, context, discovery, events, initial_list, metrics, namespace_watch, pass,
-    queue_metrics, wake, warm, watches,
+    cache::stored_cr::StoredCr, context, initial_list, metrics, namespace_watch, pass, queue_metrics, wake,
+    warm, watches,
 };
 use futures::StreamExt;
 use k8s_openapi::{
@@ -168,6 +168,8 @@ fn log_result<T, E: std::fmt::Display, Q: std::error::Error>(
 /// and the warm-up of the source kinds they name.
 pub struct Replica {
     ctx: Arc<context::Context>,
+    /// Reconciles running at once, per kind.
+    reconcile_concurrency: u16,
     wake: wake::Wake,
     leading: Arc<AtomicBool>,
     projections: reflector::Store<StoredCr<Projection>>,
@@ -216,19 +218,9 @@ impl Replica {
             wake.clone(),
             initial,
         ));
-        let ctx = Arc::new(context::Context {
-            client: client.clone(),
-            discovery: discovery::Discovery::new(client.clone()),
-            journal: watches.journal(),
-            watches,
-            namespaces,
-            events: events::Events::new(client.clone()),
-            metrics,
-            author_access: crate::author_access::AuthorAccess::new(settings.author_access),
-            settings,
-            backoff: context::FailureBackoff::default(),
-            statuses: context::WrittenStatuses::default(),
-        });
+        let ctx = Arc::new(context::Context::new(
+            &client, &settings, watches, namespaces, metrics,
+        ));
 
         // Discovery changes when a CRD, or an APIService (one per served group and version: the
         // aggregator registers a CRD's versions one by one, and aggregated APIs come this way),
@@ -239,12 +231,14 @@ impl Replica {
             follow_discovery_changes::<CustomResourceDefinition>(
                 client.clone(),
                 ctx.clone(),
+                initial,
                 |watches, name, deleted| watches.crd_changed(name, deleted),
             ),
         ));
         tasks.push(tokio::spawn(follow_discovery_changes::<APIService>(
             client.clone(),
             ctx.clone(),
+            initial,
             |_, _, _| {},
         )));
 
@@ -252,7 +246,9 @@ impl Replica {
         tasks.push(tokio::spawn(warm::warm_up(ctx.clone(), warm_rx)));
         let (projections, projection_writer) = reflector::store::<StoredCr<Projection>>();
         let (clusters, cluster_writer) = reflector::store::<StoredCr<ClusterProjection>>();
-        ctx.metrics.observe_replica(&leading, &projections, &clusters);
+        ctx.report
+            .metrics
+            .observe_replica(&leading, &projections, &clusters);
         let projection_changes = tokio::sync::mpsc::unbounded_channel();
         let cluster_changes = tokio::sync::mpsc::unbounded_channel();
         tasks.push(tokio::spawn(warm::feed(
@@ -285,6 +281,7 @@ impl Replica {
         }));
         Self {
             ctx,
+            reconcile_concurrency: settings.reconcile_concurrency,
             wake,
             leading,
             projections,
@@ -323,9 +320,9 @@ impl Replica {
         for cr in self.clusters.state() {
             let _ = self.cluster_changes.0.send((*cr).clone());
         }
-        let config = controller::Config::default().concurrency(self.ctx.settings.reconcile_concurrency);
+        let config = controller::Config::default().concurrency(self.reconcile_concurrency);
         let (projections_store, clusters_store) = (self.projections.clone(), self.clusters.clone());
-        let queue = self.ctx.metrics.queue.projection.clone();
+        let queue = self.ctx.report.metrics.queue.projection.clone();
         let projections = Controller::for_stream(
             queued_changes(changes(self.projection_changes.1), queue.clone()),
             self.projections,
@@ -335,7 +332,7 @@ impl Replica {
         .graceful_shutdown_on(stop.clone().cancelled_owned())
         .run(pass::reconcile, pass::error_policy, self.ctx.clone())
         .for_each(move |result| log_result(result, &queue));
-        let queue = self.ctx.metrics.queue.cluster.clone();
+        let queue = self.ctx.report.metrics.queue.cluster.clone();
         let clusters = Controller::for_stream(
             queued_changes(changes(self.cluster_changes.1), queue.clone()),
             self.clusters,
@@ -395,6 +392,7 @@ async fn unless_stopped_unsynced<K>(
 async fn follow_discovery_changes<K>(
     client: Client,
     ctx: Arc<context::Context>,
+    initial: crate::initial_list::InitialList,
     also: fn(&watches::WatchRegistry, &str, bool),
 ) where
     K: Watchable,
@@ -402,13 +400,13 @@ async fn follow_discovery_changes<K>(
     initial_list::watch(
         Api::<PartialObjectMeta<K>>::all(client),
         watcher::Config::default(),
-        ctx.settings.initial_list,
+        initial,
     )
     .default_backoff()
     .for_each(|event| {
         if let Ok(Event::Apply(object) | Event::Delete(object)) = &event {
             let name = object.metadata.name.as_deref().unwrap_or_default();
-            ctx.discovery.invalidate();
+            ctx.sources.discovery.invalidate();
             ctx.watches.wake_discovery_followers(group_of(name));
             also(&ctx.watches, name, matches!(event, Ok(Event::Delete(_))));
         }

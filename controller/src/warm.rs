@@ -69,7 +69,7 @@ pub async fn warm_up(
         if warmed.contains(&key) {
             continue;
         }
-        let Ok(resolved) = ctx.discovery.resolve(&source).await else {
+        let Ok(resolved) = ctx.sources.discovery.resolve(&source).await else {
             // Unknown kinds are resolved by the reconcile once this replica leads.
             continue;
         };

@@ -5,8 +5,9 @@
 
 use crate::{
     cache::{cached_copy::CachedCopy, copy_store::CopyStore},
-    context::Context,
+    context::CopyCluster,
     discovery::recorded_resource,
+    events::Events,
     pass::{kind::ProjectionKind, read::Source},
     writer::{WriteError, Written, release_copy, release_known, write_copy},
 };
@@ -63,14 +64,14 @@ pub fn views(copies: &[Arc<CachedCopy>]) -> Vec<CopyView<'_>> {
 /// Builds and writes the copy in each namespace the plan writes, a capped number at a time,
 /// stamped with the `requested` reconcile, if any.
 pub async fn write_all(
-    ctx: &Context,
+    cluster: &CopyCluster,
     read: &Source,
     built: &BuiltContent,
     owner: &Owner,
     plan: &Plan,
     requested: Option<&str>,
 ) -> Vec<(String, CopyWrite)> {
-    let recreatable = ctx.settings.recreate_on_immutable.allows(&read.group_kind);
+    let recreatable = cluster.recreate_on_immutable.allows(&read.group_kind);
     futures::stream::iter(plan.write.iter().cloned())
         .map(|namespace| {
             let target = Target {
@@ -79,10 +80,11 @@ pub async fn write_all(
             };
             let mut desired = built.place(owner, &target);
             stamp_request(&mut desired, requested);
-            let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &read.resource);
+            let api =
+                Api::<DynamicObject>::namespaced_with(cluster.client.clone(), &namespace, &read.resource);
             async move {
                 let written = write_copy(
-                    &ctx.journal,
+                    &cluster.journal,
                     &api,
                     &read.group_kind,
                     &read.copies,
@@ -95,7 +97,7 @@ pub async fn write_all(
                 (namespace, copy_write(written))
             }
         })
-        .buffer_unordered(ctx.settings.write_concurrency.max(1))
+        .buffer_unordered(cluster.concurrency)
         .collect()
         .await
 }
@@ -129,7 +131,7 @@ pub struct KindCopies<'a> {
 /// owns, a capped number at a time, and reports what it did with one event per kind of result.
 /// `Ok` when all are out of our hands, else what kept the first one.
 pub async fn remove(
-    ctx: &Context,
+    (cluster, events): (&CopyCluster, &Events),
     (owner, about): (&Owner, &ObjectReference),
     kind: KindCopies<'_>,
     copies: &[CopyAt],
@@ -142,18 +144,20 @@ pub async fn remove(
     } = kind;
     let results: Vec<(String, Result<Removed, kube::Error>)> = futures::stream::iter(copies.iter().cloned())
         .map(|at| async move {
-            let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &at.namespace, resource);
+            let api = Api::<DynamicObject>::namespaced_with(cluster.client.clone(), &at.namespace, resource);
             let known = store
                 .and_then(|s| s.get(&at.namespace, &at.name))
                 .and_then(|c| c.object());
             let result = match known {
-                Some(object) => release_known(&ctx.journal, &api, group_kind, &object, owner, release).await,
+                Some(object) => {
+                    release_known(&cluster.journal, &api, group_kind, &object, owner, release).await
+                }
                 // Not cached (or undecodable, never expected): read it instead.
-                None => release_copy(&ctx.journal, &api, group_kind, &at.name, owner, release).await,
+                None => release_copy(&cluster.journal, &api, group_kind, &at.name, owner, release).await,
             };
             (at.path(), result)
         })
-        .buffer_unordered(ctx.settings.write_concurrency.max(1))
+        .buffer_unordered(cluster.concurrency)
         .collect()
         .await;
     let mut done = Vec::new();
@@ -169,7 +173,7 @@ pub async fn remove(
         }
     }
     done.sort();
-    ctx.events.publish_all(about, removal_events(&done)).await;
+    events.publish_all(about, removal_events(&done)).await;
     left
 }
 
@@ -177,7 +181,7 @@ pub async fn remove(
 /// `recorded` kind and of the `current` one (`shared::pass::plan::withdrawal`). `Ok` when none is
 /// left in our hands, else what kept one.
 pub async fn withdraw<K: ProjectionKind>(
-    ctx: &Context,
+    (cluster, events): (&CopyCluster, &Events),
     cr: &K,
     recorded: Option<&WrittenDestination>,
     current: Option<(GroupKind, ApiResource)>,
@@ -201,7 +205,7 @@ pub async fn withdraw<K: ProjectionKind>(
         };
         let resource = match &current {
             Some((gk, resource)) if *gk == group_kind => resource.clone(),
-            _ => match recorded_resource(&ctx.client, &copies).await {
+            _ => match recorded_resource(&cluster.client, &copies).await {
                 Ok(Some(resource)) => resource,
                 // Its kind is no longer served: its objects went with its CRD.
                 Ok(None) => continue,
@@ -211,7 +215,7 @@ pub async fn withdraw<K: ProjectionKind>(
                 }
             },
         };
-        left = left.and(sweep(ctx, cr, (&group_kind, &resource), &named, release).await);
+        left = left.and(sweep((cluster, events), cr, (&group_kind, &resource), &named, release).await);
     }
     left
 }
@@ -220,7 +224,7 @@ pub async fn withdraw<K: ProjectionKind>(
 /// coordinates a Projection knows, found or not by their label). A kind whose copies cannot be
 /// listed is still released at the named coordinates; without any, that is what kept them.
 pub async fn sweep<K: ProjectionKind>(
-    ctx: &Context,
+    (cluster, events): (&CopyCluster, &Events),
     cr: &K,
     (group_kind, resource): (&GroupKind, &ApiResource),
     named: &[CopyAt],
@@ -228,7 +232,7 @@ pub async fn sweep<K: ProjectionKind>(
 ) -> Result<(), String> {
     let owner = cr.owner();
     let about = cr.object_ref(&());
-    let store = match ctx.watches.ensure(group_kind, resource, K::TIER).await {
+    let store = match cluster.watches.ensure(group_kind, resource, K::TIER).await {
         Ok(store) => Some(store),
         Err(e) if named.is_empty() => {
             tracing::warn!(error = %e, "cannot list copies to remove");
@@ -258,8 +262,8 @@ pub async fn sweep<K: ProjectionKind>(
         resource,
         store: store.as_ref(),
     };
-    let removed = remove(ctx, (&owner, &about), kind, &copies, release).await;
+    let removed = remove((cluster, events), (&owner, &about), kind, &copies, release).await;
     // A kind swept only for this removal (an earlier spec's) needs no watch afterwards.
-    ctx.watches.release_if_unread(group_kind);
+    cluster.watches.release_if_unread(group_kind);
     removed
 }

@@ -3,10 +3,10 @@
 //! else of a pass is written once, generic over [`ProjectionKind`].
 
 use crate::{
-    context::Context,
     index::CrRef,
+    namespace_watch::Namespaces,
     queue_metrics::{ControllerMetrics, QueueMetrics},
-    watches::Tier,
+    watches::{Tier, WatchRegistry},
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{Api, Resource, ResourceExt, runtime::reflector::ObjectRef};
@@ -64,9 +64,9 @@ pub trait ProjectionKind:
     /// This kind's queue metrics.
     fn queue(metrics: &QueueMetrics) -> &ControllerMetrics;
     /// Where the copies go now; `Err` is the `TargetResolutionFailed` message.
-    fn targets(&self, ctx: &Context) -> impl Future<Output = Result<Targets, String>> + Send;
+    fn targets(&self, namespaces: &Namespaces) -> impl Future<Output = Result<Targets, String>> + Send;
     /// Drops what the indexes keep about this CR, once its copies are gone.
-    fn forget(&self, ctx: &Context);
+    fn forget(&self, watches: &WatchRegistry, namespaces: &Namespaces);
 }
 
 /// The status of either kind, as the pass reads and writes it.
@@ -193,7 +193,7 @@ impl ProjectionKind for Projection {
         &metrics.projection
     }
 
-    async fn targets(&self, _: &Context) -> Result<Targets, String> {
+    async fn targets(&self, _: &Namespaces) -> Result<Targets, String> {
         let home = self.namespace().unwrap_or_default();
         Ok(Targets::own_namespace(
             &home,
@@ -202,8 +202,8 @@ impl ProjectionKind for Projection {
         ))
     }
 
-    fn forget(&self, ctx: &Context) {
-        ctx.watches.forget(&self.waker());
+    fn forget(&self, watches: &WatchRegistry, _: &Namespaces) {
+        watches.forget(&self.waker());
     }
 }
 
@@ -264,24 +264,22 @@ impl ProjectionKind for ClusterProjection {
 
     /// The namespaces its destination names or selects, as the namespace watch knows them (the
     /// rule is registered so that namespace events wake this CR).
-    async fn targets(&self, ctx: &Context) -> Result<Targets, String> {
+    async fn targets(&self, namespaces: &Namespaces) -> Result<Targets, String> {
         let cp = ObjectRef::from_obj(self);
         let rule = match TargetRule::of(&self.spec.destination) {
             Ok(rule) => Arc::new(rule),
             Err(e) => {
-                ctx.namespaces.forget(&cp);
+                namespaces.forget(&cp);
                 return Err(e.0);
             }
         };
-        ctx.namespaces.set_rule(&cp, rule.clone());
-        ctx.namespaces.synced().await;
-        Ok(ctx
-            .namespaces
-            .resolve(&rule, &self.spec.source, &self.copy_name()))
+        namespaces.set_rule(&cp, rule.clone());
+        namespaces.synced().await;
+        Ok(namespaces.resolve(&rule, &self.spec.source, &self.copy_name()))
     }
 
-    fn forget(&self, ctx: &Context) {
-        ctx.namespaces.forget(&ObjectRef::from_obj(self));
-        ctx.watches.forget(&self.waker());
+    fn forget(&self, watches: &WatchRegistry, namespaces: &Namespaces) {
+        namespaces.forget(&ObjectRef::from_obj(self));
+        watches.forget(&self.waker());
     }
 }

@@ -10,8 +10,10 @@ pub mod report;
 
 use crate::cache::stored_cr::StoredCr;
 use crate::{
-    context::Context,
+    context::{Context, CopyCluster, Report},
+    discovery::Discovery,
     error::Error,
+    events::Events,
     index::ObjectKey,
     metrics::KindLabels,
     pass::{
@@ -22,7 +24,7 @@ use crate::{
     },
     queue_metrics::{ReconcileEnd, queue_key},
 };
-use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::{
     Resource, ResourceExt,
     api::ApiResource,
@@ -44,7 +46,7 @@ use shared::{
             on_cr_deletion, on_source_loss, requested_at, suspended_conditions,
         },
         plan::{Cleaned, Concluded, PassInput, plan},
-        status::{Failure, Reached, destination_failure},
+        status::{Failure, Reached, Stopped, StoppedAt},
     },
 };
 use std::{sync::Arc, time::Instant};
@@ -61,7 +63,7 @@ enum Ended {
 /// the pass stopped at.
 async fn apply<K: ProjectionKind>(cr: &K, ctx: &Context) -> Result<Action, Error> {
     let status = cr.status();
-    if let Some(held) = hold_if_suspended(cr, ctx, &status).await? {
+    if let Some(held) = hold_if_suspended(cr, &ctx.report, &status).await? {
         return Ok(held);
     }
     let requested = requested_at(cr.meta().annotations.as_ref());
@@ -88,10 +90,10 @@ async fn apply<K: ProjectionKind>(cr: &K, ctx: &Context) -> Result<Action, Error
     };
     let mut next = status.after(&outcome, reached, cr.meta().generation, &Time(Timestamp::now()));
     next.set_handled_request(handled_request(requested, status.handled_request()));
-    write_status(cr, ctx, &status, &next).await?;
+    write_status(cr, &ctx.report, &status, &next).await?;
     let name = queue_key(cr.meta().namespace.as_deref(), &cr.name_any());
     conclude(
-        ctx,
+        &ctx.report,
         K::KIND,
         (&name, &cr.uid().unwrap_or_default()),
         &outcome,
@@ -103,29 +105,30 @@ async fn apply<K: ProjectionKind>(cr: &K, ctx: &Context) -> Result<Action, Error
 /// (stamped with the `requested` reconcile, if any) while removing the copies no longer wanted,
 /// and conclude. Every decision on the way is `shared`'s.
 async fn run<K: ProjectionKind>(cr: &K, ctx: &Context, status: &K::Status, requested: Option<&str>) -> Ended {
-    let read = match read(ctx, cr, status).await {
+    let read = match read(&ctx.sources, cr, status).await {
         Ok(read) => read,
-        Err(problem) => return Ended::Stopped(withdraw_if_lost(ctx, cr, status, problem).await),
+        Err(problem) => {
+            let stopped = withdraw_if_lost(ctx, cr, status, problem).await;
+            return stop(&ctx.report.events, cr, stopped, status.recorded()).await;
+        }
     };
-    let about = cr.object_ref(&());
     let recorded = status.recorded();
-    let stopped = |reason: Reason, message: String| Stop {
-        reason,
-        message,
-        resolved: &read.resolved_message,
-        recorded,
+    let stopped = |reason: Reason, message: String| {
+        let at = StoppedAt::Destination {
+            resolved: read.resolved_message.clone(),
+        };
+        let stopped = Stopped { reason, message, at };
+        stop(&ctx.report.events, cr, stopped, recorded)
     };
-    let targets = match cr.targets(ctx).await {
+    let targets = match cr.targets(&ctx.namespaces).await {
         Ok(targets) => targets,
         Err(message) => {
-            return stopped(Reason::TargetResolutionFailed, message)
-                .report(ctx, &about)
-                .await;
+            return stopped(Reason::TargetResolutionFailed, message).await;
         }
     };
     // Namespaces where the author may not create the kind get no copy, and lose the one they had;
     // they stay targets, counted as failed.
-    let forbidden = forbidden_namespaces(ctx, &read, &targets.write).await;
+    let forbidden = forbidden_namespaces(&ctx.sources, &read, &targets.write).await;
     let owner = cr.owner();
     let copies = WrittenDestination::of(&read.resource, &cr.copy_name());
     let home = cr.home();
@@ -146,16 +149,18 @@ async fn run<K: ProjectionKind>(cr: &K, ctx: &Context, status: &K::Status, reque
     };
     let plan = match plan(&input) {
         Ok(plan) => plan,
-        Err(refused) => return stopped(refused.reason, refused.message).report(ctx, &about).await,
+        Err(refused) => {
+            return stopped(refused.reason, refused.message).await;
+        }
     };
     // The content is the same in every namespace: built (and refused) once.
     let built = match build(&read, cr) {
         Ok(built) => built,
-        Err((reason, message)) => return stopped(reason, message).report(ctx, &about).await,
+        Err((reason, message)) => return stopped(reason, message).await,
     };
     let (writes, cleaned) = futures::join!(
-        write_all(ctx, &read, &built, &owner, &plan, requested),
-        remove_unwanted(ctx, cr, &read, &plan),
+        write_all(&ctx.copies, &read, &built, &owner, &plan, requested),
+        remove_unwanted((&ctx.copies, &ctx.report.events), cr, &read, &plan),
     );
     let from = format!("{}/{}", cr.source().namespace, cr.source().name);
     let concluded = plan.conclude(
@@ -175,9 +180,10 @@ async fn run<K: ProjectionKind>(cr: &K, ctx: &Context, status: &K::Status, reque
         .collect();
     ctx.watches.set_waiting(&cr.waker(), waiting);
     if concluded.tally.first_copy(status.ever_projected()) {
-        observe_first_copy(cr, ctx);
+        observe_first_copy(cr, &ctx.report.metrics);
     }
-    ctx.events
+    ctx.report
+        .events
         .publish_all(&cr.object_ref(&()), concluded.events.clone())
         .await;
     Ended::Applied {
@@ -187,47 +193,44 @@ async fn run<K: ProjectionKind>(cr: &K, ctx: &Context, status: &K::Status, reque
 }
 
 /// A source that cannot be projected: its copies are withdrawn (deleted or orphaned, as
-/// `sourceDeletionPolicy` and the problem's reason decide) when the problem calls for it, and the
-/// problem is reported.
+/// `sourceDeletionPolicy` and the problem's reason decide) when the problem calls for it.
 async fn withdraw_if_lost<K: ProjectionKind>(
     ctx: &Context,
     cr: &K,
     status: &K::Status,
     problem: Problem,
-) -> Failure {
-    let recorded = status.recorded();
+) -> Stopped {
     let withdrawn = match &problem {
         Problem::Withdraw { resource, reason, .. } => {
             let release = on_source_loss(cr.controls().source_deletion_policy, *reason);
             let current = (cr.source().group_kind(), resource.clone());
-            withdraw(ctx, cr, recorded, Some(current), release).await.is_ok()
+            withdraw(
+                (&ctx.copies, &ctx.report.events),
+                cr,
+                status.recorded(),
+                Some(current),
+                release,
+            )
+            .await
+            .is_ok()
         }
         Problem::Report { .. } => false,
     };
-    problem
-        .fail(ctx, &cr.object_ref(&()), recorded.cloned(), withdrawn)
-        .await
+    problem.stopped(withdrawn)
 }
 
-/// A pass that stops after its source was read: why, and what the status keeps.
-struct Stop<'a> {
-    reason: Reason,
-    message: String,
-    resolved: &'a str,
-    recorded: Option<&'a WrittenDestination>,
-}
-
-impl Stop<'_> {
-    /// Publishes the reason as an event and ends the pass with it.
-    async fn report(self, ctx: &Context, about: &ObjectReference) -> Ended {
-        ctx.events.publish(about, self.reason, self.message.clone()).await;
-        Ended::Stopped(destination_failure(
-            self.resolved,
-            self.reason,
-            self.message,
-            self.recorded.cloned(),
-        ))
-    }
+/// Ends a pass that stopped: its reason published as a Warning event, and the failure its status
+/// reports (`recorded`: the copies the status recorded before the pass).
+async fn stop<K: ProjectionKind>(
+    events: &Events,
+    cr: &K,
+    stopped: Stopped,
+    recorded: Option<&WrittenDestination>,
+) -> Ended {
+    events
+        .publish(&cr.object_ref(&()), stopped.reason, stopped.message.clone())
+        .await;
+    Ended::Stopped(stopped.failure(recorded.cloned()))
 }
 
 /// Builds the content of the copies of the source under the CR's rules; a spec that cannot make a
@@ -240,7 +243,7 @@ fn build<K: ProjectionKind>(read: &Source, cr: &K) -> Result<BuiltContent, (Reas
 
 /// Removes the copies the plan no longer wants, of the current kind and of an earlier one.
 async fn remove_unwanted<K: ProjectionKind>(
-    ctx: &Context,
+    (cluster, events): (&CopyCluster, &Events),
     cr: &K,
     read: &Source,
     plan: &shared::pass::plan::Plan,
@@ -253,12 +256,20 @@ async fn remove_unwanted<K: ProjectionKind>(
         store: Some(&read.copies),
     };
     let current = plan.remove.is_empty()
-        || apply::remove(ctx, (&owner, &about), kind, &plan.remove, Release::Delete)
-            .await
-            .is_ok();
+        || apply::remove(
+            (cluster, events),
+            (&owner, &about),
+            kind,
+            &plan.remove,
+            Release::Delete,
+        )
+        .await
+        .is_ok();
     let earlier = match &plan.earlier {
         None => true,
-        Some(old) => withdraw(ctx, cr, Some(old), None, Release::Delete).await.is_ok(),
+        Some(old) => withdraw((cluster, events), cr, Some(old), None, Release::Delete)
+            .await
+            .is_ok(),
     };
     Cleaned { current, earlier }
 }
@@ -267,7 +278,7 @@ async fn remove_unwanted<K: ProjectionKind>(
 /// conditions and counts, with `Suspended`, and the pass ends there (`Some`).
 async fn hold_if_suspended<K: ProjectionKind>(
     cr: &K,
-    ctx: &Context,
+    report: &Report,
     current: &K::Status,
 ) -> Result<Option<Action>, Error> {
     if !is_suspended(cr.controls().suspend) {
@@ -276,22 +287,30 @@ async fn hold_if_suspended<K: ProjectionKind>(
     let mut next = current.clone();
     let now = Time(Timestamp::now());
     *next.conditions_mut() = suspended_conditions(current.conditions(), cr.meta().generation, &now);
-    write_status(cr, ctx, current, &next).await?;
+    write_status(cr, report, current, &next).await?;
     let uid = cr.uid().unwrap_or_default();
     let name = queue_key(cr.meta().namespace.as_deref(), &cr.name_any());
-    Ok(Some(conclude_suspended(ctx, K::KIND, (&name, &uid))))
+    Ok(Some(conclude_suspended(report, K::KIND, (&name, &uid))))
 }
 
 /// Deletion of a CR: its copies go first, or are orphaned with `deletionPolicy: Orphan` (the
 /// finalizer holds the CR until then; a suspended CR follows its policy too).
 async fn cleanup<K: ProjectionKind>(cr: &K, ctx: &Context) -> Result<Action, Error> {
-    let current = resolved_kind(ctx, cr.source()).await;
+    let current = resolved_kind(&ctx.sources.discovery, cr.source()).await;
     let release = on_cr_deletion(cr.controls().deletion_policy);
     let status = cr.status();
-    if let Err(cause) = withdraw(ctx, cr, status.recorded(), current, release).await {
-        return Err(block_deletion(cr, ctx, &cause).await);
+    if let Err(cause) = withdraw(
+        (&ctx.copies, &ctx.report.events),
+        cr,
+        status.recorded(),
+        current,
+        release,
+    )
+    .await
+    {
+        return Err(block_deletion(cr, &ctx.report, &cause).await);
     }
-    cr.forget(ctx);
+    cr.forget(&ctx.watches, &ctx.namespaces);
     // The backoff is reset by `reconcile` once the finalizer is removed too.
     Ok(Action::await_change())
 }
@@ -299,14 +318,15 @@ async fn cleanup<K: ProjectionKind>(cr: &K, ctx: &Context) -> Result<Action, Err
 /// The finalizer holds a CR whose copies cannot be removed (`cause`): never silently. Its `Ready`
 /// condition and a Warning event say what blocks the deletion and how to release it; retried with
 /// backoff, since access given back to the controller wakes no watch.
-async fn block_deletion<K: ProjectionKind>(cr: &K, ctx: &Context, cause: &str) -> Error {
+async fn block_deletion<K: ProjectionKind>(cr: &K, report: &Report, cause: &str) -> Error {
     let kubectl_name = match cr.meta().namespace.as_deref() {
         Some(namespace) => format!("{} {} -n {namespace}", K::KIND.to_lowercase(), cr.name_any()),
         None => format!("{} {}", K::KIND.to_lowercase(), cr.name_any()),
     };
     let finalizers = cr.meta().finalizers.clone().unwrap_or_default();
     let message = deletion_blocked_message(&kubectl_name, &finalizers, K::FINALIZER, cause);
-    ctx.events
+    report
+        .events
         .publish(&cr.object_ref(&()), Reason::DeletionBlocked, message.clone())
         .await;
     let current = cr.status();
@@ -317,7 +337,7 @@ async fn block_deletion<K: ProjectionKind>(cr: &K, ctx: &Context, cause: &str) -
         cr.meta().generation,
         &Time(Timestamp::now()),
     );
-    if let Err(e) = write_status(cr, ctx, &current, &next).await {
+    if let Err(e) = write_status(cr, report, &current, &next).await {
         tracing::warn!(error = %e, "could not report the blocked deletion in status");
     }
     Error::Retry {
@@ -334,9 +354,9 @@ pub async fn reconcile<K: ProjectionKind>(
 ) -> Result<Action, Error> {
     let object = Arc::new(stored.expand().map_err(Error::Cache)?);
     let started = Instant::now();
-    let queue = K::queue(&ctx.metrics.queue);
+    let queue = K::queue(&ctx.report.metrics.queue);
     queue.started(&queue_key(object.meta().namespace.as_deref(), &object.name_any()));
-    let api = object.api(ctx.client.clone());
+    let api = object.api(ctx.report.client.clone());
     let deleting = object.meta().deletion_timestamp.is_some();
     let uid = object.uid().unwrap_or_default();
     let result = finalizer(&api, K::FINALIZER, object, |event| async {
@@ -348,13 +368,14 @@ pub async fn reconcile<K: ProjectionKind>(
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)));
     if deleting && result.is_ok() {
-        ctx.statuses.forget(&uid);
+        ctx.report.statuses.forget(&uid);
         // The copies are gone and so is the finalizer: nothing of this CR is left to retry. Reset
         // only now, not in `cleanup`: when removing the finalizer fails (e.g. an admission webhook
         // is down), the retries must keep backing off.
-        ctx.backoff.reset(&uid);
+        ctx.report.backoff.reset(&uid);
     }
-    ctx.metrics
+    ctx.report
+        .metrics
         .reconcile_duration_seconds
         .get_or_create(&KindLabels { kind: K::KIND })
         .observe(started.elapsed().as_secs_f64());
@@ -375,19 +396,26 @@ pub fn error_policy<K: ProjectionKind>(object: Arc<StoredCr<K>>, error: &Error, 
         Some(namespace) => format!("{namespace}/{}", object.name_any()),
         None => object.name_any(),
     };
-    backoff_after(&ctx, K::KIND, &object.uid().unwrap_or_default(), &name, error)
+    backoff_after(
+        &ctx.report,
+        K::KIND,
+        &object.uid().unwrap_or_default(),
+        &name,
+        error,
+    )
 }
 
 /// Decides when to retry after an error (capped exponential backoff per object).
-fn backoff_after(ctx: &Context, kind: &'static str, uid: &str, name: &str, error: &Error) -> Action {
-    ctx.metrics
+fn backoff_after(report: &Report, kind: &'static str, uid: &str, name: &str, error: &Error) -> Action {
+    report
+        .metrics
         .reconcile_errors_total
         .get_or_create(&crate::metrics::ErrorLabels {
             kind,
             category: error.category(),
         })
         .inc();
-    let delay = ctx.backoff.next_delay(uid, ctx.settings.requeue_cap);
+    let delay = report.backoff.next_delay(uid, report.requeue_cap);
     tracing::info!(kind, name, error = %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
@@ -397,16 +425,16 @@ fn backoff_after(ctx: &Context, kind: &'static str, uid: &str, name: &str, error
 /// ran) would otherwise leave its entries in the per-CR maps for the life of the process.
 pub fn forget_deleted<K: ProjectionKind>(ctx: &Context, stored: &StoredCr<K>) {
     let uid = stored.meta().uid.as_deref().unwrap_or_default();
-    ctx.statuses.forget(uid);
-    ctx.backoff.reset(uid);
+    ctx.report.statuses.forget(uid);
+    ctx.report.backoff.reset(uid);
     if let Ok(cr) = stored.expand() {
-        cr.forget(ctx);
+        cr.forget(&ctx.watches, &ctx.namespaces);
     }
 }
 /// The kind of a CR's source as it resolves now, so a cleanup removes the copies of that kind too
 /// (`None` when it no longer resolves: then only the recorded copies go).
-pub async fn resolved_kind(ctx: &Context, source: &SourceRef) -> Option<(GroupKind, ApiResource)> {
-    let resolved = ctx.discovery.resolve(source).await.ok()?;
+pub async fn resolved_kind(discovery: &Discovery, source: &SourceRef) -> Option<(GroupKind, ApiResource)> {
+    let resolved = discovery.resolve(source).await.ok()?;
     Some((source.group_kind(), resolved.resource))
 }
 

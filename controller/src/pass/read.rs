@@ -6,27 +6,27 @@
 use crate::{
     author_access::Answer,
     cache::copy_store::CopyStore,
-    context::Context,
+    context::SourceAccess,
     error::{describe_status, forbidden_message, resource_name},
     index::CrRef,
     pass::kind::{KindStatus, ProjectionKind},
     watches::{Tier, WatchError},
 };
 use futures::StreamExt;
-use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
     Api,
     api::{ApiResource, DynamicObject},
 };
 use shared::{
     api::{
-        crd::{SourceRef, WrittenDestination},
+        crd::SourceRef,
         reason::Reason,
         source::{GroupKind, SourceKey},
     },
     pass::{
         not_found::{NotFound, classify_not_found, kind_not_served_message},
-        status::{Copies, Failure, source_failure},
+        status::{Copies, Stopped, StoppedAt},
     },
     policy::{
         author::{AccessQuestion, Author, denial_message},
@@ -76,24 +76,23 @@ pub enum Problem {
     },
 }
 
-/// Resolves, watches, reads and checks the source of `waker` (a CR of `tier`). `ever_projected`
-/// tells `SourceDeleted` from `SourceNotFound`.
-pub async fn read_source(
-    ctx: &Context,
-    source: &SourceRef,
-    waker: &CrRef,
-    tier: Tier,
-    ever_projected: bool,
-) -> Result<Source, Problem> {
-    let resolved = match ctx.discovery.resolve(source).await {
+/// The source's kind as discovery resolves it, allowed by the platform's kind policy.
+struct Resolved {
+    resource: ApiResource,
+    message: String,
+}
+
+/// Resolves the kind of the source of `waker` and checks the platform allows it.
+async fn resolve(sources: &SourceAccess, source: &SourceRef, waker: &CrRef) -> Result<Resolved, Problem> {
+    let resolved = match sources.discovery.resolve(source).await {
         Ok(r) => {
             // An unpinned source follows its group's preferred version as discovery changes.
             let follows = source.version.is_empty().then_some(source.group.as_str());
-            ctx.watches.follow_discovery(waker, follows);
+            sources.watches.follow_discovery(waker, follows);
             r
         }
         Err(crate::discovery::ResolveError::Unusable(message)) => {
-            ctx.watches.follow_discovery(waker, Some(&source.group));
+            sources.watches.follow_discovery(waker, Some(&source.group));
             return Err(Problem::Report {
                 reason: Reason::SourceResolutionFailed,
                 message,
@@ -108,19 +107,33 @@ pub async fn read_source(
             });
         }
     };
-    let resource = resolved.resource;
-    let group_kind = source.group_kind();
     // Kinds that are never copied, or only when the platform allows them: refused before any
     // watch of the kind starts; copies made before the refusal go.
-    if let Err(message) = check_kind(&group_kind, &ctx.settings.allowed_power_kinds) {
+    if let Err(message) = check_kind(&source.group_kind(), &sources.allowed_power_kinds) {
         return Err(Problem::Withdraw {
             reason: Reason::SourceNotProjectable,
             message,
-            resource,
+            resource: resolved.resource,
         });
     }
-    ctx.watches.set_reads(waker, SourceKey::of(source));
-    let copies = ctx
+    Ok(Resolved {
+        resource: resolved.resource,
+        message: resolved.message,
+    })
+}
+
+/// Watches, reads and checks the source of `waker` (a CR of `tier`), of the `resolved` kind.
+/// `ever_projected` tells `SourceDeleted` from `SourceNotFound`.
+async fn fetch(
+    sources: &SourceAccess,
+    (source, resolved): (&SourceRef, Resolved),
+    (waker, tier): (&CrRef, Tier),
+    ever_projected: bool,
+) -> Result<Source, Problem> {
+    let resource = resolved.resource;
+    let group_kind = source.group_kind();
+    sources.watches.set_reads(waker, SourceKey::of(source));
+    let copies = sources
         .watches
         .ensure(&group_kind, &resource, tier)
         .await
@@ -142,7 +155,7 @@ pub async fn read_source(
             },
         })?;
 
-    let api = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &source.namespace, &resource);
+    let api = Api::<DynamicObject>::namespaced_with(sources.client.clone(), &source.namespace, &resource);
     let object = match api.get(&source.name).await {
         Ok(o) => o,
         // Only a 404 that names the object says it is gone (`shared::pass::not_found`).
@@ -166,7 +179,7 @@ pub async fn read_source(
         }
         Err(kube::Error::Api(s)) if s.code == 404 => {
             // The kind is not served (any more): the copies stay, and the kind is resolved afresh.
-            ctx.discovery.forget(source);
+            sources.discovery.forget(source);
             let object = format!("{}/{}", source.namespace, source.name);
             return Err(Problem::Report {
                 reason: Reason::SourceResolutionFailed,
@@ -191,7 +204,7 @@ pub async fn read_source(
         }
     };
     if let Err(blocked) = check_projectable(
-        ctx.settings.source_mode,
+        sources.source_mode,
         object.metadata.annotations.as_ref(),
         &source.namespace,
         &source.name,
@@ -203,7 +216,7 @@ pub async fn read_source(
         });
     }
     let secret_type = object.data.get("type").and_then(|t| t.as_str());
-    if let Err(message) = check_object(&group_kind, secret_type, &ctx.settings.allowed_power_kinds) {
+    if let Err(message) = check_object(&group_kind, secret_type, &sources.allowed_power_kinds) {
         return Err(Problem::Withdraw {
             reason: Reason::SourceNotProjectable,
             message,
@@ -220,25 +233,40 @@ pub async fn read_source(
     })
 }
 
-/// Checks the author recorded on a CR (`meta`) against `source`: may they get it? For a
-/// ClusterProjection, also whether they may create its kind in every namespace at once (when not,
-/// [`forbidden_namespaces`] asks target by target, as it does for a Projection's own namespace). No
-/// recorded author: nothing is written and nothing removed. A denied read withdraws the copies: their
-/// author could not have made them.
-async fn check_author(ctx: &Context, meta: &ObjectMeta, source: &mut Source) -> Result<(), Problem> {
-    if !ctx.author_access.enforced() {
-        return Ok(());
+/// Checks the author recorded on a CR (`meta`) against its `source` of kind `resource`: may they
+/// get it, and create its kind where the copies go: in every namespace at once for a
+/// ClusterProjection, in its own namespace (its only target) for a Projection. When that second
+/// answer is not a grant, [`forbidden_namespaces`] asks target by target. `None` when authors are
+/// not checked. No recorded author: nothing is written and nothing removed. A denied read withdraws
+/// the copies: their author could not have made them.
+///
+/// The questions are asked at once, and [`read`] asks them while it reads the source: a grant
+/// that is not cached (the first pass of a CR, or its first after
+/// [`crate::author_access::GRANT_TTL`]) costs one round trip to the authorizer beside the
+/// source's, not two after it.
+async fn check_author(
+    sources: &SourceAccess,
+    meta: &ObjectMeta,
+    source: &SourceRef,
+    resource: &ApiResource,
+) -> Result<Option<AuthorGrant>, Problem> {
+    if !sources.author_access.enforced() {
+        return Ok(None);
     }
     let author = Author::recorded_in(meta.annotations.as_ref()).map_err(|problem| Problem::Report {
         reason: Reason::SourceForbidden,
         message: problem.to_string(),
         transient: false,
     })?;
-    let resource = &source.resource;
-    let (namespace, name) = (
-        source.object.metadata.namespace.as_deref().unwrap_or_default(),
-        source.object.metadata.name.as_deref().unwrap_or_default(),
+    let read =
+        AccessQuestion::read_source(&resource.group, &resource.plural, &source.namespace, &source.name);
+    let create = AccessQuestion::create_copies(
+        &resource.group,
+        &resource.plural,
+        meta.namespace.as_deref().unwrap_or_default(),
     );
+    let ask = |question| sources.author_access.ask(&sources.client, &author, question);
+    let (may_read, may_create) = futures::join!(ask(&read), ask(&create));
     let failed = |e: kube::Error| Problem::Report {
         reason: Reason::SourceForbidden,
         message: format!(
@@ -247,37 +275,28 @@ async fn check_author(ctx: &Context, meta: &ObjectMeta, source: &mut Source) -> 
         ),
         transient: true,
     };
-    let read = AccessQuestion::read_source(&resource.group, &resource.plural, namespace, name);
-    if let Answer::Denied(why) = ctx
-        .author_access
-        .ask(&ctx.client, &author, &read)
-        .await
-        .map_err(failed)?
-    {
+    if let Answer::Denied(why) = may_read.map_err(failed)? {
         return Err(Problem::Withdraw {
             reason: Reason::SourceForbidden,
             message: denial_message(&author, &read, why.as_deref()),
             resource: resource.clone(),
         });
     }
-    let cluster_scoped = meta.namespace.is_none();
-    let everywhere = cluster_scoped && {
-        let create = AccessQuestion::create_copies(&resource.group, &resource.plural, "");
-        ctx.author_access
-            .ask(&ctx.client, &author, &create)
-            .await
-            .map_err(failed)?
-            == Answer::Allowed
+    let everywhere = match may_create {
+        Ok(answer) => answer == Answer::Allowed,
+        // A ClusterProjection's question must be answered; a Projection's namespace is asked
+        // again, and a failure reported as its target's.
+        Err(e) if meta.namespace.is_none() => return Err(failed(e)),
+        Err(_) => false,
     };
-    source.author = Some(AuthorGrant { author, everywhere });
-    Ok(())
+    Ok(Some(AuthorGrant { author, everywhere }))
 }
 
 /// The target namespaces where the CR's author may not create the copies, with the denial's
 /// message (or why it could not be asked: those are not written this pass either). Empty when
 /// authors are not checked, or the author may create the kind everywhere.
 pub async fn forbidden_namespaces(
-    ctx: &Context,
+    sources: &SourceAccess,
     source: &Source,
     targets: &[String],
 ) -> Vec<(String, String)> {
@@ -288,7 +307,11 @@ pub async fn forbidden_namespaces(
     let answers = futures::stream::iter(targets.iter().cloned())
         .map(|namespace| async move {
             let question = AccessQuestion::create_copies(&resource.group, &resource.plural, &namespace);
-            let message = match ctx.author_access.ask(&ctx.client, &grant.author, &question).await {
+            let message = match sources
+                .author_access
+                .ask(&sources.client, &grant.author, &question)
+                .await
+            {
                 Ok(Answer::Allowed) => None,
                 Ok(Answer::Denied(why)) => Some(denial_message(&grant.author, &question, why.as_deref())),
                 Err(e) => Some(format!(
@@ -299,38 +322,62 @@ pub async fn forbidden_namespaces(
             };
             message.map(|m| (namespace, m))
         })
-        .buffer_unordered(ctx.settings.write_concurrency.max(1));
+        .buffer_unordered(sources.concurrency);
     answers.filter_map(|answer| async move { answer }).collect().await
 }
 
-/// Reads the source of `cr` as [`read_source`] does, and checks its recorded author.
-pub async fn read<K: ProjectionKind>(ctx: &Context, cr: &K, status: &K::Status) -> Result<Source, Problem> {
-    let mut read = read_source(ctx, cr.source(), &cr.waker(), K::TIER, status.ever_projected()).await?;
-    check_author(ctx, cr.meta(), &mut read).await?;
+/// Resolves, watches, reads and checks the source of `cr`, and checks its recorded author while
+/// the source is read. A problem with the source comes first: an author is not asked about what
+/// cannot be projected anyway.
+pub async fn read<K: ProjectionKind>(
+    sources: &SourceAccess,
+    cr: &K,
+    status: &K::Status,
+) -> Result<Source, Problem> {
+    let source = cr.source();
+    let waker = cr.waker();
+    let resolved = resolve(sources, source, &waker).await?;
+    let kind = resolved.resource.clone();
+    let author = check_author(sources, cr.meta(), source, &kind);
+    let (read, author) = futures::join!(
+        fetch(
+            sources,
+            (source, resolved),
+            (&waker, K::TIER),
+            status.ever_projected()
+        ),
+        author
+    );
+    let mut read = read?;
+    read.author = author?;
     Ok(read)
 }
 
 impl Problem {
-    /// Publishes the problem as a Warning event and turns it into a failure; `withdrawn` says
-    /// whether every copy could be removed (only asked of a withdrawal).
-    pub async fn fail(
-        self,
-        ctx: &Context,
-        about: &ObjectReference,
-        recorded: Option<WrittenDestination>,
-        withdrawn: bool,
-    ) -> Failure {
-        let (reason, message, transient, copies) = match self {
+    /// Where the pass stopped, for the report; `withdrawn` says whether every copy could be removed
+    /// (only asked of a withdrawal).
+    pub fn stopped(self, withdrawn: bool) -> Stopped {
+        match self {
             Self::Report {
                 reason,
                 message,
                 transient,
-            } => (reason, message, transient, Copies::Kept),
-            Self::Withdraw { reason, message, .. } => {
-                (reason, message, false, Copies::Withdrawn { all_gone: withdrawn })
-            }
-        };
-        ctx.events.publish(about, reason, message.clone()).await;
-        source_failure(reason, message, transient, copies, recorded)
+            } => Stopped {
+                reason,
+                message,
+                at: StoppedAt::Source {
+                    transient,
+                    copies: Copies::Kept,
+                },
+            },
+            Self::Withdraw { reason, message, .. } => Stopped {
+                reason,
+                message,
+                at: StoppedAt::Source {
+                    transient: false,
+                    copies: Copies::Withdrawn { all_gone: withdrawn },
+                },
+            },
+        }
     }
 }

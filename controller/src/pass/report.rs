@@ -2,9 +2,9 @@
 //! reconcile counted and logged, and what the runtime does next.
 
 use crate::{
-    context::Context,
+    context::Report,
     error::{Error, api_error},
-    metrics::{E2eLabels, ReconcileLabels},
+    metrics::{E2eLabels, Metrics, ReconcileLabels},
     pass::kind::ProjectionKind,
 };
 use k8s_openapi::jiff::Timestamp;
@@ -24,7 +24,7 @@ use shared::{
 
 /// Counts the reconcile and tells the runtime what to do next.
 pub fn conclude(
-    ctx: &Context,
+    report: &Report,
     kind: &'static str,
     object: (&str, &str),
     outcome: &Outcome,
@@ -32,7 +32,8 @@ pub fn conclude(
 ) -> Result<Action, Error> {
     let (name, uid) = object;
     let result = outcome.category().as_str();
-    ctx.metrics
+    report
+        .metrics
         .reconcile_total
         .get_or_create(&ReconcileLabels { kind, result })
         .inc();
@@ -46,7 +47,7 @@ pub fn conclude(
     );
     match retry {
         Retry::OnChange => {
-            ctx.backoff.reset(uid);
+            report.backoff.reset(uid);
             Ok(Action::await_change())
         }
         Retry::Backoff => Err(Error::Retry {
@@ -57,24 +58,25 @@ pub fn conclude(
 }
 
 /// Counts and logs a pass of a suspended CR, which wrote nothing; only a change of the CR wakes it.
-pub fn conclude_suspended(ctx: &Context, kind: &'static str, object: (&str, &str)) -> Action {
+pub fn conclude_suspended(report: &Report, kind: &'static str, object: (&str, &str)) -> Action {
     let (name, uid) = object;
     let reason = Reason::Suspended;
     let result = reason.category().as_str();
-    ctx.metrics
+    report
+        .metrics
         .reconcile_total
         .get_or_create(&ReconcileLabels { kind, result })
         .inc();
     tracing::info!(kind, name, result, %reason, message = shared::pass::lifecycle::SUSPENDED_MESSAGE, "reconciled");
-    ctx.backoff.reset(uid);
+    report.backoff.reset(uid);
     Action::await_change()
 }
 
 /// Observes the time from the creation of `cr` to its first copy.
-pub fn observe_first_copy<K: ProjectionKind>(cr: &K, ctx: &Context) {
+pub fn observe_first_copy<K: ProjectionKind>(cr: &K, metrics: &Metrics) {
     if let Some(created) = cr.meta().creation_timestamp.as_ref() {
         let seconds = Timestamp::now().duration_since(created.0).as_secs_f64();
-        ctx.metrics
+        metrics
             .e2e_seconds
             .get_or_create(&E2eLabels {
                 kind: K::KIND,
@@ -89,18 +91,18 @@ pub fn observe_first_copy<K: ProjectionKind>(cr: &K, ctx: &Context) {
 /// we last wrote to it.
 pub async fn write_status<K: ProjectionKind, S: Serialize + PartialEq>(
     object: &K,
-    ctx: &Context,
+    report: &Report,
     current: &S,
     next: &S,
 ) -> Result<(), Error> {
     let uid = object.uid().unwrap_or_default();
     let value = serde_json::to_value(next).unwrap_or_default();
-    if next == current && ctx.statuses.matches(&uid, &value) {
+    if next == current && report.statuses.matches(&uid, &value) {
         return Ok(());
     }
     let body = serde_json::json!({"apiVersion": "projection.sh/v1", "kind": K::KIND, "status": value});
     object
-        .api(ctx.client.clone())
+        .api(report.client.clone())
         .patch_status(
             &object.name_any(),
             &PatchParams::apply(FIELD_MANAGER).force(),
@@ -108,6 +110,6 @@ pub async fn write_status<K: ProjectionKind, S: Serialize + PartialEq>(
         )
         .await
         .map_err(api_error("writing status"))?;
-    ctx.statuses.record(&uid, &value);
+    report.statuses.record(&uid, &value);
     Ok(())
 }

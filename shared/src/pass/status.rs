@@ -157,9 +157,53 @@ pub enum Copies {
     },
 }
 
+/// Why a pass stopped before it applied a plan. Every failed read, refused plan or content that
+/// cannot be built becomes one where it happens, with its reason; the event, the status and the
+/// retry all come from it ([`Stopped::failure`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stopped {
+    /// The condition and event reason.
+    pub reason: Reason,
+    /// The condition and event message.
+    pub message: String,
+    /// Where the pass stopped.
+    pub at: StoppedAt,
+}
+
+/// Where a pass stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoppedAt {
+    /// At its source: `transient` when an API call failed; `copies` says what became of them.
+    Source {
+        /// An API call failed (retried with backoff).
+        transient: bool,
+        /// Kept, or withdrawn.
+        copies: Copies,
+    },
+    /// After its source was read (`resolved`: the `SourceResolved` message).
+    Destination {
+        /// The `SourceResolved` message.
+        resolved: String,
+    },
+}
+
+impl Stopped {
+    /// The failure the status reports, with the copies it records (`recorded` before the pass).
+    pub fn failure(self, recorded: Option<WrittenDestination>) -> Failure {
+        match self.at {
+            StoppedAt::Source { transient, copies } => {
+                source_failure(self.reason, self.message, transient, copies, recorded)
+            }
+            StoppedAt::Destination { resolved } => {
+                destination_failure(&resolved, self.reason, self.message, recorded)
+            }
+        }
+    }
+}
+
 /// The failure of a pass that stopped at its source: `transient` when an API call failed. Copies
 /// withdrawn for good are no longer recorded; copies left to remove stay recorded and are retried.
-pub fn source_failure(
+fn source_failure(
     reason: Reason,
     message: String,
     transient: bool,
@@ -180,7 +224,7 @@ pub fn source_failure(
 
 /// The failure of a pass whose source is fine but whose copies are not (`resolved`: the
 /// `SourceResolved` message); retried as its reason says, the copies recorded as they were.
-pub fn destination_failure(
+fn destination_failure(
     resolved: &str,
     reason: Reason,
     message: String,
@@ -438,7 +482,12 @@ mod tests {
                 true,
             ),
         ] {
-            let f = source_failure(reason, "m".into(), transient, copies, Some(recorded("cfg")));
+            let stopped = Stopped {
+                reason,
+                message: "m".into(),
+                at: StoppedAt::Source { transient, copies },
+            };
+            let f = stopped.failure(Some(recorded("cfg")));
             assert_eq!(f.retry, retry, "{reason} {copies:?}");
             assert_eq!(f.written.is_some(), kept, "{reason} {copies:?}");
             assert_eq!(f.outcome.reason(), reason);
@@ -453,7 +502,15 @@ mod tests {
             (Reason::TargetResolutionFailed, Retry::OnChange),
             (Reason::DestinationCreateFailed, Retry::Backoff),
         ] {
-            let f = destination_failure("resolved", reason, "m".into(), Some(recorded("cfg")));
+            let at = StoppedAt::Destination {
+                resolved: "resolved".into(),
+            };
+            let f = Stopped {
+                reason,
+                message: "m".into(),
+                at,
+            }
+            .failure(Some(recorded("cfg")));
             assert_eq!(f.retry, retry, "{reason}");
             assert_eq!(f.written, Some(recorded("cfg")));
             assert_eq!(f.outcome.reason(), reason);
