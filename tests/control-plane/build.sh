@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds (or reuses) the local cluster binaries from our wrapper module: kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubelet, etcd, kubectl and the node's pause program;
-# helm by go install.
+# helm, promtool, prometheus and prometheus-operator by go install or go build.
 # Prints the bin directory on stdout's last line. The cache lives outside the
 # repository, keyed by versions and by the content of go.mod/go.sum/mains, so a
 # second run does not rebuild.
@@ -71,6 +71,35 @@ fi
 ln -sf "$prometheus_bin/promtool" "$bin/promtool"
 ln -sf "$prometheus_bin/prometheus" "$bin/prometheus"
 
+# prometheus-operator and its config reloader, to run the chart's ServiceMonitor and PrometheusRule
+# the way kube-prometheus-stack users do (tests/e2e/prometheus_operator.rs). `go install …@version`
+# is refused: the operator's go.mod replaces its pkg/apis/monitoring and pkg/client modules by local
+# folders. Both are published modules at the same version, so our wrapper module
+# (prometheus-operator/go.mod, go.sum) requires the three and builds the two commands as its tools.
+# Keyed by the version and the wrapper's go.mod and go.sum.
+po_dir="$here/prometheus-operator"
+grep -q "github.com/prometheus-operator/prometheus-operator ${PROMETHEUS_OPERATOR_VERSION}\( \|$\)" "$po_dir/go.mod" || {
+  log "$po_dir/go.mod does not require prometheus-operator ${PROMETHEUS_OPERATOR_VERSION} (versions.env): update it with go get -tool"
+  exit 1
+}
+po_key=$(cat "$po_dir/go.mod" "$po_dir/go.sum" | sha256sum | cut -c1-12)
+po_bin="$cache_root/prometheus-operator-${PROMETHEUS_OPERATOR_VERSION}-${po_key}"
+if [ ! -x "$po_bin/operator" ] || [ ! -x "$po_bin/prometheus-config-reloader" ]; then
+  log "building prometheus-operator and prometheus-config-reloader ${PROMETHEUS_OPERATOR_VERSION} (cold: minutes on 2 cores)"
+  start=$(date +%s)
+  rm -rf "$po_bin.tmp" && mkdir -p "$po_bin.tmp"
+  # The version stamp also names the reloader image the operator defaults to; the tests pass theirs.
+  (cd "$po_dir" && go build -mod=readonly -trimpath -buildvcs=false \
+      -ldflags "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_OPERATOR_VERSION#v}" \
+      -o "$po_bin.tmp/" \
+      github.com/prometheus-operator/prometheus-operator/cmd/operator \
+      github.com/prometheus-operator/prometheus-operator/cmd/prometheus-config-reloader)
+  rm -rf "$po_bin" && mv "$po_bin.tmp" "$po_bin"
+  log "prometheus-operator built in $(( $(date +%s) - start ))s"
+fi
+ln -sf "$po_bin/operator" "$bin/prometheus-operator"
+ln -sf "$po_bin/prometheus-config-reloader" "$bin/prometheus-config-reloader"
+
 # CRDs of projects the chart integrates with, taken from their Go modules (plain YAML there) and
 # linked into the bin folder for the chart tests.
 # module_crds MODULE VERSION FOLDER GLOB LINK
@@ -94,6 +123,9 @@ module_crds github.com/prometheus-operator/prometheus-operator "$PROMETHEUS_OPER
   example/prometheus-operator-crd monitoring.coreos.com_servicemonitors.yaml prometheus-operator-crds
 module_crds github.com/prometheus-operator/prometheus-operator "$PROMETHEUS_OPERATOR_VERSION" \
   example/prometheus-operator-crd monitoring.coreos.com_prometheusrules.yaml prometheus-rule-crd
+# All of them (Prometheus, Alertmanager, ...), for the real operator.
+module_crds github.com/prometheus-operator/prometheus-operator "$PROMETHEUS_OPERATOR_VERSION" \
+  example/prometheus-operator-crd 'monitoring.coreos.com_*.yaml' prometheus-operator-all-crds
 
 "$bin/kube-apiserver" --version >&2
 echo "$bin"

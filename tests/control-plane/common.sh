@@ -113,3 +113,11 @@ node_owner() { { ip -o link show "$POD_BRIDGE" 2>/dev/null || true; } | sed -n '
 
 # ctr against the node's containerd, in the CRI's namespace.
 node_ctr() { ctr --address "$NODE_DIR/containerd.sock" -n k8s.io "$@"; }
+
+# prometheus_release: the Prometheus release of the module version PROMETHEUS_VERSION (versions.env):
+# its v0.3xx.y module versions are the 3.xx.y releases (v0.316.0 is 3.16.0), as its VERSION file says.
+prometheus_release() {
+  local minor=${PROMETHEUS_VERSION#v0.3} patch
+  patch=${minor#*.}; minor=${minor%%.*}
+  echo "v3.$((10#$minor)).$patch"
+}

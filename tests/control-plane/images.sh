@@ -3,6 +3,8 @@
 #   local.test/projection-controller:dev, local.test/projection-webhook:dev  (ours)
 #   local.test/cert-manager-{controller,cainjector,webhook,startupapicheck}:<version>
 #   local.test/pause:local (the pod sandbox)
+#   local.test/prometheus:<release>, local.test/prometheus-config-reloader:<version> (the Prometheus
+#     that the real prometheus-operator runs in tests/e2e/prometheus_operator.rs)
 # No registry is reachable here and no container engine runs: each image is an OCI layout written
 # by oci-image.sh, the final stage of Dockerfile.controller / Dockerfile.webhook reproduced (one
 # static binary on an empty filesystem, USER, ENTRYPOINT, EXPOSE; tests/e2e/chart.rs keeps the
@@ -80,11 +82,36 @@ build_pause() {
   echo "$out"
 }
 
+# Prometheus (the server build.sh built from the Prometheus Go module; the image is tagged with the
+# Prometheus release that module version is, e.g. v0.316.0 is 3.16.0) and prometheus-operator's
+# config reloader, laid out as upstream's images are: entrypoints /bin/prometheus and
+# /bin/prometheus-config-reloader (the operator gives the reloader that command and Prometheus only
+# arguments), user nobody. Keyed by the binaries they hold (their cache folders name version and hash).
+build_prometheus() {
+  local bin key out release
+  bin=$("$CP_HERE/build.sh" | tail -n 1)
+  key=$( (readlink -f "$bin/prometheus" "$bin/prometheus-config-reloader" && cat "$CP_HERE/oci-image.sh") |
+    sha256sum | cut -c1-12)
+  out="$CACHE_ROOT/images/prometheus-$key"
+  if [ ! -f "$out/done" ]; then
+    release=$(prometheus_release)
+    rm -rf "$out" && mkdir -p "$out"
+    "$CP_HERE/oci-image.sh" "$out/prometheus.tar" "$LOCAL_IMAGE_PREFIX/prometheus:$release" 65534:65534 \
+      /bin/prometheus "9090" "$bin/prometheus:/bin/prometheus"
+    "$CP_HERE/oci-image.sh" "$out/prometheus-config-reloader.tar" \
+      "$LOCAL_IMAGE_PREFIX/prometheus-config-reloader:$PROMETHEUS_OPERATOR_VERSION" 65534:65534 \
+      /bin/prometheus-config-reloader "8080" "$bin/prometheus-config-reloader:/bin/prometheus-config-reloader"
+    touch "$out/done"
+  fi
+  echo "$out"
+}
+
 # One assignment each: a failed build stops the script here (an array of substitutions would not).
 pause_images=$(build_pause)
 cert_manager_images=$(build_cert_manager)
 our_images=$(build_ours)
-folders=("$pause_images" "$cert_manager_images" "$our_images")
+prometheus_images=$(build_prometheus)
+folders=("$pause_images" "$cert_manager_images" "$our_images" "$prometheus_images")
 if [ "${1:-}" = build ]; then
   printf '%s\n' "${folders[@]}"
   exit 0

@@ -119,9 +119,13 @@ fn quick_values() -> Vec<(&'static str, Value)> {
             json!("20s"),
         ),
         ("metrics.prometheusRule.alerts.certificateExpiry.days", json!(2)),
+        ("metrics.prometheusRule.runbookBaseUrl", json!(RUNBOOKS)),
     ]);
     values
 }
+
+/// Where a team serves docs/troubleshooting.md, as a user sets `runbookBaseUrl`.
+const RUNBOOKS: &str = "https://docs.example.com/projection/troubleshooting";
 
 // ---------------------------------------------------------------------------------------------
 // Without a cluster
@@ -225,6 +229,15 @@ fn rules_carry_severity_runbook_and_selectors_from_the_values() {
         "critical"
     );
 
+    // No runbook_url unless runbookBaseUrl says where the runbooks are served.
+    for rule in rules_of(&rules_yaml(&[])) {
+        assert!(
+            rule["annotations"].get("runbook_url").is_none(),
+            "the default guesses a runbook URL: {rule}"
+        );
+        assert!(rule["annotations"]["description"].is_string(), "{rule}");
+    }
+
     // Off by default, and refused with a bad duration or an unknown key.
     assert!(rendered(&[]).of_kind("PrometheusRule").is_empty());
     for (key, value, expected) in [
@@ -309,9 +322,11 @@ fn every_alert_has_a_runbook_section_and_is_documented() {
         .collect();
     let observability =
         std::fs::read_to_string(repo_root().join("docs/observability.md")).expect("docs/observability.md");
-    for rule in rules_of(&rules_yaml(&[])) {
+    let base_url = [("metrics.prometheusRule.runbookBaseUrl", json!(RUNBOOKS))];
+    for rule in rules_of(&rules_yaml(&base_url)) {
         let name = rule["alert"].as_str().expect("alert");
         let url = rule["annotations"]["runbook_url"].as_str().expect("runbook_url");
+        assert!(url.starts_with(&format!("{RUNBOOKS}#")), "{name}: {url}");
         let fragment = url.rsplit_once('#').expect("the runbook URL has a fragment").1;
         assert!(
             anchors.contains(fragment),
@@ -716,13 +731,7 @@ impl Stack {
         let alert = self.prometheus.wait_firing(name, labels, FIRE).await;
         assert_eq!(
             alert.annotations.get("runbook_url").map(String::as_str),
-            Some(
-                format!(
-                    "https://github.com/projection-sh/projection/blob/main/docs/troubleshooting.md#{}",
-                    name.to_lowercase()
-                )
-                .as_str()
-            ),
+            Some(format!("{RUNBOOKS}#{}", name.to_lowercase()).as_str()),
             "{alert:?}"
         );
         println!("{name} fired after {:?}: {alert:?}", self.started.elapsed());

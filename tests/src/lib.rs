@@ -383,8 +383,19 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 /// A plain HTTP/1.0 GET on 127.0.0.1 with an optional `Accept` header; returns the status code,
 /// the `Content-Type` and the body, or `None` if nothing answers.
 pub fn http_get_accepting(port: u16, path: &str, accept: Option<&str>) -> Option<(u16, String, String)> {
+    http_get_from("127.0.0.1", port, path, accept)
+}
+
+/// Like [`http_get_accepting`], to `host` (an IP address, e.g. a pod's on the local node).
+pub fn http_get_from(
+    host: &str,
+    port: u16,
+    path: &str,
+    accept: Option<&str>,
+) -> Option<(u16, String, String)> {
     use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let address: std::net::SocketAddr = format!("{host}:{port}").parse().ok()?;
+    let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(5)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
     write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n{accept}\r\n").ok()?;

@@ -3,7 +3,7 @@
 //! alerts and dashboard: a Prometheus server on loopback that scrapes processes the test runs and
 //! evaluates rule files, read through its HTTP API.
 
-use crate::{control_plane_bin, free_port, http_get, testenv_dir, wait_for};
+use crate::{control_plane_bin, free_port, http_get, http_get_from, testenv_dir, wait_for};
 use serde_json::Value;
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -74,13 +74,29 @@ pub struct Job<'a> {
 }
 
 /// A Prometheus server on 127.0.0.1 scraping and evaluating every second; stopped when dropped.
+/// Its API is [`PrometheusApi`]'s (through `Deref`).
 pub struct PrometheusServer {
     child: std::process::Child,
     /// Its HTTP port (API).
     pub port: u16,
     /// Where its log is.
     pub log: PathBuf,
+    api: PrometheusApi,
     _scratch: Scratch,
+}
+
+/// The HTTP API of a Prometheus server at `host:port` (one the tests run on loopback, or one in a
+/// pod of the local node, reached at its pod IP).
+pub struct PrometheusApi {
+    pub host: String,
+    pub port: u16,
+}
+
+impl std::ops::Deref for PrometheusServer {
+    type Target = PrometheusApi;
+    fn deref(&self) -> &PrometheusApi {
+        &self.api
+    }
 }
 
 /// One alert as `/api/v1/alerts` reports it.
@@ -145,6 +161,10 @@ impl PrometheusServer {
             child,
             port,
             log,
+            api: PrometheusApi {
+                host: "127.0.0.1".to_owned(),
+                port,
+            },
             _scratch: scratch,
         };
         server.wait_ready().await;
@@ -184,10 +204,13 @@ impl PrometheusServer {
         )
         .await;
     }
+}
 
+impl PrometheusApi {
     /// `GET path` of the API; the `data` of a successful answer, or what went wrong.
     pub fn api(&self, path: &str) -> Result<Value, String> {
-        let (code, body) = http_get(self.port, path).ok_or("prometheus does not answer")?;
+        let (code, _, body) =
+            http_get_from(&self.host, self.port, path, None).ok_or("prometheus does not answer")?;
         let answer: Value = serde_json::from_str(&body).map_err(|e| format!("HTTP {code}: {e}: {body}"))?;
         if code != 200 || answer["status"] != "success" {
             return Err(format!("HTTP {code}: {answer}"));

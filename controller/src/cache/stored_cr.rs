@@ -8,11 +8,16 @@
 //! status's conditions (four per condition) is an allocation of its own. The packed text is one
 //! allocation of about a quarter of the text's length. A reconcile decodes it again in
 //! microseconds, against the milliseconds of the API calls it makes.
+//!
+//! What the scrape-time gauges count of each CR (its `Ready` condition, a ClusterProjection's
+//! namespace counts) is read once, when the CR is stored, into a [`ReadySummary`] of 12 bytes, so a
+//! scrape decodes no CR.
 
 use crate::cache::{cache_trim::trim_cr, packed_text::PackedText};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned};
+use shared::api::reason::Reason;
 use std::{borrow::Cow, fmt, marker::PhantomData};
 
 /// A CR of kind `K` as the store keeps it (see the module's documentation). It is a `Resource` of
@@ -22,7 +27,108 @@ pub struct StoredCr<K> {
     metadata: ObjectMeta,
     /// The CR with its `metadata` empty, as packed JSON text.
     body: PackedText,
+    /// What the scrape-time gauges read of its status.
+    ready: ReadySummary,
     kind: PhantomData<fn() -> K>,
+}
+
+/// What the controller's scrape-time gauges (`projection_resources`,
+/// `projection_cluster_projection_namespaces`) count of a CR, read from its status when it is
+/// stored: the status and reason of its `Ready` condition as bounded label values, and a
+/// ClusterProjection's `namespacesWritten` and `namespacesFailed` (0 for a Projection).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadySummary {
+    status: ReadyStatus,
+    reason: ReadyReason,
+    pub namespaces_written: i32,
+    pub namespaces_failed: i32,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum ReadyStatus {
+    True,
+    False,
+    /// `Unknown`, any other value, or no `Ready` condition.
+    #[default]
+    Unknown,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum ReadyReason {
+    /// No `Ready` condition.
+    #[default]
+    None,
+    Known(Reason),
+    /// A reason the controller does not write.
+    Other,
+}
+
+impl ReadySummary {
+    /// The `Ready` condition's status: `True`, `False`, or `Unknown` (also without one).
+    pub fn ready(&self) -> &'static str {
+        match self.status {
+            ReadyStatus::True => "True",
+            ReadyStatus::False => "False",
+            ReadyStatus::Unknown => "Unknown",
+        }
+    }
+
+    /// The `Ready` condition's reason (one of [`Reason`]), `Other` for a reason the controller does
+    /// not write, empty without a condition.
+    pub fn reason(&self) -> &'static str {
+        match self.reason {
+            ReadyReason::None => "",
+            ReadyReason::Known(reason) => reason.as_str(),
+            ReadyReason::Other => "Other",
+        }
+    }
+
+    /// Reads it from a CR's JSON text (the fields it needs of `status`; the rest is skipped).
+    fn of_text(text: &[u8]) -> Result<Self, serde_json::Error> {
+        #[derive(Deserialize)]
+        struct Cr<'a> {
+            #[serde(borrow, default)]
+            status: Option<Status<'a>>,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Status<'a> {
+            #[serde(borrow, default)]
+            conditions: Vec<ConditionView<'a>>,
+            #[serde(default)]
+            namespaces_written: i32,
+            #[serde(default)]
+            namespaces_failed: i32,
+        }
+        #[derive(Deserialize)]
+        struct ConditionView<'a> {
+            #[serde(borrow, rename = "type")]
+            type_: Cow<'a, str>,
+            #[serde(borrow, default)]
+            status: Cow<'a, str>,
+            #[serde(borrow, default)]
+            reason: Cow<'a, str>,
+        }
+        let Some(status) = serde_json::from_slice::<Cr<'_>>(text)?.status else {
+            return Ok(Self::default());
+        };
+        let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
+        Ok(Self {
+            status: match ready.map(|c| &*c.status) {
+                Some("True") => ReadyStatus::True,
+                Some("False") => ReadyStatus::False,
+                _ => ReadyStatus::Unknown,
+            },
+            reason: ready.map_or(ReadyReason::None, |c| {
+                Reason::ALL
+                    .iter()
+                    .find(|r| r.as_str() == c.reason)
+                    .map_or(ReadyReason::Other, |r| ReadyReason::Known(*r))
+            }),
+            namespaces_written: status.namespaces_written,
+            namespaces_failed: status.namespaces_failed,
+        })
+    }
 }
 
 impl<K> StoredCr<K>
@@ -33,11 +139,18 @@ where
     pub fn new(mut cr: K) -> Result<Self, serde_json::Error> {
         let mut metadata = std::mem::take(cr.meta_mut());
         trim_cr(&mut metadata);
+        let text = serde_json::to_vec(&cr)?;
         Ok(Self {
             metadata,
-            body: PackedText::pack(&serde_json::to_vec(&cr)?),
+            ready: ReadySummary::of_text(&text)?,
+            body: PackedText::pack(&text),
             kind: PhantomData,
         })
+    }
+
+    /// What the scrape-time gauges count of it, read when it was stored.
+    pub fn ready_summary(&self) -> ReadySummary {
+        self.ready
     }
 
     /// The CR as it was compacted (its metadata trimmed).
@@ -53,6 +166,7 @@ impl<K> Clone for StoredCr<K> {
         Self {
             metadata: self.metadata.clone(),
             body: self.body.clone(),
+            ready: self.ready,
             kind: PhantomData,
         }
     }
@@ -63,6 +177,7 @@ impl<K> fmt::Debug for StoredCr<K> {
         f.debug_struct("StoredCr")
             .field("metadata", &self.metadata)
             .field("body", &self.body)
+            .field("ready", &self.ready)
             .finish()
     }
 }
@@ -183,6 +298,65 @@ mod tests {
         let invalid = r#"{"apiVersion":"projection.sh/v1","kind":"Projection","metadata":{"name":"p"},"spec":{"source":7}}"#;
         let refused = serde_json::from_str::<StoredCr<Projection>>(invalid).unwrap_err();
         assert!(refused.to_string().contains("SourceRef"), "{refused}");
+    }
+
+    #[test]
+    fn keeps_the_ready_summary_the_gauges_count() {
+        let summary = |status: serde_json::Value| {
+            let mut cr = serde_json::to_value(projection()).unwrap();
+            cr["status"] = status;
+            let cr: Projection = serde_json::from_value(cr).expect("a Projection");
+            let s = StoredCr::new(cr).expect("compacts").ready_summary();
+            (s.ready(), s.reason(), s.namespaces_written, s.namespaces_failed)
+        };
+        let condition = |type_: &str, status: &str, reason: &str| {
+            serde_json::json!({"type": type_, "status": status, "reason": reason, "message": "",
+                "lastTransitionTime": "2026-11-25T00:00:00Z"})
+        };
+        assert_eq!(
+            summary(serde_json::json!({"conditions": [condition("Ready", "True", "Projected")]})),
+            ("True", "Projected", 0, 0)
+        );
+        assert_eq!(
+            summary(serde_json::json!({"conditions": [
+                condition("SourceResolved", "False", "SourceNotFound"),
+                condition("Ready", "False", "SourceNotFound"),
+            ]})),
+            ("False", "SourceNotFound", 0, 0)
+        );
+        assert_eq!(
+            summary(serde_json::json!({})),
+            ("Unknown", "", 0, 0),
+            "no condition yet"
+        );
+        assert_eq!(
+            summary(serde_json::Value::Null),
+            ("Unknown", "", 0, 0),
+            "no status yet"
+        );
+        // Whatever else a status writer put there, the values stay in a fixed set.
+        assert_eq!(
+            summary(serde_json::json!({"conditions": [condition("Ready", "Maybe", "SomethingElse")]})),
+            ("Unknown", "Other", 0, 0)
+        );
+        let cluster: ClusterProjection = serde_json::from_value(serde_json::json!({
+            "apiVersion": "projection.sh/v1", "kind": "ClusterProjection",
+            "metadata": {"name": "c"},
+            "spec": {
+                "source": {"version": "v1", "kind": "ConfigMap", "namespace": "src", "name": "cm"},
+                "destination": {"namespaces": ["a", "b", "c"]},
+            },
+            "status": {"conditions": [condition("Ready", "False", "DestinationConflict")],
+                "namespacesWritten": 2, "namespacesFailed": 1},
+        }))
+        .expect("a ClusterProjection");
+        let s = StoredCr::new(cluster).expect("compacts").ready_summary();
+        assert_eq!(
+            (s.ready(), s.reason(), s.namespaces_written, s.namespaces_failed),
+            ("False", "DestinationConflict", 2, 1)
+        );
+        // It stays small beside the packed text.
+        assert!(std::mem::size_of::<ReadySummary>() <= 12);
     }
 
     #[test]
