@@ -302,6 +302,20 @@ async fn probe(attack: &Attack, connector: &TlsConnector, body: Bytes) -> Option
     (review["kind"] == "AdmissionReview" && review["response"].is_object()).then_some(status)
 }
 
+/// The webhook a load tool talks to: its flags, the same in every tool.
+#[derive(clap::Args, Debug)]
+pub struct WebhookTarget {
+    /// The webhook's address (IP:port).
+    #[arg(long)]
+    pub address: std::net::SocketAddr,
+    /// The name the webhook's certificate is checked against.
+    #[arg(long, default_value = "localhost")]
+    pub server_name: String,
+    /// PEM CA bundle that signed the webhook's certificate.
+    #[arg(long)]
+    pub ca_file: std::path::PathBuf,
+}
+
 /// The TLS client of the load tools: HTTP/2 to a server whose certificate chains to the CA in
 /// `ca_file`, with the client certificate and key in `client_auth` when given (the apiserver's,
 /// for the authenticated path).

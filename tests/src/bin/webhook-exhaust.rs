@@ -14,19 +14,12 @@
 use clap::Parser;
 use projection_tests::attack;
 use serde_json::json;
-use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 #[derive(Parser, Debug)]
 struct Args {
-    /// The webhook's address (IP:port).
-    #[arg(long)]
-    address: SocketAddr,
-    /// The name the webhook's certificate is checked against.
-    #[arg(long, default_value = "localhost")]
-    server_name: String,
-    /// PEM CA bundle that signed the webhook's certificate.
-    #[arg(long)]
-    ca_file: PathBuf,
+    #[command(flatten)]
+    target: projection_tests::attack::WebhookTarget,
     #[arg(long, default_value_t = 16)]
     connections: usize,
     #[arg(long, default_value_t = 8)]
@@ -55,10 +48,10 @@ async fn main() -> anyhow::Result<()> {
         args.duration <= Duration::from_secs(600),
         "--duration is at most 10m"
     );
-    let client = attack::h2_client_config(&args.ca_file, None)?;
+    let client = attack::h2_client_config(&args.target.ca_file, None)?;
     let attack = attack::Attack {
-        address: args.address,
-        server_name: args.server_name,
+        address: args.target.address,
+        server_name: args.target.server_name,
         connections: args.connections,
         streams_per_connection: args.streams_per_connection,
         body_bytes: args.body_bytes,

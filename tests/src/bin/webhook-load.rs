@@ -17,7 +17,6 @@ use hyper::{Request, body::Bytes};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::ServerName;
 use std::{
-    net::SocketAddr,
     path::PathBuf,
     sync::Arc,
     time::{Duration, Instant},
@@ -26,15 +25,8 @@ use tokio::net::TcpStream;
 
 #[derive(Parser, Debug)]
 struct Args {
-    /// The webhook's address (IP:port).
-    #[arg(long)]
-    address: SocketAddr,
-    /// The name the webhook's certificate is checked against.
-    #[arg(long, default_value = "localhost")]
-    server_name: String,
-    /// PEM CA bundle that signed the webhook's certificate.
-    #[arg(long)]
-    ca_file: PathBuf,
+    #[command(flatten)]
+    target: projection_tests::attack::WebhookTarget,
     /// The client certificate (PEM) to present, e.g. the apiserver's admission client certificate.
     #[arg(long, requires = "key")]
     cert: Option<PathBuf>,
@@ -71,17 +63,20 @@ async fn main() -> anyhow::Result<()> {
         "--duration is at most 10m"
     );
     let client_auth = args.cert.as_deref().zip(args.key.as_deref());
-    let client = projection_tests::attack::h2_client_config(&args.ca_file, client_auth)?;
+    let client = projection_tests::attack::h2_client_config(&args.target.ca_file, client_auth)?;
     let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
     let body = Bytes::from(std::fs::read(&args.body)?);
-    let server_name = ServerName::try_from(args.server_name.clone())?;
+    let server_name = ServerName::try_from(args.target.server_name.clone())?;
     let started = Instant::now();
     let deadline = started + args.duration;
 
     let mut lanes = tokio::task::JoinSet::new();
     for _ in 0..args.connections {
         let (connector, server_name, body) = (connector.clone(), server_name.clone(), body.clone());
-        let (address, uri) = (args.address, format!("https://{}{}", args.server_name, args.path));
+        let (address, uri) = (
+            args.target.address,
+            format!("https://{}{}", args.target.server_name, args.path),
+        );
         lanes.spawn(async move {
             let mut lane = Lane::default();
             let tcp = TcpStream::connect(address).await?;
