@@ -7,6 +7,7 @@ use crate::{
     author_access::Answer,
     cache::copy_store::CopyStore,
     context::SourceAccess,
+    discovery::Resolved,
     error::{describe_status, forbidden_message, resource_name},
     index::CrRef,
     pass::kind::{KindStatus, ProjectionKind},
@@ -76,12 +77,6 @@ pub enum Problem {
     },
 }
 
-/// The source's kind as discovery resolves it, allowed by the platform's kind policy.
-struct Resolved {
-    resource: ApiResource,
-    message: String,
-}
-
 /// Resolves the kind of the source of `waker` and checks the platform allows it.
 async fn resolve(sources: &SourceAccess, source: &SourceRef, waker: &CrRef) -> Result<Resolved, Problem> {
     let resolved = match sources.discovery.resolve(source).await {
@@ -116,10 +111,7 @@ async fn resolve(sources: &SourceAccess, source: &SourceRef, waker: &CrRef) -> R
             resource: resolved.resource,
         });
     }
-    Ok(Resolved {
-        resource: resolved.resource,
-        message: resolved.message,
-    })
+    Ok(resolved)
 }
 
 /// Watches, reads and checks the source of `waker` (a CR of `tier`), of the `resolved` kind.
