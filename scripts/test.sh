@@ -17,6 +17,9 @@ fi
 tests/control-plane/up.sh >/dev/null
 # Tests run controllers and webhooks of their own; the demo's would act on their objects too.
 stop_demo_services
+# What only the monitoring tests use (promtool, Prometheus, prometheus-operator; cached by version),
+# before the node so that their images are imported with the others.
+tests/control-plane/build-monitoring.sh >/dev/null
 # The node, with the images built here imported and cert-manager installed by its own chart.
 tests/control-plane/cert-manager.sh
 

@@ -5,9 +5,10 @@
 //! the webhook down or bypassed, of a kind not served at admission, or edited to show more, copies
 //! only what its author could have copied by hand.
 //!
-//! Grants are reused for [`GRANT_TTL`] (denials never), as the webhook does: a source edit reaches
-//! its copies without a round trip to the authorizer; a revoked grant takes effect at the first
-//! pass of the CR past the TTL.
+//! Grants are reused for `--author-grant-ttl` (default 60 s; denials never), as the
+//! webhook does: a source edit reaches its copies without a round trip to the authorizer; a
+//! revoked grant takes effect at the first pass of the CR past the TTL, which the periodic recheck
+//! (`crate::author_recheck`) makes happen without anything changing.
 
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use kube::{Api, Client, api::PostParams};
@@ -15,8 +16,6 @@ use quick_cache::sync::Cache;
 use shared::policy::author::{AccessQuestion, Author};
 use std::time::{Duration, Instant};
 
-/// How long a grant is reused.
-pub const GRANT_TTL: Duration = Duration::from_secs(60);
 /// Most grants kept (each a few hundred bytes: the author's record and the question).
 const GRANTS_KEPT: usize = 10_000;
 
@@ -43,14 +42,17 @@ pub enum Answer {
 /// Asks the apiserver's authorizer about authors, reusing grants.
 pub struct AuthorAccess {
     mode: AuthorAccessMode,
+    /// How long a grant is reused.
+    grant_ttl: Duration,
     grants: Cache<(String, AccessQuestion), Instant>,
 }
 
 impl AuthorAccess {
-    /// Checks in `mode`.
-    pub fn new(mode: AuthorAccessMode) -> Self {
+    /// Checks in `mode`, reusing grants for `grant_ttl`.
+    pub fn new(mode: AuthorAccessMode, grant_ttl: Duration) -> Self {
         Self {
             mode,
+            grant_ttl,
             grants: Cache::new(GRANTS_KEPT),
         }
     }
@@ -76,7 +78,7 @@ impl AuthorAccess {
         let answer = reviews.create(&PostParams::default(), &review).await?;
         let status = answer.status.unwrap_or_default();
         if status.allowed && status.denied != Some(true) {
-            self.grants.insert(key, Instant::now() + GRANT_TTL);
+            self.grants.insert(key, Instant::now() + self.grant_ttl);
             Ok(Answer::Allowed)
         } else {
             Ok(Answer::Denied(status.reason.filter(|r| !r.is_empty())))

@@ -36,6 +36,20 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "enforce")]
     pub author_access: AuthorAccessMode,
 
+    /// How often every CR's recorded author is asked again (enforce only) with nothing changed,
+    /// so a revoked grant removes the copies it allowed without anyone touching the CR: one
+    /// SubjectAccessReview per author and question per interval, each author at a moment of its
+    /// own in the interval. A revocation takes effect within this interval plus
+    /// --author-grant-ttl. 0s turns the recheck off.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub author_recheck_interval: Duration,
+
+    /// How long an author's grant (a SubjectAccessReview that allowed) is reused before it is
+    /// asked again; denials are never reused. Shorter revokes sooner, at one more
+    /// SubjectAccessReview per author and question per TTL while its CRs are busy.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub author_grant_ttl: Duration,
+
     /// Kinds that grant power (RBAC Roles and RoleBindings, ServiceAccounts, Endpoints,
     /// EndpointSlices, ServiceAccount token Secrets) that may be projected, comma-separated, e.g.
     /// `RoleBinding.rbac.authorization.k8s.io,Secret/service-account-token`; give the webhook the

@@ -32,6 +32,10 @@ pub struct Settings {
     pub initial_list: crate::initial_list::InitialList,
     /// Whether each CR's recorded author is checked where the copies are made.
     pub author_access: AuthorAccessMode,
+    /// How long an author's grant is reused.
+    pub author_grant_ttl: Duration,
+    /// How often every CR's author is asked again with nothing changed (zero: never).
+    pub author_recheck_interval: Duration,
     /// The kinds that grant power the platform lets be projected.
     pub allowed_power_kinds: AllowedPowerKinds,
     /// Kinds recreated when an update is refused as immutable, beyond ConfigMaps and Secrets.
@@ -70,7 +74,7 @@ impl Context {
                 watches: watches.clone(),
                 source_mode: settings.source_mode,
                 allowed_power_kinds: settings.allowed_power_kinds.clone(),
-                author_access: AuthorAccess::new(settings.author_access),
+                author_access: AuthorAccess::new(settings.author_access, settings.author_grant_ttl),
                 concurrency: settings.write_concurrency.max(1),
             },
             copies: CopyCluster {

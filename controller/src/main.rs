@@ -2,6 +2,7 @@
 //! one of several replicas behind a leader Lease.
 
 mod author_access;
+mod author_recheck;
 mod cache;
 mod cli;
 mod context;
@@ -85,6 +86,8 @@ async fn main() -> anyhow::Result<()> {
         reconcile_concurrency: args.max_concurrent_reconciles,
         initial_list: args.initial_list,
         author_access: args.author_access,
+        author_recheck_interval: args.author_recheck_interval,
+        author_grant_ttl: args.author_grant_ttl,
         allowed_power_kinds: args.allow_power_kinds.clone(),
         recreate_on_immutable: args.recreate_on_immutable.clone(),
     };

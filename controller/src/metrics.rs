@@ -59,12 +59,23 @@ pub struct ErrorLabels {
     pub category: &'static str,
 }
 
+/// Labels of `projection_author_rechecks_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RecheckLabels {
+    /// `Projection` or `ClusterProjection`.
+    pub kind: &'static str,
+    /// `allowed`, `denied` or `error`.
+    pub result: &'static str,
+}
+
 /// Every metric of the controller.
 pub struct Metrics {
     pub reconcile_total: Family<ReconcileLabels, Counter>,
     pub e2e_seconds: Family<E2eLabels, Histogram>,
     pub reconcile_duration_seconds: Family<KindLabels, Histogram>,
     pub reconcile_errors_total: Family<ErrorLabels, Counter>,
+    /// Author questions asked again by the periodic recheck, by answer.
+    pub author_rechecks_total: Family<RecheckLabels, Counter>,
     pub watched_gvks: Gauge,
     pub watched_dest_gvks: Gauge,
     /// The controller-runtime names the Go operator exposed.
@@ -86,6 +97,7 @@ impl Metrics {
                 ))
             }),
             reconcile_errors_total: Family::default(),
+            author_rechecks_total: Family::default(),
             watched_gvks: Gauge::default(),
             watched_dest_gvks: Gauge::default(),
             queue: crate::queue_metrics::QueueMetrics::register(registry),
@@ -110,6 +122,11 @@ impl Metrics {
             "projection_reconcile_errors",
             "Reconciles that failed with an error, by category",
             metrics.reconcile_errors_total.clone(),
+        );
+        registry.register(
+            "projection_author_rechecks",
+            "Author access questions asked again by the periodic recheck, by answer",
+            metrics.author_rechecks_total.clone(),
         );
         registry.register(
             "projection_watched_gvks",

@@ -170,6 +170,9 @@ pub struct Replica {
     ctx: Arc<context::Context>,
     /// Reconciles running at once, per kind.
     reconcile_concurrency: u16,
+    /// How often the leader asks every CR's author again (`None`: authors are not checked, or
+    /// the recheck is off).
+    author_recheck: Option<std::time::Duration>,
     wake: wake::Wake,
     leading: Arc<AtomicBool>,
     projections: reflector::Store<StoredCr<Projection>>,
@@ -282,6 +285,9 @@ impl Replica {
         Self {
             ctx,
             reconcile_concurrency: settings.reconcile_concurrency,
+            author_recheck: (settings.author_access == crate::author_access::AuthorAccessMode::Enforce
+                && !settings.author_recheck_interval.is_zero())
+            .then_some(settings.author_recheck_interval),
             wake,
             leading,
             projections,
@@ -320,6 +326,15 @@ impl Replica {
         for cr in self.clusters.state() {
             let _ = self.cluster_changes.0.send((*cr).clone());
         }
+        // Only the leader rechecks: it is the one that would withdraw.
+        let recheck = self.author_recheck.map(|interval| {
+            tokio::spawn(crate::author_recheck::run(
+                self.ctx.clone(),
+                (self.projections.clone(), self.clusters.clone()),
+                self.wake.clone(),
+                interval,
+            ))
+        });
         let config = controller::Config::default().concurrency(self.reconcile_concurrency);
         let (projections_store, clusters_store) = (self.projections.clone(), self.clusters.clone());
         let queue = self.ctx.report.metrics.queue.projection.clone();
@@ -346,7 +361,7 @@ impl Replica {
             unless_stopped_unsynced(projections, stop.clone(), projections_store),
             unless_stopped_unsynced(clusters, stop, clusters_store),
         );
-        for task in self.tasks {
+        for task in self.tasks.into_iter().chain(recheck) {
             task.abort();
         }
     }

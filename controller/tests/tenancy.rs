@@ -462,3 +462,182 @@ async fn a_kind_served_only_after_admission_is_checked_when_it_is() {
     ));
     env.finish().await;
 }
+
+/// The Ready condition and every other status field of `cr`, with the times that differ between
+/// passes removed and `source_namespace` replaced, for a byte-for-byte comparison.
+async fn status_seen(api: &Api<Projection>, cr: &str, source_namespace: &str) -> String {
+    let mut status = serde_json::to_value(api.get(cr).await.expect("projection").status).expect("status");
+    for condition in status["conditions"].as_array_mut().into_iter().flatten() {
+        condition.as_object_mut().map(|c| c.remove("lastTransitionTime"));
+    }
+    status.to_string().replace(source_namespace, "SOURCE-NAMESPACE")
+}
+
+/// What the events about `cr` say (type, reason, action and note; `source_namespace` replaced),
+/// each once and sorted: a repeat of the same event only counts up its series.
+async fn events_seen(client: &Client, namespace: &str, cr: &str, source_namespace: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), namespace);
+    let mut seen: Vec<String> = events
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(cr))
+        .map(|e| {
+            format!("{:?} {:?} {:?} {:?}", e.type_, e.reason, e.action, e.note)
+                .replace(source_namespace, "SOURCE-NAMESPACE")
+        })
+        .collect();
+    seen.sort();
+    seen.dedup();
+    seen
+}
+
+#[tokio::test]
+async fn a_tenant_learns_nothing_about_a_source_it_may_not_read() {
+    let env = env("oracle").await;
+    let dst = env.dest.name().to_owned();
+    let _controller = controller(&["--author-access=enforce"]).await;
+    let user = format!("tenant-{dst}");
+    tenant_of(&env.client, &dst, &user).await;
+    // The same name in three namespaces the tenant may not read: no Secret there, one whose owner
+    // did not opt in, and one opted in.
+    let missing = TestNamespace::create(&env.client, "oracle-missing").await;
+    let plain = TestNamespace::create(&env.client, "oracle-plain").await;
+    let shared = TestNamespace::create(&env.client, "oracle-shared").await;
+    create(
+        &Api::<Secret>::namespaced(env.client.clone(), plain.name()),
+        json!({"metadata": {"name": "db"}, "stringData": {"password": "p"}}),
+    )
+    .await;
+    create(
+        &Api::<Secret>::namespaced(env.client.clone(), shared.name()),
+        json!({"metadata": {"name": "db", "annotations": {"projection.sh/projectable": "true"}},
+               "stringData": {"password": "p"}}),
+    )
+    .await;
+
+    // Written by the tenant itself, with its own record (no webhook to stop it).
+    let as_tenant: Api<Projection> = Api::namespaced(client_as(&user, &[]).await, &dst);
+    let probes = [
+        ("probe-missing", missing.name()),
+        ("probe-plain", plain.name()),
+        ("probe-shared", shared.name()),
+    ];
+    for (cr, namespace) in probes {
+        let source = json!({"version": "v1", "kind": "Secret", "namespace": namespace, "name": "db"});
+        create(
+            &as_tenant,
+            projection_by(cr, source, json!({}), &record(&user, &[])),
+        )
+        .await;
+    }
+    let mut seen = Vec::new();
+    for (cr, namespace) in probes {
+        let condition = wait_not_ready(&env.projections(), cr, "SourceForbidden").await;
+        let message = condition["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(&format!("may not get secrets {namespace}/db")),
+            "{message}"
+        );
+        // The event of the pass that set the condition is published before the status is written.
+        let events = events_seen(&env.client, &dst, cr, namespace).await;
+        assert!(!events.is_empty(), "no event about {cr}");
+        seen.push((
+            cr,
+            status_seen(&env.projections(), cr, namespace)
+                .await
+                .replace(cr, "CR"),
+            events,
+        ));
+    }
+    for (cr, status, events) in &seen[1..] {
+        assert_eq!(
+            (status, events),
+            (&seen[0].1, &seen[0].2),
+            "{cr} tells its source apart from {}",
+            seen[0].0
+        );
+    }
+    let secrets: Api<Secret> = env.api(&dst);
+    assert!(matches!(secrets.get_opt("db").await, Ok(None)), "a copy was made");
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn suspension_and_silence_never_freeze_a_copy_its_author_could_no_longer_make() {
+    let env = env("frozen").await;
+    let (src, dst) = env.names();
+    // Nothing retries on a timer within the test (`controller` caps the backoff at 5 minutes): a
+    // copy withdrawn with nothing touched was withdrawn by the author recheck.
+    let _controller = controller(&[
+        "--author-access=enforce",
+        "--author-recheck-interval=3s",
+        "--author-grant-ttl=1s",
+    ])
+    .await;
+    let alice = format!("alice-{dst}");
+    tenant_of(&env.client, &dst, &alice).await;
+    let read = rule("", "configmaps", "get");
+    grant(&env.client, &src, &alice, read.clone()).await;
+    let sources: Api<ConfigMap> = env.api(&src);
+    let as_alice: Api<Projection> = Api::namespaced(client_as(&alice, &[]).await, &dst);
+    for name in ["vetoed", "revoked", "quiet"] {
+        source_configmap(&sources, name, json!({"k": name})).await;
+        create(
+            &as_alice,
+            projection_by(name, cm_source(&src, name), json!({}), &record(&alice, &[])),
+        )
+        .await;
+        wait_ready(&env.projections(), name).await;
+    }
+    for name in ["vetoed", "revoked"] {
+        merge(&env.projections(), name, json!({"spec": {"suspend": true}})).await;
+        wait_condition(&env.projections(), name, "Suspended", "True", None).await;
+    }
+    let copies: Api<ConfigMap> = env.api(&dst);
+
+    // The owner vetoes the source of a suspended Projection: its copy goes all the same.
+    merge(
+        &sources,
+        "vetoed",
+        json!({"metadata": {"annotations": {"projection.sh/projectable": "false"}}}),
+    )
+    .await;
+    wait_absent(
+        &copies,
+        "vetoed",
+        "the vetoed copy of a suspended Projection withdrawn",
+    )
+    .await;
+    wait_not_ready(&env.projections(), "vetoed", "SourceOptedOut").await;
+    wait_condition(&env.projections(), "vetoed", "Suspended", "True", None).await;
+
+    // Alice may no longer read the sources, and nobody touches anything: the recheck finds it,
+    // for the suspended Projection and the running one alike.
+    let grant_name = format!("grant-{}", rand_suffix(&alice, &read));
+    delete(
+        &Api::<RoleBinding>::namespaced(env.client.clone(), &src),
+        &grant_name,
+    )
+    .await;
+    for name in ["revoked", "quiet"] {
+        wait_absent(
+            &copies,
+            name,
+            &format!("the copy {name} withdrawn after the revocation"),
+        )
+        .await;
+        let condition = wait_not_ready(&env.projections(), name, "SourceForbidden").await;
+        assert!(
+            condition["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(&format!("the author {alice} may not get configmaps {src}/{name}")),
+            "{condition}"
+        );
+    }
+    wait_condition(&env.projections(), "revoked", "Suspended", "True", None).await;
+    env.finish().await;
+}

@@ -90,7 +90,7 @@ pub enum Command {
     /// Every Projection (in the namespace, or all with -A) and ClusterProjection with its outcome,
     /// copies written and failed, suspension and last change.
     Status,
-    /// Sets spec.suspend: no copy is written or deleted until resumed.
+    /// Sets spec.suspend: no copy is written or updated until resumed (a veto or a lost grant still withdraws them).
     Suspend(Select),
     /// Clears spec.suspend: a full reconcile follows.
     Resume(Select),

@@ -82,14 +82,19 @@ build_pause() {
   echo "$out"
 }
 
-# Prometheus (the server build.sh built from the Prometheus Go module; the image is tagged with the
+# Prometheus (the server build-monitoring.sh built from the Prometheus Go module; the image is tagged with the
 # Prometheus release that module version is, e.g. v0.316.0 is 3.16.0) and prometheus-operator's
 # config reloader, laid out as upstream's images are: entrypoints /bin/prometheus and
 # /bin/prometheus-config-reloader (the operator gives the reloader that command and Prometheus only
 # arguments), user nobody. Keyed by the binaries they hold (their cache folders name version and hash).
+# Nothing (no folder printed) until build-monitoring.sh has built them: only the monitoring tests
+# run these images, and the demo does not wait for their build.
 build_prometheus() {
   local bin key out release
   bin=$("$CP_HERE/build.sh" | tail -n 1)
+  if [ ! -x "$bin/prometheus" ] || [ ! -x "$bin/prometheus-config-reloader" ]; then
+    return 0
+  fi
   key=$( (readlink -f "$bin/prometheus" "$bin/prometheus-config-reloader" && cat "$CP_HERE/oci-image.sh") |
     sha256sum | cut -c1-12)
   out="$CACHE_ROOT/images/prometheus-$key"
@@ -111,7 +116,8 @@ pause_images=$(build_pause)
 cert_manager_images=$(build_cert_manager)
 our_images=$(build_ours)
 prometheus_images=$(build_prometheus)
-folders=("$pause_images" "$cert_manager_images" "$our_images" "$prometheus_images")
+folders=("$pause_images" "$cert_manager_images" "$our_images")
+[ -n "$prometheus_images" ] && folders+=("$prometheus_images")
 if [ "${1:-}" = build ]; then
   printf '%s\n' "${folders[@]}"
   exit 0

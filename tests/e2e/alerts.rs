@@ -1,5 +1,5 @@
 //! The chart's PrometheusRule and Grafana dashboard, checked by the real promtool and a real
-//! Prometheus (both built from the Prometheus Go module by `tests/control-plane/build.sh`).
+//! Prometheus (both built from the Prometheus Go module by `tests/control-plane/build-monitoring.sh`).
 //!
 //! Without a cluster: `promtool check rules` on the rendered rules, `promtool test rules` on
 //! `tests/alerts/rules.test.yaml` (each alert's thresholds and `for:` at the chart's defaults), a

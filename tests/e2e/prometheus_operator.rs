@@ -1,5 +1,5 @@
 //! The chart's ServiceMonitors and PrometheusRule the way kube-prometheus-stack users run them: the
-//! real prometheus-operator (built from its Go module by `tests/control-plane/build.sh`, at
+//! real prometheus-operator (built from its Go module by `tests/control-plane/build-monitoring.sh`, at
 //! `PROMETHEUS_OPERATOR_VERSION` of `versions.env`) turns them into the configuration and the rule
 //! files of a Prometheus it runs as a StatefulSet on the local node, from the image of the Prometheus
 //! server built here (`tests/control-plane/images.sh`). The chart runs on the node too, installed
@@ -81,7 +81,7 @@ impl Operator {
         let binary = control_plane_bin().join("prometheus-operator");
         assert!(
             binary.exists(),
-            "{} is missing: run tests/control-plane/build.sh (it builds prometheus-operator from its \
+            "{} is missing: run tests/control-plane/build-monitoring.sh (it builds prometheus-operator from its \
              Go module) and tests/control-plane/up.sh",
             binary.display()
         );

@@ -1,5 +1,5 @@
 //! The real Prometheus and promtool (built from the Prometheus Go module by
-//! `tests/control-plane/build.sh`, at the version of `versions.env`) for the tests of the chart's
+//! `tests/control-plane/build-monitoring.sh`, at the version of `versions.env`) for the tests of the chart's
 //! alerts and dashboard: a Prometheus server on loopback that scrapes processes the test runs and
 //! evaluates rule files, read through its HTTP API.
 
@@ -19,7 +19,7 @@ pub fn tool(name: &str) -> PathBuf {
     let path = control_plane_bin().join(name);
     assert!(
         path.exists(),
-        "{} is missing: run tests/control-plane/build.sh (it builds promtool and prometheus from \
+        "{} is missing: run tests/control-plane/build-monitoring.sh (it builds promtool and prometheus from \
          the Prometheus Go module) and tests/control-plane/up.sh (which links them into {})",
         path.display(),
         control_plane_bin().display()

@@ -43,7 +43,7 @@ use shared::{
     pass::{
         lifecycle::{
             Release, deletion_blocked_conditions, deletion_blocked_message, handled_request, is_suspended,
-            on_cr_deletion, on_source_loss, requested_at, suspended_conditions,
+            on_cr_deletion, on_source_loss, requested_at, suspended_conditions, withdraws_while_suspended,
         },
         plan::{Cleaned, Concluded, PassInput, plan},
         status::{Failure, Reached, Stopped, StoppedAt},
@@ -63,11 +63,17 @@ enum Ended {
 /// the pass stopped at.
 async fn apply<K: ProjectionKind>(cr: &K, ctx: &Context) -> Result<Action, Error> {
     let status = cr.status();
-    if let Some(held) = hold_if_suspended(cr, &ctx.report, &status).await? {
-        return Ok(held);
-    }
-    let requested = requested_at(cr.meta().annotations.as_ref());
-    let ended = run(cr, ctx, &status, requested).await;
+    let suspended = is_suspended(cr.controls().suspend);
+    // A suspended CR handles no reconcile request: it does on resume.
+    let requested = requested_at(cr.meta().annotations.as_ref()).filter(|_| !suspended);
+    let ended = if suspended {
+        match withdraw_if_suspended_and_lost(cr, ctx, &status).await {
+            Some(ended) => ended,
+            None => return hold(cr, &ctx.report, &status).await,
+        }
+    } else {
+        run(cr, ctx, &status, requested).await
+    };
     let (outcome, retry, reached) = match &ended {
         Ended::Applied { concluded, hash } => (
             concluded.outcome.clone(),
@@ -88,8 +94,12 @@ async fn apply<K: ProjectionKind>(cr: &K, ctx: &Context) -> Result<Action, Error
             },
         ),
     };
-    let mut next = status.after(&outcome, reached, cr.meta().generation, &Time(Timestamp::now()));
+    let now = Time(Timestamp::now());
+    let mut next = status.after(&outcome, reached, cr.meta().generation, &now);
     next.set_handled_request(handled_request(requested, status.handled_request()));
+    if suspended {
+        *next.conditions_mut() = suspended_conditions(next.conditions(), cr.meta().generation, &now);
+    }
     write_status(cr, &ctx.report, &status, &next).await?;
     let name = queue_key(cr.meta().namespace.as_deref(), &cr.name_any());
     conclude(
@@ -274,23 +284,33 @@ async fn remove_unwanted<K: ProjectionKind>(
     Cleaned { current, earlier }
 }
 
-/// While `spec.suspend` is true nothing is read, written or deleted: the status keeps the last pass's
-/// conditions and counts, with `Suspended`, and the pass ends there (`Some`).
-async fn hold_if_suspended<K: ProjectionKind>(
+/// A suspended CR still reads its source and asks its author, since suspension stops updates but
+/// never a withdrawal that consent or access requires (`withdraws_while_suspended`): the copies go
+/// as they would unsuspended, and the pass ends there (`Some`). `None` when there is nothing to
+/// withdraw: the CR is held.
+async fn withdraw_if_suspended_and_lost<K: ProjectionKind>(
     cr: &K,
-    report: &Report,
-    current: &K::Status,
-) -> Result<Option<Action>, Error> {
-    if !is_suspended(cr.controls().suspend) {
-        return Ok(None);
-    }
+    ctx: &Context,
+    status: &K::Status,
+) -> Option<Ended> {
+    let problem = match read(&ctx.sources, cr, status).await {
+        Err(problem @ Problem::Withdraw { reason, .. }) if withdraws_while_suspended(reason) => problem,
+        _ => return None,
+    };
+    let stopped = withdraw_if_lost(ctx, cr, status, problem).await;
+    Some(stop(&ctx.report.events, cr, stopped, status.recorded()).await)
+}
+
+/// While `spec.suspend` is true and nothing must be withdrawn, nothing is written or deleted: the
+/// status keeps the last pass's conditions and counts, with `Suspended`.
+async fn hold<K: ProjectionKind>(cr: &K, report: &Report, current: &K::Status) -> Result<Action, Error> {
     let mut next = current.clone();
     let now = Time(Timestamp::now());
     *next.conditions_mut() = suspended_conditions(current.conditions(), cr.meta().generation, &now);
     write_status(cr, report, current, &next).await?;
     let uid = cr.uid().unwrap_or_default();
     let name = queue_key(cr.meta().namespace.as_deref(), &cr.name_any());
-    Ok(Some(conclude_suspended(report, K::KIND, (&name, &uid))))
+    Ok(conclude_suspended(report, K::KIND, (&name, &uid)))
 }
 
 /// Deletion of a CR: its copies go first, or are orphaned with `deletionPolicy: Orphan` (the

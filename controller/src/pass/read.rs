@@ -1,6 +1,6 @@
-//! The read step of a pass: resolve the source kind, make sure its watches run, read the source,
-//! check that it may be projected and that the CR's recorded author may read it (and where the
-//! author may create copies). A problem on the way is reported, and withdraws the copies when it
+//! The read step of a pass: resolve the source kind, check that the CR's recorded author may read
+//! the source (and where the author may create copies), make sure its watches run, read it and
+//! check that it may be projected. A problem on the way is reported, and withdraws the copies when it
 //! calls for that.
 
 use crate::{
@@ -229,13 +229,11 @@ async fn fetch(
 /// get it, and create its kind where the copies go: in every namespace at once for a
 /// ClusterProjection, in its own namespace (its only target) for a Projection. When that second
 /// answer is not a grant, [`forbidden_namespaces`] asks target by target. `None` when authors are
-/// not checked. No recorded author: nothing is written and nothing removed. A denied read withdraws
-/// the copies: their author could not have made them.
+/// not checked. No recorded author (a CR made before records existed): nothing is written and
+/// nothing removed, and nothing about the source is reported either. A denied read withdraws the
+/// copies: their author could not have made them.
 ///
-/// The questions are asked at once, and [`read`] asks them while it reads the source: a grant
-/// that is not cached (the first pass of a CR, or its first after
-/// [`crate::author_access::GRANT_TTL`]) costs one round trip to the authorizer beside the
-/// source's, not two after it.
+/// The two questions are asked at once; [`read`] asks them before it reads the source.
 async fn check_author(
     sources: &SourceAccess,
     meta: &ObjectMeta,
@@ -318,9 +316,14 @@ pub async fn forbidden_namespaces(
     answers.filter_map(|answer| async move { answer }).collect().await
 }
 
-/// Resolves, watches, reads and checks the source of `cr`, and checks its recorded author while
-/// the source is read. A problem with the source comes first: an author is not asked about what
-/// cannot be projected anyway.
+/// Resolves the kind of the source of `cr`, checks its recorded author, then watches, reads and
+/// checks the source. The author comes first, and nothing of the source is touched for an author
+/// who may not read it: whether it exists, has opted in or is a token must not show in the status,
+/// the events or the timing of passes (no watch of it wakes the CR) of someone who could not have
+/// read it by hand. Only the kind is resolved before: what kinds a cluster serves is no secret.
+/// A grant is cached (`--author-grant-ttl`), so a source edit reaches its
+/// copies without a round trip to the authorizer; an uncached one costs that round trip before
+/// the read.
 pub async fn read<K: ProjectionKind>(
     sources: &SourceAccess,
     cr: &K,
@@ -329,19 +332,15 @@ pub async fn read<K: ProjectionKind>(
     let source = cr.source();
     let waker = cr.waker();
     let resolved = resolve(sources, source, &waker).await?;
-    let kind = resolved.resource.clone();
-    let author = check_author(sources, cr.meta(), source, &kind);
-    let (read, author) = futures::join!(
-        fetch(
-            sources,
-            (source, resolved),
-            (&waker, K::TIER),
-            status.ever_projected()
-        ),
-        author
-    );
-    let mut read = read?;
-    read.author = author?;
+    let author = check_author(sources, cr.meta(), source, &resolved.resource).await?;
+    let mut read = fetch(
+        sources,
+        (source, resolved),
+        (&waker, K::TIER),
+        status.ever_projected(),
+    )
+    .await?;
+    read.author = author;
     Ok(read)
 }
 

@@ -187,8 +187,10 @@ pub struct CopyControls {
     /// Fields removed from the copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fields: Option<Box<FieldExclusion>>,
-    /// While true, no copy is written or deleted (deleting the CR still follows `deletionPolicy`);
-    /// setting it back to false catches up with one full reconcile.
+    /// While true, no copy is written, updated or deleted, except that the copies are still
+    /// withdrawn when the source's owner vetoes or the author may no longer read the source
+    /// (deleting the CR still follows `deletionPolicy`); setting it back to false catches up with
+    /// one full reconcile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
     /// What deleting this CR does to its copies: `Delete` (the default) removes them, `Orphan`

@@ -16,8 +16,21 @@ use std::collections::BTreeMap;
 pub const SUSPENDED: &str = "Suspended";
 
 /// The `Suspended` condition's message.
-pub const SUSPENDED_MESSAGE: &str =
-    "spec.suspend is true: no copy is written or deleted until it is set to false";
+pub const SUSPENDED_MESSAGE: &str = "spec.suspend is true: no copy is written or updated until it is set to false; \
+     copies are still withdrawn when the source's owner vetoes or the author loses access";
+
+/// Whether a source problem (`reason`) withdraws the copies of a suspended CR too. Suspension
+/// stops updates, never a withdrawal that consent or access requires: the owner's veto (or a
+/// consent taken back under the allowlist, or a kind the platform no longer allows) and an author
+/// who may no longer read the source remove the copies whatever `suspend` says, or a suspension
+/// would freeze a copy nobody could make any more. A source that is gone is not such a case:
+/// holding copies through a source's deletion and re-creation is what suspension is for.
+pub fn withdraws_while_suspended(reason: Reason) -> bool {
+    matches!(
+        reason,
+        Reason::SourceOptedOut | Reason::SourceNotProjectable | Reason::SourceForbidden
+    )
+}
 
 /// Whether `spec.suspend` holds the CR's copies (absent means no).
 pub fn is_suspended(suspend: Option<bool>) -> bool {
@@ -216,6 +229,25 @@ pub fn deletion_blocked_message(cr: &str, finalizers: &[String], finalizer: &str
 mod tests {
     use super::*;
     use k8s_openapi::jiff::Timestamp;
+
+    #[test]
+    fn suspension_holds_a_lost_source_but_never_a_veto_or_a_lost_grant() {
+        for reason in [
+            Reason::SourceOptedOut,
+            Reason::SourceNotProjectable,
+            Reason::SourceForbidden,
+        ] {
+            assert!(withdraws_while_suspended(reason), "{reason}");
+        }
+        for reason in [
+            Reason::SourceDeleted,
+            Reason::SourceNotFound,
+            Reason::SourceFetchFailed,
+            Reason::SourceResolutionFailed,
+        ] {
+            assert!(!withdraws_while_suspended(reason), "{reason}");
+        }
+    }
 
     fn at(seconds: i64) -> Time {
         Time(Timestamp::from_second(seconds).unwrap())

@@ -1,7 +1,8 @@
 //! Who may copy what, decided alike by the webhook at admission and by the controller at every
 //! pass: projectability of a source, kinds never copied or copied only when the platform allows
-//! them, and the author record with the access questions asked of it.
+//! them, the author record with the access questions asked of it, and when those are asked again.
 
 pub mod author;
 pub mod kind_policy;
 pub mod projectable;
+pub mod recheck;
