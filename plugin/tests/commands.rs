@@ -5,7 +5,8 @@
 mod common;
 
 use common::{
-    Cleanup, Run, apply, cluster_ready, controller, plugin, plugin_raw, plugin_with, projection_ready,
+    Cleanup, Run, apply, cluster_ready, controller, controller_binary, plugin, plugin_raw, plugin_with,
+    projection_ready,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
@@ -13,7 +14,8 @@ use kube::{
     api::{Patch, PatchParams},
 };
 use projection_tests::{
-    TestNamespace, client, exclusive, install_crds, kubeconfig_path, kubectl, kubectl_ok, wait_for,
+    ServiceProcess, TestNamespace, client, exclusive, install_crds, kubeconfig_path, kubectl, kubectl_ok,
+    wait_for,
 };
 use serde_json::{Value, json};
 use shared::{
@@ -818,4 +820,119 @@ fn kubectl_runs_the_plugin_and_completes_it_through_kubectl_complete_projection(
     assert_eq!(code, Some(0));
     assert!(stdout.contains("kubectl-projection"), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A tenant points Projections at the same name in three namespaces it may not read: nothing there,
+/// a Secret whose owner did not opt in, and one opted in. What `status` prints of the three (names
+/// of the CR and the namespace aside) is the same, byte for byte: the plugin shows the controller's
+/// status, which reveals nothing to an author who may not read the source. (`sources` and `why`
+/// read the source with the caller's own credentials: the apiserver answers a tenant 403 whether
+/// it exists or not.)
+#[tokio::test]
+async fn status_tells_nothing_about_a_source_the_author_may_not_read() {
+    use k8s_openapi::api::{
+        core::v1::Secret,
+        rbac::v1::{Role, RoleBinding},
+    };
+    use kube::api::PostParams;
+    use shared::policy::author::{AUTHOR, Author};
+
+    let world = World::new("plugin-oracle", &["dst", "missing", "plain", "shared"]).await;
+    let client = world.client.clone();
+    let dst = world.ns(0);
+    let probes = [
+        ("missing", world.ns(1)),
+        ("plain", world.ns(2)),
+        ("shared", world.ns(3)),
+    ];
+    let mut controller = ServiceProcess::start(controller_binary(), &["--requeue-interval", "5m"]);
+    controller.wait_ready().await;
+    let mut cleanup = Cleanup::new();
+    cleanup.projections(&dst);
+    for (probe, namespace) in &probes[1..] {
+        let annotations = if *probe == "shared" {
+            json!({"projection.sh/projectable": "true"})
+        } else {
+            json!({})
+        };
+        Api::<Secret>::namespaced(client.clone(), namespace)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "db", "annotations": annotations},
+                                               "stringData": {"password": "p"}}))
+                .expect("secret"),
+            )
+            .await
+            .expect("source secret");
+    }
+    // The tenant manages Projections in its own namespace and may read nothing else.
+    let tenant = format!("tenant-{dst}");
+    let rule = json!({"apiGroups": ["projection.sh"], "resources": ["projections"], "verbs": ["*"]});
+    Api::<Role>::namespaced(client.clone(), &dst)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "tenant"}, "rules": [rule]})).expect("role"),
+        )
+        .await
+        .expect("role");
+    Api::<RoleBinding>::namespaced(client.clone(), &dst)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "tenant"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": tenant}]}))
+            .expect("binding"),
+        )
+        .await
+        .expect("binding");
+    let mut config = projection_tests::test_config().await.expect("kubeconfig");
+    config.auth_info.impersonate = Some(tenant.clone());
+    let as_tenant: Api<Projection> =
+        Api::namespaced(Client::try_from(config).expect("impersonating client"), &dst);
+    let record = Author::of(&tenant, &["system:authenticated".to_owned()])
+        .expect("recordable")
+        .record();
+    for (probe, namespace) in &probes {
+        let cr = json!({"apiVersion": "projection.sh/v1", "kind": "Projection",
+            "metadata": {"name": format!("probe-{probe}"), "annotations": {AUTHOR: record}},
+            "spec": {"source": {"version": "v1", "kind": "Secret", "namespace": namespace, "name": "db"}}});
+        as_tenant
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(cr).expect("projection"),
+            )
+            .await
+            .expect("the tenant's Projection");
+    }
+    for (probe, _) in &probes {
+        projection_ready(
+            &client,
+            &dst,
+            &format!("probe-{probe}"),
+            "False",
+            "SourceForbidden",
+        )
+        .await;
+    }
+
+    let status = plugin(&["status", "-n", &dst, "-o", "json"]).json();
+    let mut seen = Vec::new();
+    for (probe, namespace) in &probes {
+        let name = format!("probe-{probe}");
+        let mut entry = status_entry(&status, "Projection", &name).clone();
+        entry["age"] = Value::Null;
+        let normalize = |v: &Value| {
+            v.to_string()
+                .replace(namespace.as_str(), "NS")
+                .replace(&name, "CR")
+        };
+        seen.push((name.clone(), normalize(&entry)));
+    }
+    for (name, entry) in &seen[1..] {
+        assert_eq!(
+            entry, &seen[0].1,
+            "{name} tells its source apart from {}",
+            seen[0].0
+        );
+    }
 }

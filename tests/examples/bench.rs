@@ -89,6 +89,10 @@ struct Args {
     /// Keep what the run created.
     #[arg(long)]
     keep: bool,
+    /// A flag for the controller that --start-controller starts (repeatable), e.g.
+    /// `--controller-arg=--author-recheck-interval=60s`.
+    #[arg(long, requires = "start_controller", allow_hyphen_values = true)]
+    controller_arg: Vec<String>,
     /// Also run the profile against this peer, the Go operator's manager (built by
     /// `tests/bench/build-go-peer.sh`), after ours in the same run, and print both with their
     /// ratios. Needs --start-controller.
@@ -567,7 +571,8 @@ async fn run_once(
             (None, None)
         }
         (Operator::Ours, Some(binary)) => {
-            let process = projection_tests::ServiceProcess::start(binary, &[]);
+            let extra: Vec<&str> = args.controller_arg.iter().map(String::as_str).collect();
+            let process = projection_tests::ServiceProcess::start(binary, &extra);
             started_controller = Some(process);
             (None, None)
         }
