@@ -1,11 +1,11 @@
 //! Authors' access asked again on a schedule, with nothing changed: a grant revoked while no
 //! source, copy or CR changes must still end the copies it allowed. Each round (one
-//! `--author-recheck-interval`) lists the CRs this replica reconciles, and at each author's moment
-//! of the round (`shared::policy::recheck`) asks the authorizer the two questions of a pass (read
-//! the source; create its kind where the copies go) through the grant cache, so one author and
-//! question cost one SubjectAccessReview per round however many CRs share them. A denial not yet
-//! reported wakes a full pass of the CR, which withdraws its copies; nothing else is read or
-//! written here.
+//! `--author-recheck-interval`) lists the CRs this replica reconciles and the two questions of
+//! their passes (read the source; create its kind where the copies go), and asks each question of
+//! each author at its moment of the round (`shared::policy::recheck`) through the grant cache, so
+//! one author and question cost one SubjectAccessReview per round however many CRs share them, and
+//! the questions are spread over the round. A denial not yet reported wakes a full pass of the CR,
+//! which withdraws its copies; nothing else is read or written here.
 
 use crate::{
     author_access::Answer,
@@ -16,6 +16,7 @@ use crate::{
     pass::kind::{KindStatus, ProjectionKind},
     wake::Wake,
 };
+use futures::StreamExt;
 use kube::runtime::reflector::Store;
 use shared::{
     api::crd::{ClusterProjection, Projection, SourceRef},
@@ -27,10 +28,8 @@ use shared::{
 use std::{sync::Arc, time::Duration};
 use tokio::time::Instant;
 
-/// One CR to recheck in a round.
-struct Due {
-    /// When in the round.
-    offset: Duration,
+/// A CR whose author is rechecked this round.
+struct Recheck {
     kind: &'static str,
     cr: CrRef,
     /// `<namespace>/<name>`, or the name of a ClusterProjection, for the log.
@@ -43,48 +42,87 @@ struct Due {
     ready_reason: Option<String>,
 }
 
-/// Rechecks every CR of `projections` and `clusters` once per `interval`, until dropped.
+/// One question of one CR's author, at its moment of the round.
+struct Due {
+    offset: Duration,
+    question: AccessQuestion,
+    of: Arc<Recheck>,
+}
+
+/// Rechecks every CR of `projections` and `clusters` once per `interval`, asking at most
+/// `concurrency` questions at once, until dropped.
 pub async fn run(
     ctx: Arc<Context>,
     (projections, clusters): (Store<StoredCr<Projection>>, Store<StoredCr<ClusterProjection>>),
     wake: Wake,
-    interval: Duration,
+    (interval, concurrency): (Duration, usize),
 ) {
     loop {
         let round = Instant::now();
-        let mut due: Vec<Due> = projections
+        let crs: Vec<Recheck> = projections
             .state()
             .iter()
-            .filter_map(|cr| due_of(cr, interval))
-            .chain(clusters.state().iter().filter_map(|cr| due_of(cr, interval)))
+            .filter_map(recheck_of)
+            .chain(clusters.state().iter().filter_map(recheck_of))
             .collect();
-        due.sort_by_key(|d| d.offset);
-        tracing::debug!(crs = due.len(), "author recheck round");
-        for cr in due {
-            tokio::time::sleep_until(round + cr.offset).await;
-            recheck(&ctx, &wake, cr).await;
+        let mut due = Vec::with_capacity(crs.len() * 2);
+        for cr in crs {
+            // A kind that does not resolve is its pass's problem; a cached resolution costs nothing.
+            let Ok(resolved) = ctx.sources.discovery.resolve(&cr.source).await else {
+                continue;
+            };
+            let resource = &resolved.resource;
+            let source = &cr.source;
+            let questions = [
+                AccessQuestion::read_source(
+                    &resource.group,
+                    &resource.plural,
+                    &source.namespace,
+                    &source.name,
+                ),
+                AccessQuestion::create_copies(&resource.group, &resource.plural, &cr.copies_in),
+            ];
+            let cr = Arc::new(cr);
+            let record = cr.author.record();
+            for question in questions {
+                due.push(Due {
+                    offset: recheck_offset(&record, &question.describe(), interval),
+                    question,
+                    of: cr.clone(),
+                });
+            }
         }
+        due.sort_by_key(|d| d.offset);
+        tracing::debug!(questions = due.len(), "author recheck round");
+        futures::stream::iter(due)
+            .for_each_concurrent(concurrency, |due| {
+                let (ctx, wake) = (&ctx, &wake);
+                async move {
+                    tokio::time::sleep_until(round + due.offset).await;
+                    ask(ctx, wake, &due).await;
+                }
+            })
+            .await;
         tokio::time::sleep_until(round + interval).await;
     }
 }
 
 /// What a round needs of a stored CR; `None` for a CR being deleted or without a readable author
 /// record (a pass reports that one, and nothing it could be allowed is there to revoke).
-fn due_of<K: ProjectionKind>(stored: &Arc<StoredCr<K>>, interval: Duration) -> Option<Due> {
+fn recheck_of<K: ProjectionKind>(stored: &Arc<StoredCr<K>>) -> Option<Recheck> {
     let cr = stored.expand().ok()?;
     let meta = cr.meta();
     if meta.deletion_timestamp.is_some() {
         return None;
     }
     let author = Author::recorded_in(meta.annotations.as_ref()).ok()?;
-    let status = cr.status();
-    let ready_reason = status
+    let ready_reason = cr
+        .status()
         .conditions()
         .iter()
         .find(|c| c.r#type == "Ready")
         .map(|c| c.reason.clone());
-    Some(Due {
-        offset: recheck_offset(&author.record(), interval),
+    Some(Recheck {
         kind: K::KIND,
         cr: cr.waker(),
         name: crate::queue_metrics::queue_key(
@@ -98,55 +136,32 @@ fn due_of<K: ProjectionKind>(stored: &Arc<StoredCr<K>>, interval: Duration) -> O
     })
 }
 
-/// Asks the two questions for one CR and wakes its pass on a denial it does not yet report.
-async fn recheck(ctx: &Context, wake: &Wake, due: Due) {
+/// Asks one question and wakes the CR's pass on a denial it does not yet report.
+async fn ask(ctx: &Context, wake: &Wake, due: &Due) {
+    let cr = &due.of;
     let sources = &ctx.sources;
-    // A kind that does not resolve is its pass's problem; its cached resolution costs nothing.
-    let Ok(resolved) = sources.discovery.resolve(&due.source).await else {
-        return;
+    let (result, denied) = match sources
+        .author_access
+        .ask(&sources.client, &cr.author, &due.question)
+        .await
+    {
+        Ok(Answer::Allowed) => ("allowed", false),
+        Ok(Answer::Denied(_)) => ("denied", true),
+        Err(e) => {
+            tracing::warn!(kind = cr.kind, error = %e, "cannot recheck an author's access");
+            ("error", false)
+        }
     };
-    let resource = &resolved.resource;
-    let questions = [
-        AccessQuestion::read_source(
-            &resource.group,
-            &resource.plural,
-            &due.source.namespace,
-            &due.source.name,
-        ),
-        AccessQuestion::create_copies(&resource.group, &resource.plural, &due.copies_in),
-    ];
-    let mut denied = false;
-    for question in &questions {
-        let result = match sources
-            .author_access
-            .ask(&sources.client, &due.author, question)
-            .await
-        {
-            Ok(Answer::Allowed) => "allowed",
-            Ok(Answer::Denied(_)) => {
-                denied = true;
-                "denied"
-            }
-            Err(e) => {
-                tracing::warn!(kind = due.kind, error = %e, "cannot recheck an author's access");
-                "error"
-            }
-        };
-        ctx.report
-            .metrics
-            .author_rechecks_total
-            .get_or_create(&RecheckLabels {
-                kind: due.kind,
-                result,
-            })
-            .inc();
-    }
-    if wakes_pass(denied, due.ready_reason.as_deref()) {
-        tracing::info!(
-            kind = due.kind,
-            name = due.name,
-            "author access lost; reconciling"
-        );
-        wake.send(due.cr);
+    ctx.report
+        .metrics
+        .author_rechecks_total
+        .get_or_create(&RecheckLabels {
+            kind: cr.kind,
+            result,
+        })
+        .inc();
+    if wakes_pass(denied, cr.ready_reason.as_deref()) {
+        tracing::info!(kind = cr.kind, name = cr.name, "author access lost; reconciling");
+        wake.send(cr.cr.clone());
     }
 }

@@ -38,8 +38,8 @@ pub struct Args {
 
     /// How often every CR's recorded author is asked again (enforce only) with nothing changed,
     /// so a revoked grant removes the copies it allowed without anyone touching the CR: one
-    /// SubjectAccessReview per author and question per interval, each author at a moment of its
-    /// own in the interval. A revocation takes effect within this interval plus
+    /// SubjectAccessReview per author and question per interval, each at a moment of its own in
+    /// the interval. A revocation takes effect within this interval plus
     /// --author-grant-ttl. 0s turns the recheck off.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub author_recheck_interval: Duration,

@@ -332,7 +332,7 @@ impl Replica {
                 self.ctx.clone(),
                 (self.projections.clone(), self.clusters.clone()),
                 self.wake.clone(),
-                interval,
+                (interval, self.ctx.sources.concurrency),
             ))
         });
         let config = controller::Config::default().concurrency(self.reconcile_concurrency);

@@ -1,21 +1,23 @@
 //! When an author's access is asked again with nothing changed (`--author-recheck-interval`): a
-//! grant revoked while no source, copy or CR changes must still end the copies it allowed. Every
-//! CR of one author is rechecked at the same moment of each round, so the authorizer is asked once
-//! per author and question per round, however many CRs share them; the authors' moments are spread
-//! over the round by a hash of their record, so a thousand authors do not all ask at once.
+//! grant revoked while no source, copy or CR changes must still end the copies it allowed. Each
+//! question of each author is asked at one moment of every round, the same for every CR that
+//! shares it, so the authorizer is asked once per author and question per round however many CRs
+//! share them; the moments are spread over the round by a hash of the author and the question, so
+//! ten thousand questions do not all go at once.
 
 use crate::api::reason::Reason;
 use std::time::Duration;
 
-/// Where in each round of length `interval` the CRs of the author recorded as `record` are
-/// rechecked: the 64-bit FNV-1a hash of the record, modulo the round, in milliseconds. The same
-/// record always lands at the same moment, so the gap between two rechecks of a CR is one round.
-pub fn recheck_offset(record: &str, interval: Duration) -> Duration {
+/// Where in each round of length `interval` the author recorded as `record` is asked `question`
+/// (its description): the 64-bit FNV-1a hash of both, modulo the round, in milliseconds. The same
+/// author and question always land at the same moment, so the gap between two rechecks is one round.
+pub fn recheck_offset(record: &str, question: &str, interval: Duration) -> Duration {
     let round = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
     if round == 0 {
         return Duration::ZERO;
     }
-    Duration::from_millis(fnv1a(record.as_bytes()) % round)
+    let key = format!("{record}\n{question}");
+    Duration::from_millis(fnv1a(key.as_bytes()) % round)
 }
 
 /// Whether a recheck that found the author `denied` must wake a full pass of a CR whose `Ready`
@@ -47,24 +49,44 @@ mod tests {
     }
 
     #[test]
-    fn an_author_keeps_its_moment_and_authors_spread_over_the_round() {
+    fn a_question_keeps_its_moment_and_questions_spread_over_the_round() {
         let round = Duration::from_secs(600);
         let alice = r#"{"username":"alice","groups":["system:authenticated"]}"#;
-        assert_eq!(recheck_offset(alice, round), recheck_offset(alice, round));
-        assert!(recheck_offset(alice, round) < round);
-        // 1 000 authors over ten slices of the round: none empty, none with more than twice its share.
-        let mut slices = [0u32; 10];
-        for i in 0..1000 {
-            let record = format!(r#"{{"username":"user-{i}","groups":["system:authenticated"]}}"#);
-            let at = recheck_offset(&record, round);
-            slices[usize::try_from(at.as_secs() / 60).unwrap()] += 1;
+        let read = "get configmaps team-a/settings";
+        assert_eq!(
+            recheck_offset(alice, read, round),
+            recheck_offset(alice, read, round)
+        );
+        assert!(recheck_offset(alice, read, round) < round);
+        // One author's 1 000 sources, and 1 000 authors of one source, over ten slices of the
+        // round: none empty, none with more than twice its share.
+        for key in [
+            |i: u32| {
+                (
+                    r#"{"username":"alice","groups":[]}"#.to_owned(),
+                    format!("get configmaps a/s-{i}"),
+                )
+            },
+            |i: u32| {
+                (
+                    format!(r#"{{"username":"user-{i}","groups":[]}}"#),
+                    "get configmaps a/s".to_owned(),
+                )
+            },
+        ] {
+            let mut slices = [0u32; 10];
+            for i in 0..1000 {
+                let (record, question) = key(i);
+                let at = recheck_offset(&record, &question, round);
+                slices[usize::try_from(at.as_secs() / 60).unwrap()] += 1;
+            }
+            assert!(slices.iter().all(|n| (1..=200).contains(n)), "{slices:?}");
         }
-        assert!(slices.iter().all(|n| (1..=200).contains(n)), "{slices:?}");
     }
 
     #[test]
     fn a_zero_round_asks_at_once() {
-        assert_eq!(recheck_offset("x", Duration::ZERO), Duration::ZERO);
+        assert_eq!(recheck_offset("x", "y", Duration::ZERO), Duration::ZERO);
     }
 
     #[test]
