@@ -42,7 +42,7 @@ pub fn conclude(
         name,
         result,
         reason = %outcome.reason(),
-        message = outcome.message(),
+        detail = outcome.message(),
         "reconciled"
     );
     match retry {
@@ -67,7 +67,7 @@ pub fn conclude_suspended(report: &Report, kind: &'static str, object: (&str, &s
         .reconcile_total
         .get_or_create(&ReconcileLabels { kind, result })
         .inc();
-    tracing::info!(kind, name, result, %reason, message = shared::pass::lifecycle::SUSPENDED_MESSAGE, "reconciled");
+    tracing::info!(kind, name, result, %reason, detail = shared::pass::lifecycle::SUSPENDED_MESSAGE, "reconciled");
     report.backoff.reset(uid);
     Action::await_change()
 }
