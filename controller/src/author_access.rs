@@ -25,8 +25,8 @@ pub enum AuthorAccessMode {
     /// The recorded author must be allowed to read the source and create the copies.
     #[default]
     Enforce,
-    /// The Go operator's behaviour: the controller's own access is all that counts (only the
-    /// webhook checks the author, at admission).
+    /// The Go operator's behaviour: the controller's own access is all that counts; only the
+    /// webhook checks the author, at admission, and only for callers it authenticates.
     Trusted,
 }
 

@@ -29,10 +29,14 @@ pub struct Args {
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub max_concurrent_reconciles: u16,
 
-    /// Whether each CR's author (recorded at admission in projection.sh/author) must be allowed to
-    /// get the source and create its kind where the copies go, asked of the apiserver by
-    /// SubjectAccessReview where the copies are made (enforce), or only the controller's own
-    /// access counts, as in the Go operator (trusted: the webhook is then the only guard).
+    /// Who checks each CR's author (recorded at admission in projection.sh/author). enforce: this
+    /// controller, at every pass, before it writes: may the author get the source and create its
+    /// kind where the copies go (SubjectAccessReview), whatever the webhook did. trusted (the Go
+    /// operator's behaviour): no author is checked here and copies are made with the controller's
+    /// own access; the only check left is the webhook's at admission (may the writer get the
+    /// source), which it makes only for callers it authenticates (--client-ca-file) with
+    /// --check-source-access, while it is up, for kinds served at admission. Nobody then checks
+    /// that the author may create the copies. The chart refuses trusted without those.
     #[arg(long, value_enum, default_value = "enforce")]
     pub author_access: AuthorAccessMode,
 

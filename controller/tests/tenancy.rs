@@ -12,7 +12,9 @@ use k8s_openapi::api::{
     rbac::v1::{Role, RoleBinding},
 };
 use kube::{Api, Client, api::PostParams};
-use projection_tests::{ClusterScopedGuard, TestNamespace, chart, kubectl_stdin, test_config, wait_for};
+use projection_tests::{
+    ClusterScopedGuard, TestNamespace, chart, kubectl_ok, kubectl_stdin, test_config, wait_for,
+};
 use serde_json::{Value, json};
 use shared::{
     api::crd::{ClusterProjection, Projection},
@@ -316,64 +318,188 @@ async fn a_cluster_projection_writes_only_where_its_author_may_create_the_kind()
     env.finish().await;
 }
 
+/// The chart's author policy, applied alone under a name of this test's own, and loaded: a forged
+/// record (the admin's, created by `api`'s user) is refused. Deletes the policy when dropped.
+struct AuthorPolicy {
+    _guards: [ClusterScopedGuard; 2],
+}
+
+impl AuthorPolicy {
+    async fn apply(tag: &str, api: &Api<Projection>, src: &str, admin: &str) -> Self {
+        let release = format!("vap-{tag}-{}", std::process::id());
+        let rendered = chart::helm_ok(&[
+            "template",
+            &release,
+            &chart::chart_dir().to_string_lossy(),
+            "--show-only",
+            "templates/author-policy.yaml",
+        ]);
+        let policy_name = format!("{release}-projection-author");
+        let guards = [
+            ClusterScopedGuard::new("validatingadmissionpolicies", &policy_name),
+            ClusterScopedGuard::new("validatingadmissionpolicybindings", &policy_name),
+        ];
+        let applied = kubectl_stdin(&["apply", "-f", "-"], &rendered);
+        assert!(
+            applied.status.success(),
+            "{}",
+            String::from_utf8_lossy(&applied.stderr)
+        );
+        let forged = projection_by("forged", cm_source(src, "cfg"), json!({}), admin);
+        // The policy takes a moment to be loaded by the apiserver: wait until it refuses the forgery.
+        let refusal = wait_for("the forged author refused", TIMEOUT, || async {
+            let object: Projection = serde_json::from_value(forged.clone()).map_err(|e| e.to_string())?;
+            match api.create(&PostParams::default(), &object).await {
+                Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => Ok(s.message),
+                Ok(_) => {
+                    let _ = api.delete("forged", &Default::default()).await;
+                    Err("admitted".to_owned())
+                }
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await;
+        assert!(
+            refusal.contains("must record the user who writes the spec"),
+            "{refusal}"
+        );
+        Self { _guards: guards }
+    }
+}
+
+async fn admin_record(client: &Client) -> String {
+    let admin = projection_tests::author_annotation(client)
+        .await
+        .expect("admin record");
+    admin[AUTHOR].as_str().unwrap_or_default().to_owned()
+}
+
 #[tokio::test]
 async fn the_admission_policy_holds_the_author_record_to_the_requesting_user() {
     let env = env("author-policy").await;
     let (src, dst) = env.names();
-    // The chart's policy, alone, under a name of this test's own.
-    let release = format!("vap-{}", std::process::id());
-    let rendered = chart::helm_ok(&[
-        "template",
-        &release,
-        &chart::chart_dir().to_string_lossy(),
-        "--show-only",
-        "templates/author-policy.yaml",
-    ]);
-    let policy_name = format!("{release}-projection-author");
-    let _policy = ClusterScopedGuard::new("validatingadmissionpolicies", &policy_name);
-    let _binding = ClusterScopedGuard::new("validatingadmissionpolicybindings", &policy_name);
-    let applied = kubectl_stdin(&["apply", "-f", "-"], &rendered);
-    assert!(
-        applied.status.success(),
-        "{}",
-        String::from_utf8_lossy(&applied.stderr)
-    );
-
     let user = format!("tenant-{dst}");
     tenant_of(&env.client, &dst, &user).await;
     let api: Api<Projection> = Api::namespaced(client_as(&user, &[]).await, &dst);
-    let admin = projection_tests::author_annotation(&env.client)
-        .await
-        .expect("admin record");
-    let forged = projection_by(
-        "forged",
-        cm_source(&src, "cfg"),
-        json!({}),
-        admin[AUTHOR].as_str().unwrap_or_default(),
-    );
-    // The policy takes a moment to be loaded by the apiserver: wait until it refuses the forgery.
-    let refusal = wait_for("the forged author refused", TIMEOUT, || async {
-        let object: Projection = serde_json::from_value(forged.clone()).map_err(|e| e.to_string())?;
-        match api.create(&PostParams::default(), &object).await {
-            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => Ok(s.message),
-            Ok(_) => {
-                let _ = api.delete("forged", &Default::default()).await;
-                Err("admitted".to_owned())
-            }
-            Err(e) => Err(e.to_string()),
-        }
-    })
-    .await;
-    assert!(
-        refusal.contains("must record the user who writes the spec"),
-        "{refusal}"
-    );
+    let _policy = AuthorPolicy::apply("hold", &api, &src, &admin_record(&env.client).await).await;
     // Its own record passes.
     create(
         &api,
         projection_by("own", cm_source(&src, "cfg"), json!({}), &record(&user, &[])),
     )
     .await;
+    env.finish().await;
+}
+
+/// The denial of a patch of `name` by `api`'s user, or a panic if it was admitted.
+async fn refused_patch(api: &Api<Projection>, name: &str, patch: Value) -> String {
+    match api
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => s.message,
+        Ok(p) => panic!(
+            "{patch} was admitted: annotations now {:?}",
+            p.metadata.annotations
+        ),
+        Err(e) => panic!("{patch}: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn an_author_record_once_written_cannot_be_removed_by_an_editor() {
+    let env = env("author-kept").await;
+    let (src, dst) = env.names();
+    // A namespace editor (the built-in `edit` role; Projections granted as the chart's aggregated
+    // role would, which this test does not install).
+    let user = format!("editor-{dst}");
+    kubectl_ok(&[
+        "-n",
+        &dst,
+        "create",
+        "rolebinding",
+        "editor",
+        "--clusterrole=edit",
+        &format!("--user={user}"),
+    ]);
+    grant(
+        &env.client,
+        &dst,
+        &user,
+        rule("projection.sh", "projections", "*"),
+    )
+    .await;
+    let api: Api<Projection> = Api::namespaced(client_as(&user, &[]).await, &dst);
+    let admin = admin_record(&env.client).await;
+    let _policy = AuthorPolicy::apply("kept", &api, &src, &admin).await;
+
+    // Someone else's Projection, recorded by the webhook (here: written by the admin, its author).
+    let admins: Api<Projection> = env.projections();
+    create(
+        &admins,
+        projection_by("theirs", cm_source(&src, "cfg"), json!({}), &admin),
+    )
+    .await;
+    let expected = "metadata.annotations[projection.sh/author] cannot be removed once recorded";
+    for (what, value) in [("removed", Value::Null), ("emptied", json!(""))] {
+        let denial = refused_patch(
+            &api,
+            "theirs",
+            json!({"metadata": {"annotations": {AUTHOR: value}}}),
+        )
+        .await;
+        assert!(denial.contains(expected), "{what}: {denial}");
+        assert!(
+            denial.contains(&format!("record yourself instead: {}", record(&user, &[]))),
+            "{what}: the denial says what to write instead: {denial}"
+        );
+    }
+    // Not by the admin either: the policy holds whoever asks.
+    let denial = refused_patch(
+        &admins,
+        "theirs",
+        json!({"metadata": {"annotations": {AUTHOR: null}}}),
+    )
+    .await;
+    assert!(denial.contains(expected), "{denial}");
+    let kept = admins.get("theirs").await.expect("the Projection");
+    assert_eq!(
+        kept.metadata.annotations.unwrap_or_default().get(AUTHOR),
+        Some(&admin),
+        "the record is unchanged"
+    );
+    // Metadata edits that keep the record pass; replacing it with one's own record is still allowed
+    // (it is held to the requester, as before).
+    merge(&api, "theirs", json!({"metadata": {"labels": {"team": "a"}}})).await;
+    let mine = record(&user, &[]);
+    let taken = merge(
+        &api,
+        "theirs",
+        json!({"metadata": {"annotations": {AUTHOR: mine}}}),
+    )
+    .await;
+    assert_eq!(
+        taken.metadata.annotations.unwrap_or_default().get(AUTHOR),
+        Some(&mine)
+    );
+
+    // A CR that never had a record (the migration case) stays editable, and may be recorded.
+    create(&admins, projection("legacy", cm_source(&src, "cfg"), json!({}))).await;
+    merge(&api, "legacy", json!({"metadata": {"labels": {"team": "a"}}})).await;
+    let recorded = merge(
+        &api,
+        "legacy",
+        json!({"metadata": {"annotations": {AUTHOR: mine}}}),
+    )
+    .await;
+    assert_eq!(
+        recorded.metadata.annotations.unwrap_or_default().get(AUTHOR),
+        Some(&mine)
+    );
     env.finish().await;
 }
 

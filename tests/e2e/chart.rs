@@ -579,12 +579,36 @@ fn webhook_rbac_is_minimal() {
             verbs_on(role, "authorization.k8s.io", "subjectaccessreviews"),
             set(&["create"])
         );
-        assert_eq!(
-            verbs_on(role, "", "configmaps"),
-            set(&["get"]),
-            "sources: get only"
+        // By default (no client authentication) the webhook never reads a source: no right to.
+        assert!(
+            verbs_on(role, "", "configmaps").is_empty(),
+            "{mode}: no source read without webhook.clientAuth"
         );
-        assert!(verbs_on(role, "", "secrets").is_empty(), "only supportedKinds");
+        assert!(verbs_on(role, "", "secrets").is_empty(), "{mode}");
+        let mut authenticated = values.clone();
+        authenticated.push(("webhook.clientAuth.configMapName", json!("apiserver-client-ca")));
+        let with_auth = rendered(&authenticated);
+        let role_with_auth = with_auth.get("ClusterRole", "projection-webhook");
+        assert_eq!(
+            verbs_on(role_with_auth, "", "configmaps"),
+            set(&["get"]),
+            "{mode}: with webhook.clientAuth, sources: get only"
+        );
+        assert!(
+            verbs_on(role_with_auth, "", "secrets").is_empty(),
+            "only supportedKinds"
+        );
+        authenticated.push(("webhook.checkSourceAccess", json!(false)));
+        let unchecked = rendered(&authenticated);
+        assert!(
+            verbs_on(
+                unchecked.get("ClusterRole", "projection-webhook"),
+                "",
+                "configmaps"
+            )
+            .is_empty(),
+            "{mode}: with the access check off the webhook reads no source"
+        );
         for (group, resource) in [
             ("projection.sh", "projections"),
             ("projection.sh", "clusterprojections"),
@@ -625,6 +649,117 @@ fn webhook_rbac_is_minimal() {
             }
         }
     }
+}
+
+#[test]
+fn only_the_self_managed_webhook_is_held_to_changing_the_ca_bundle_of_its_configurations() {
+    let name = "projection-webhook-configurations";
+    for mode in MODES {
+        let r = rendered(&mode_values(mode));
+        let self_managed = mode == "self-managed";
+        assert_eq!(
+            r.has("ValidatingAdmissionPolicy", name),
+            self_managed,
+            "{mode}: only the mode in which the webhook may patch them"
+        );
+        assert_eq!(r.has("ValidatingAdmissionPolicyBinding", name), self_managed);
+        if !self_managed {
+            continue;
+        }
+        let policy = r.get("ValidatingAdmissionPolicy", name);
+        assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+        let condition = policy["spec"]["matchConditions"][0]["expression"]
+            .as_str()
+            .expect("a match condition");
+        assert_eq!(
+            condition,
+            format!("request.userInfo.username == 'system:serviceaccount:{NS}:projection-webhook'"),
+            "matched by the webhook's own ServiceAccount"
+        );
+        let binding = r.get("ValidatingAdmissionPolicyBinding", name);
+        assert_eq!(binding["spec"]["policyName"], name);
+        assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    }
+    let r = rendered(&[("webhook.serviceAccount.name", json!("hooks"))]);
+    let condition = &r.get("ValidatingAdmissionPolicy", name)["spec"]["matchConditions"][0]["expression"];
+    assert!(
+        condition.as_str().is_some_and(|c| c.ends_with(":hooks'")),
+        "{condition}"
+    );
+    let r = rendered(&[(
+        "webhook.certificate.selfManaged.configurationPolicy",
+        json!(false),
+    )]);
+    assert!(
+        !r.has("ValidatingAdmissionPolicy", name),
+        "turned off for clusters before 1.30"
+    );
+}
+
+#[test]
+fn trusted_author_access_needs_the_webhooks_authenticated_check() {
+    let ca = json!("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n");
+    let trusted = ("authorAccess", json!("trusted"));
+    // The default webhook authenticates nobody: trusted would leave every author unchecked.
+    let Err(err) = render("projection", NS, std::slice::from_ref(&trusted)) else {
+        panic!("trusted without client authentication was accepted");
+    };
+    for named in [
+        "authorAccess: trusted",
+        "webhook.clientAuth.caBundle or webhook.clientAuth.configMapName",
+        "authorAccess: enforce",
+    ] {
+        assert!(err.contains(named), "{named}: {err}");
+    }
+    assert!(
+        !err.contains("webhook.checkSourceAccess"),
+        "only what is missing: {err}"
+    );
+    for (extra, named) in [
+        (
+            ("webhook.checkSourceAccess", json!(false)),
+            "webhook.checkSourceAccess: true",
+        ),
+        (
+            ("webhook.failurePolicy", json!("Ignore")),
+            "webhook.failurePolicy: Fail",
+        ),
+    ] {
+        let values = [
+            trusted.clone(),
+            ("webhook.clientAuth.caBundle", ca.clone()),
+            extra.clone(),
+        ];
+        let err = render("projection", NS, &values)
+            .err()
+            .unwrap_or_else(|| panic!("{extra:?} was accepted with trusted"));
+        assert!(err.contains(named), "{named}: {err}");
+        assert!(!err.contains("webhook.clientAuth.caBundle or"), "{err}");
+    }
+    // The accepted combination: the webhook authenticates the apiserver and checks every author.
+    for client_auth in [
+        ("webhook.clientAuth.caBundle", ca.clone()),
+        ("webhook.clientAuth.configMapName", json!("apiserver-client-ca")),
+    ] {
+        let r = rendered(&[trusted.clone(), client_auth]);
+        let controller = r.get("Deployment", "projection-controller");
+        assert_eq!(
+            flag_value(controller, "--author-access").as_deref(),
+            Some("trusted")
+        );
+        let webhook = r.get("Deployment", "projection-webhook");
+        assert!(args_of(webhook).contains(&"--client-ca-file=/client-ca/ca.crt".to_owned()));
+        assert_eq!(
+            flag_value(webhook, "--check-source-access").as_deref(),
+            Some("true")
+        );
+    }
+    // enforce needs none of it.
+    let r = rendered(&[]);
+    assert_eq!(
+        flag_value(r.get("Deployment", "projection-controller"), "--author-access").as_deref(),
+        Some("enforce")
+    );
 }
 
 #[test]

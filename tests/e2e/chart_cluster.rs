@@ -8,9 +8,9 @@
 use projection_tests::{
     TestNamespace,
     chart::{Release, can},
-    client, exclusive, install_crds, kubectl_ok, wait_for,
+    client, client_as, exclusive, install_crds, kubectl_ok, patch_webhook_configuration, wait_for,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 use std::time::Duration;
 
 /// (user, verb, API group, resource, namespace, expected answer).
@@ -151,7 +151,8 @@ async fn rbac_matrix_through_subject_access_reviews() {
         (&controller, "update", "coordination.k8s.io", "leases", Some(b), false),
         (&controller, "create", "authorization.k8s.io", "subjectaccessreviews", None, true),
         (&webhook, "create", "authorization.k8s.io", "subjectaccessreviews", None, true),
-        (&webhook, "get", "", "configmaps", Some(b), true),
+        // The default webhook authenticates no caller, so it never reads a source: no right to.
+        (&webhook, "get", "", "configmaps", Some(b), false),
         (&webhook, "list", "", "configmaps", Some(b), false),
         (&webhook, "patch", "", "configmaps", Some(b), false),
         (&webhook, "get", "", "secrets", Some(b), false),
@@ -213,4 +214,113 @@ async fn rbac_matrix_through_subject_access_reviews() {
     for ns in [a_ns, b_ns, system] {
         ns.delete_and_wait(&client).await;
     }
+}
+
+/// The webhook's ServiceAccount in the self-managed certificate mode, with client authentication
+/// configured: it may `get` the supported kinds (it reads sources for authenticated callers), and
+/// the chart's ValidatingAdmissionPolicy lets it change only the `caBundle` of its two webhook
+/// configurations, though RBAC lets it `patch` them. Impersonated (`--as`), as a stolen token.
+#[tokio::test]
+async fn the_webhooks_service_account_may_change_only_the_ca_bundle_of_its_configurations() {
+    let _serial = exclusive().await;
+    let client = client().await;
+    install_crds(&client).await;
+    let system = TestNamespace::create(&client, "chart-cfg").await;
+    let sys = system.name();
+    let values = vec![
+        (
+            "supportedKinds",
+            json!([{"apiGroup": "", "resources": ["configmaps"]}]),
+        ),
+        ("webhook.clientAuth.configMapName", json!("apiserver-client-ca")),
+    ];
+    let release = Release::install("projection-cfg", sys, &values);
+    let account = format!("system:serviceaccount:{sys}:projection-cfg-webhook");
+    let sa_groups = ["system:serviceaccounts", "system:authenticated"];
+    assert!(
+        can(
+            &account,
+            &sa_groups,
+            "get",
+            "",
+            "configmaps",
+            Some("default"),
+            None
+        ),
+        "with webhook.clientAuth the webhook reads sources, so it may get them"
+    );
+    assert!(!can(
+        &account,
+        &sa_groups,
+        "get",
+        "",
+        "secrets",
+        Some("default"),
+        None
+    ));
+
+    let thief = client_as(&account, &["system:serviceaccounts"]).await;
+    let name = "projection-cfg-webhook";
+    // The configuration's webhooks as they are, with `change` made to the first.
+    let webhooks_with = |plural: &str, change: &dyn Fn(&mut Value)| {
+        let current: Value =
+            serde_json::from_str(&kubectl_ok(&["get", plural, name, "-o", "json"])).expect("JSON");
+        let mut webhooks = current["webhooks"].clone();
+        change(&mut webhooks[0]);
+        json!({"webhooks": webhooks})
+    };
+    let widen = |w: &mut Value| w["rules"][0]["resources"] = json!(["*"]);
+    let refused = format!("{account} may change only webhooks[*].clientConfig.caBundle");
+    // The policy takes a moment to be loaded: a dry run changes nothing while it is not.
+    let probe = webhooks_with("validatingwebhookconfigurations", &widen);
+    wait_for("the configuration policy loaded", TIMEOUT, || async {
+        match patch_webhook_configuration(&thief, "validatingwebhookconfigurations", name, &probe, true).await
+        {
+            Err(message) if message.contains(&refused) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    for plural in ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"] {
+        let other_service = |w: &mut Value| w["clientConfig"]["service"]["name"] = json!("elsewhere");
+        let selector = |w: &mut Value| w["namespaceSelector"] = json!({"matchLabels": {"a": "b"}});
+        let fail_open = |w: &mut Value| w["failurePolicy"] = json!("Ignore");
+        for (what, patch) in [
+            ("a wider rule", webhooks_with(plural, &widen)),
+            ("another service", webhooks_with(plural, &other_service)),
+            ("a namespace selector", webhooks_with(plural, &selector)),
+            ("failing open", webhooks_with(plural, &fail_open)),
+            (
+                "an annotation",
+                json!({"metadata": {"annotations": {"cert-manager.io/inject-ca-from": "x/y"}}}),
+            ),
+        ] {
+            let answer = patch_webhook_configuration(&thief, plural, name, &patch, false).await;
+            match answer {
+                Err(message) => assert!(message.contains(&refused), "{plural}: {what}: {message}"),
+                Ok(()) => panic!("{plural}: {what} was admitted"),
+            }
+        }
+        let bundle = |w: &mut Value| w["clientConfig"]["caBundle"] = json!("Tm90IG91ciBDQQ==");
+        patch_webhook_configuration(&thief, plural, name, &webhooks_with(plural, &bundle), false)
+            .await
+            .unwrap_or_else(|message| panic!("{plural}: the caBundle: {message}"));
+        let set = kubectl_ok(&[
+            "get",
+            plural,
+            name,
+            "-o",
+            "jsonpath={.webhooks[0].clientConfig.caBundle}",
+        ]);
+        assert_eq!(set, "Tm90IG91ciBDQQ==");
+    }
+    // Others (here the admin) are not held by it.
+    kubectl_ok(&[
+        "label",
+        "validatingwebhookconfiguration",
+        "projection-cfg-webhook",
+        "checked=yes",
+    ]);
+    release.uninstall();
+    system.delete_and_wait(&client).await;
 }

@@ -842,3 +842,57 @@ pub async fn author_annotation(client: &Client) -> anyhow::Result<serde_json::Va
     .map_err(anyhow::Error::msg)?;
     Ok(serde_json::json!({shared::policy::author::AUTHOR: author.record()}))
 }
+
+/// A client acting as `user` in `groups`: the test's admin impersonating them, as `kubectl --as`.
+pub async fn client_as(user: &str, groups: &[&str]) -> Client {
+    let mut config = test_config().await.expect("test kubeconfig");
+    config.auth_info.impersonate = Some(user.to_owned());
+    config.auth_info.impersonate_groups = Some(groups.iter().map(|g| (*g).to_owned()).collect());
+    Client::try_from(config).expect("impersonating client")
+}
+
+/// A client with the identity of `kubeconfig` (e.g. a ServiceAccount's token from
+/// [`service_account_kubeconfig`]).
+pub async fn client_from(kubeconfig: &Path) -> Client {
+    let file = Kubeconfig::read_from(kubeconfig).expect("a readable kubeconfig");
+    let config = Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+        .await
+        .expect("a usable kubeconfig");
+    Client::try_from(config).expect("a client")
+}
+
+/// Merge-patches the webhook configuration `name` (`plural`: `validatingwebhookconfigurations` or
+/// `mutatingwebhookconfigurations`) as `client`'s user, with no read first (the webhook's
+/// ServiceAccount may patch its configurations but not get them); the apiserver's refusal as its
+/// message.
+pub async fn patch_webhook_configuration(
+    client: &Client,
+    plural: &str,
+    name: &str,
+    patch: &serde_json::Value,
+    dry_run: bool,
+) -> Result<(), String> {
+    use kube::{api::DynamicObject, discovery::ApiResource};
+    let kind = if plural.starts_with("validating") {
+        "ValidatingWebhookConfiguration"
+    } else {
+        "MutatingWebhookConfiguration"
+    };
+    let resource = ApiResource {
+        group: "admissionregistration.k8s.io".to_owned(),
+        version: "v1".to_owned(),
+        api_version: "admissionregistration.k8s.io/v1".to_owned(),
+        kind: kind.to_owned(),
+        plural: plural.to_owned(),
+    };
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let params = PatchParams {
+        dry_run,
+        ..PatchParams::default()
+    };
+    match api.patch(name, &params, &Patch::Merge(patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) => Err(status.message),
+        Err(e) => Err(e.to_string()),
+    }
+}

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Admission latency and throughput of projection-webhook on loopback, for a valid Projection review
-# of an existing, opted-in source: without the SubjectAccessReview, with it asked every time
-# (--access-review-cache-ttl=0), and with it and its cache of grants (the default). Every run keeps
-# the default cache of source metadata reads (--source-metadata-cache-ttl=5s).
+# of an existing, opted-in source: without the SubjectAccessReview (--check-source-access=false,
+# which also skips the source read: validation and discovery only), with it asked every time
+# (--access-review-cache-ttl=0), and with it and its cache of grants (the default). The last two
+# keep the default cache of source metadata reads (--source-metadata-cache-ttl=5s).
 #
 #   webhook/bench/run.sh [DURATION] [CONNECTIONS] [THREADS] [RATE]    # defaults: 20s 16 2 0
 #
@@ -118,6 +119,6 @@ run() {
   server_side
   kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
 }
-run "without SubjectAccessReview" --check-source-access=false
+run "without SubjectAccessReview (nor source read)" --check-source-access=false
 run "with SubjectAccessReview, asked every time" --access-review-cache-ttl=0
 run "with SubjectAccessReview and its cache of grants (the default)"

@@ -107,7 +107,10 @@ pub struct Args {
     pub source_mode: SourceMode,
 
     /// Require the requesting user to be allowed to get the source (SubjectAccessReview), so a
-    /// Projection cannot read what its author may not.
+    /// Projection cannot read what its author may not. Runs for authenticated callers only (see
+    /// --client-ca-file). Off, reviews also skip every other check that reads the cluster
+    /// (projectability, content, other CRs): without it they would tell any writer whether a
+    /// source exists and how it is annotated. The controller checks both where copies are made.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1,
           default_missing_value = "true")]
     pub check_source_access: bool,

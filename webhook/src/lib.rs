@@ -90,6 +90,11 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
             None
         }
     };
+    if client_ca.is_some() && !args.check_source_access {
+        tracing::warn!(
+            "--check-source-access=false: reviews skip every check that reads the cluster (access, projectability, content, other CRs), as for an unauthenticated caller"
+        );
+    }
     let tls_config = certs.server_config(client_ca)?;
     if self_managed.is_none() {
         let files = tls::CertFiles::new(&args.tls_cert_file, &args.tls_key_file);

@@ -1,6 +1,6 @@
 //! Source policy at admission: the kind must be namespaced, the requesting user must be allowed to
 //! read the source (confused-deputy defence), and an existing source must let itself be projected.
-//! Runs only when `spec.source` is new or changed.
+//! Runs only for an authenticated caller with the access check on (`PolicySettings::reads_sources`).
 
 use crate::{
     cluster_view::{ClusterView, KindScope, UserInfo},
@@ -32,12 +32,21 @@ pub enum PolicyVerdict {
 pub struct PolicySettings {
     /// `--source-mode`.
     pub source_mode: SourceMode,
-    /// `--check-source-access`.
+    /// `--check-source-access`. Off, nothing that reads the cluster runs (see `review`).
     pub check_source_access: bool,
     /// The caller proved to be the apiserver (a client certificate verified against
     /// `--client-ca-file`), so the request's userInfo can be believed. Without it nothing that
     /// reads the cluster runs (see `review`).
     pub caller_authenticated: bool,
+}
+
+impl PolicySettings {
+    /// Whether a review reads the source and the other CRs: only for a caller proved to be the
+    /// apiserver, and only behind the access check, which runs first so that a writer who may not
+    /// read the source learns nothing about it.
+    pub fn reads_sources(&self) -> bool {
+        self.caller_authenticated && self.check_source_access
+    }
 }
 
 /// Checks `source` for a request from `user`.
@@ -61,7 +70,8 @@ pub async fn check_source<C: ClusterView>(
     };
     let (namespace, name) = (source.namespace.as_str(), source.name.as_str());
     // Before anything about the source is revealed: whether it exists, how it is annotated.
-    if settings.check_source_access && !cluster.can_get(user, &resource, namespace, name).await? {
+    // The caller of this function checked `settings.reads_sources()`: the access check always runs.
+    if !cluster.can_get(user, &resource, namespace, name).await? {
         let who = user.username.as_deref().unwrap_or("the requesting user");
         return Ok(PolicyVerdict::Deny(format!(
             "{who} may not get {} {namespace}/{name}; a projection would expose the source through its \

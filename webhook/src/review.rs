@@ -202,9 +202,12 @@ pub async fn review<C: ClusterView>(
         Endpoint::Validate => {
             // A caller that is not known to be the apiserver may be anyone claiming any userInfo
             // (system:masters): it must learn nothing about any object, so nothing that reads the
-            // cluster runs (access, projectability, content, the other CRs). The controller checks
-            // the author's access and the source's consent where each copy is made.
-            if !settings.policy.caller_authenticated {
+            // cluster runs (access, projectability, content, the other CRs). Nor without the
+            // access check: reading the source for a writer who may not read it would tell them
+            // whether it exists and how its owner annotated it. The controller checks the author's
+            // access and the source's consent where each copy is made. So the webhook reads
+            // sources only in this one case, and the chart grants it `get` on them only then.
+            if !settings.policy.reads_sources() {
                 // Discovery is what every authenticated user may read: a cluster-scoped kind is
                 // still refused here, with its message (anything else waits for the controller).
                 if let Ok(KindScope::Cluster) = cluster.resolve(&source).await {

@@ -384,31 +384,42 @@ async fn source_policy_verdicts() {
         "*/Namespace is cluster-scoped; projection only mirrors namespaced resources"
     );
 
-    let permissive = app_with(
-        cluster(),
-        ReviewSettings {
-            tenant_mode: false,
-            policy: PolicySettings {
-                source_mode: SourceMode::Permissive,
-                check_source_access: false,
-                caller_authenticated: true,
-            },
-            allowed_power_kinds: Default::default(),
+    let settings = |check_source_access| ReviewSettings {
+        tenant_mode: false,
+        policy: PolicySettings {
+            source_mode: SourceMode::Permissive,
+            check_source_access,
+            caller_authenticated: true,
         },
-    );
+        allowed_power_kinds: Default::default(),
+    };
+    let permissive = app_with(cluster(), settings(true));
     assert_eq!(
         post(&permissive, "/validate", &source("ConfigMap", "plain")).await["allowed"],
         true
     );
     assert_eq!(
-        post(&permissive, "/validate", &source("ConfigMap", "secret")).await["allowed"],
-        true,
-        "access check off"
-    );
-    assert_eq!(
         post(&permissive, "/validate", &source("ConfigMap", "vetoed")).await["allowed"],
         false,
         "false always wins"
+    );
+
+    // Without the access check nothing about the source is read: a writer who may not read it
+    // would otherwise learn whether it exists and how its owner annotated it. Every source gets
+    // the same answer; the controller checks access and consent where copies are made.
+    let unchecked = app_with(cluster(), settings(false));
+    for name in ["plain", "secret", "vetoed", "missing"] {
+        let answer = post(&unchecked, "/validate", &source("ConfigMap", name)).await;
+        assert_eq!(answer["allowed"], true, "{name}: {answer}");
+        assert!(
+            answer.get("warnings").is_none_or(Value::is_null),
+            "{name}: {answer}"
+        );
+    }
+    assert_eq!(
+        denial(&post(&unchecked, "/validate", &source("Namespace", "n")).await),
+        "*/Namespace is cluster-scoped; projection only mirrors namespaced resources",
+        "discovery, which every user may read, still refuses cluster-scoped kinds"
     );
 }
 

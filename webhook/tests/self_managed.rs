@@ -15,8 +15,9 @@ use kube::{
     api::{ListParams, PostParams},
 };
 use projection_tests::{
-    ClusterScopedGuard, ServiceProcess, TestNamespace, client, exclusive, free_port, http_get, install_crds,
-    kubeconfig_path, kubectl, kubectl_stdin, metric_value, service_account_kubeconfig, wait_for,
+    ClusterScopedGuard, ServiceProcess, TestNamespace, client, client_from, exclusive, free_port, http_get,
+    install_crds, kubeconfig_path, kubectl, kubectl_stdin, metric_value, patch_webhook_configuration,
+    service_account_kubeconfig, wait_for,
 };
 use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
 use serde_json::{Value, json};
@@ -680,6 +681,30 @@ async fn the_mode_needs_no_more_than_the_documented_rbac() {
         String::from_utf8_lossy(&applied.stderr)
     );
     let kubeconfig = service_account_kubeconfig(&ns, "projection-webhook");
+    // The chart's policy holding that ServiceAccount to the caBundle, so the whole run shows the
+    // mode works under it; loaded once it refuses a dry-run change of the rules.
+    let _policy = ConfigurationPolicy::apply(&ns, "projection-webhook");
+    let thief = client_from(&kubeconfig).await;
+    let validating = "validatingwebhookconfigurations";
+    let name = fixture.validating.clone();
+    // The validating configuration's webhooks as they are, with `change` made to the first.
+    let webhooks_with = |change: &dyn Fn(&mut Value)| {
+        let current: Value =
+            serde_json::from_slice(&kubectl(&["get", validating, &name, "-o", "json"]).stdout).expect("JSON");
+        let mut webhooks = current["webhooks"].clone();
+        change(&mut webhooks[0]);
+        json!({"webhooks": webhooks})
+    };
+    let widen = |w: &mut Value| w["rules"][0]["resources"] = json!(["*"]);
+    let refused = "may change only webhooks[*].clientConfig.caBundle";
+    let probe = webhooks_with(&widen);
+    wait_for("the configuration policy loaded", TIMEOUT, || async {
+        match patch_webhook_configuration(&thief, validating, &name, &probe, true).await {
+            Err(message) if message.contains(refused) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
 
     // Two replicas (a create race, an update race) renewing every 10 s.
     for port in &ports {
@@ -724,7 +749,75 @@ async fn the_mode_needs_no_more_than_the_documented_rbac() {
         let log = std::fs::read_to_string(&replica.process.log).unwrap_or_default();
         assert!(!log.to_lowercase().contains("forbidden"), "{log}");
     }
+
+    // With the webhook's own token, as a thief would use it: the rules (every write of the kind
+    // sent to the webhook), the entry's address, its failure policy or the configuration's labels
+    // cannot change...
+    let other_url = |w: &mut Value| w["clientConfig"]["url"] = json!("https://127.0.0.1:1/validate");
+    let fail_open = |w: &mut Value| w["failurePolicy"] = json!("Ignore");
+    for (what, patch) in [
+        ("a wider rule", webhooks_with(&widen)),
+        ("another address", webhooks_with(&other_url)),
+        ("failing open", webhooks_with(&fail_open)),
+        ("a label", json!({"metadata": {"labels": {"extra": "x"}}})),
+    ] {
+        match patch_webhook_configuration(&thief, validating, &name, &patch, false).await {
+            Err(message) => {
+                assert!(message.contains(refused), "{what}: {message}");
+                assert!(
+                    message.contains(&format!("system:serviceaccount:{ns}:projection-webhook")),
+                    "{what}: the denial names the account: {message}"
+                );
+            }
+            Ok(()) => panic!("{what} was admitted"),
+        }
+    }
+    // ... while the caBundle can (here: replaced by something else), and the webhook puts its own
+    // back.
+    let other = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, b"not our CA");
+    let bundle = |w: &mut Value| w["clientConfig"]["caBundle"] = json!(other);
+    patch_webhook_configuration(&thief, validating, &name, &webhooks_with(&bundle), false)
+        .await
+        .unwrap_or_else(|message| panic!("a caBundle change by the webhook's account: {message}"));
+    fixture.wait_bundles(&ca_crt).await;
+    fixture.wait_admission_works().await;
     let _ = std::fs::remove_file(kubeconfig);
+}
+
+/// The chart's ValidatingAdmissionPolicy that lets the webhook's ServiceAccount `namespace/account`
+/// change only the caBundle of webhook configurations, applied alone under a name of its own;
+/// deleted when dropped.
+struct ConfigurationPolicy {
+    _guards: [ClusterScopedGuard; 2],
+}
+
+impl ConfigurationPolicy {
+    fn apply(namespace: &str, account: &str) -> Self {
+        let release = format!("projection-cfg-{}", std::process::id());
+        let rendered = projection_tests::chart::helm_ok(&[
+            "template",
+            &release,
+            &projection_tests::chart::chart_dir().to_string_lossy(),
+            "--namespace",
+            namespace,
+            "--set",
+            &format!("webhook.serviceAccount.name={account}"),
+            "--show-only",
+            "templates/webhook-configuration-policy.yaml",
+        ]);
+        let name = format!("{release}-webhook-configurations");
+        let guards = [
+            ClusterScopedGuard::new("validatingadmissionpolicies", &name),
+            ClusterScopedGuard::new("validatingadmissionpolicybindings", &name),
+        ];
+        let applied = kubectl_stdin(&["apply", "-f", "-"], &rendered);
+        assert!(
+            applied.status.success(),
+            "{}",
+            String::from_utf8_lossy(&applied.stderr)
+        );
+        Self { _guards: guards }
+    }
 }
 
 #[test]
