@@ -62,7 +62,7 @@ impl AuthorAccess {
         self.mode == AuthorAccessMode::Enforce
     }
 
-    /// Whether `author` may do what `question` asks.
+    /// Whether `author` may do what `question` asks: a grant of the last TTL, or the authorizer.
     pub async fn ask(
         &self,
         client: &Client,
@@ -73,6 +73,19 @@ impl AuthorAccess {
         if self.grants.get(&key).is_some_and(|until| until > Instant::now()) {
             return Ok(Answer::Allowed);
         }
+        self.ask_afresh(client, author, question).await
+    }
+
+    /// Whether `author` may do what `question` asks, asked of the authorizer whatever is cached
+    /// (the periodic recheck): a grant is kept for the passes; a denial drops the cached grant, so
+    /// the pass it wakes sees the denial too.
+    pub async fn ask_afresh(
+        &self,
+        client: &Client,
+        author: &Author,
+        question: &AccessQuestion,
+    ) -> Result<Answer, kube::Error> {
+        let key = (author.record(), question.clone());
         let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
         let review = author.access_review(question.attributes());
         let answer = reviews.create(&PostParams::default(), &review).await?;
@@ -81,6 +94,7 @@ impl AuthorAccess {
             self.grants.insert(key, Instant::now() + self.grant_ttl);
             Ok(Answer::Allowed)
         } else {
+            self.grants.remove(&key);
             Ok(Answer::Denied(status.reason.filter(|r| !r.is_empty())))
         }
     }

@@ -1,11 +1,11 @@
 //! Authors' access asked again on a schedule, with nothing changed: a grant revoked while no
 //! source, copy or CR changes must still end the copies it allowed. Each round (one
 //! `--author-recheck-interval`) lists the CRs this replica reconciles and the two questions of
-//! their passes (read the source; create its kind where the copies go), and asks each question of
-//! each author at its moment of the round (`shared::policy::recheck`) through the grant cache, so
-//! one author and question cost one SubjectAccessReview per round however many CRs share them, and
-//! the questions are spread over the round. A denial not yet reported wakes a full pass of the CR,
-//! which withdraws its copies; nothing else is read or written here.
+//! their passes (read the source; create its kind where the copies go), and asks each distinct
+//! question of each author once, afresh, at its moment of the round (`shared::policy::recheck`):
+//! one SubjectAccessReview per author and question per round however many CRs share them, spread
+//! over the round. A denial drops the cached grant and wakes a full pass of every CR that asked it
+//! and does not yet report it, which withdraws their copies; nothing else is read or written here.
 
 use crate::{
     author_access::Answer,
@@ -25,7 +25,7 @@ use shared::{
         recheck::{recheck_offset, wakes_pass},
     },
 };
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 use tokio::time::Instant;
 
 /// A CR whose author is rechecked this round.
@@ -42,11 +42,12 @@ struct Recheck {
     ready_reason: Option<String>,
 }
 
-/// One question of one CR's author, at its moment of the round.
+/// One question of one author, at its moment of the round, with the CRs that ask it.
 struct Due {
     offset: Duration,
+    author: Author,
     question: AccessQuestion,
-    of: Arc<Recheck>,
+    of: Vec<Arc<Recheck>>,
 }
 
 /// Rechecks every CR of `projections` and `clusters` once per `interval`, asking at most
@@ -65,7 +66,7 @@ pub async fn run(
             .filter_map(recheck_of)
             .chain(clusters.state().iter().filter_map(recheck_of))
             .collect();
-        let mut due = Vec::with_capacity(crs.len() * 2);
+        let mut due: HashMap<(String, AccessQuestion), Due> = HashMap::new();
         for cr in crs {
             // A kind that does not resolve is its pass's problem; a cached resolution costs nothing.
             let Ok(resolved) = ctx.sources.discovery.resolve(&cr.source).await else {
@@ -85,13 +86,18 @@ pub async fn run(
             let cr = Arc::new(cr);
             let record = cr.author.record();
             for question in questions {
-                due.push(Due {
-                    offset: recheck_offset(&record, &question.describe(), interval),
-                    question,
-                    of: cr.clone(),
-                });
+                due.entry((record.clone(), question.clone()))
+                    .or_insert_with(|| Due {
+                        offset: recheck_offset(&record, &question.describe(), interval),
+                        author: cr.author.clone(),
+                        question,
+                        of: Vec::new(),
+                    })
+                    .of
+                    .push(cr.clone());
             }
         }
+        let mut due: Vec<Due> = due.into_values().collect();
         due.sort_by_key(|d| d.offset);
         tracing::debug!(questions = due.len(), "author recheck round");
         futures::stream::iter(due)
@@ -136,19 +142,22 @@ fn recheck_of<K: ProjectionKind>(stored: &Arc<StoredCr<K>>) -> Option<Recheck> {
     })
 }
 
-/// Asks one question and wakes the CR's pass on a denial it does not yet report.
+/// Asks one question afresh and wakes the pass of each CR that asked it on a denial it does not
+/// yet report.
 async fn ask(ctx: &Context, wake: &Wake, due: &Due) {
-    let cr = &due.of;
+    let Some(first) = due.of.first() else {
+        return;
+    };
     let sources = &ctx.sources;
     let (result, denied) = match sources
         .author_access
-        .ask(&sources.client, &cr.author, &due.question)
+        .ask_afresh(&sources.client, &due.author, &due.question)
         .await
     {
         Ok(Answer::Allowed) => ("allowed", false),
         Ok(Answer::Denied(_)) => ("denied", true),
         Err(e) => {
-            tracing::warn!(kind = cr.kind, error = %e, "cannot recheck an author's access");
+            tracing::warn!(kind = first.kind, error = %e, "cannot recheck an author's access");
             ("error", false)
         }
     };
@@ -156,12 +165,14 @@ async fn ask(ctx: &Context, wake: &Wake, due: &Due) {
         .metrics
         .author_rechecks_total
         .get_or_create(&RecheckLabels {
-            kind: cr.kind,
+            kind: first.kind,
             result,
         })
         .inc();
-    if wakes_pass(denied, cr.ready_reason.as_deref()) {
-        tracing::info!(kind = cr.kind, name = cr.name, "author access lost; reconciling");
-        wake.send(cr.cr.clone());
+    for cr in &due.of {
+        if wakes_pass(denied, cr.ready_reason.as_deref()) {
+            tracing::info!(kind = cr.kind, name = cr.name, "author access lost; reconciling");
+            wake.send(cr.cr.clone());
+        }
     }
 }

@@ -42,9 +42,9 @@ pub struct Args {
 
     /// How often every CR's recorded author is asked again (enforce only) with nothing changed,
     /// so a revoked grant removes the copies it allowed without anyone touching the CR: one
-    /// SubjectAccessReview per author and question per interval, each at a moment of its own in
-    /// the interval. A revocation takes effect within this interval plus
-    /// --author-grant-ttl. 0s turns the recheck off.
+    /// SubjectAccessReview per author and question per interval (asked afresh, whatever is
+    /// cached), each at a moment of its own in the interval. A revocation takes effect within this
+    /// interval and one pass. 0s turns the recheck off.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub author_recheck_interval: Duration,
 
