@@ -272,6 +272,32 @@ impl Collector for ReplicaCollector {
 mod tests {
     use super::*;
 
+    /// docs/observability.md lists exactly what `/metrics` serves: its controller tables and the
+    /// process metrics against the registry `main` serves (every family, observed or not).
+    #[test]
+    fn the_documented_metrics_are_the_served_ones() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/observability.md"))
+            .expect("docs/observability.md");
+        let documented = runtime::metrics_doc::documented_names(
+            &doc,
+            &["Controller", "Controller: the controller-runtime names"],
+            &["Process metrics (both)"],
+        );
+        let mut registry = Registry::default();
+        let _metrics = Metrics::register(&mut registry);
+        let served = runtime::metrics_doc::served_names(&registry);
+        assert_eq!(
+            documented.difference(&served).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "documented as exported in docs/observability.md but not served"
+        );
+        assert_eq!(
+            served.difference(&documented).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "served but not in docs/observability.md's controller tables"
+        );
+    }
+
     #[test]
     fn the_replica_gauges_report_nothing_and_no_leadership_before_the_replica_starts() {
         let mut registry = Registry::default();

@@ -162,3 +162,31 @@ impl Metrics {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/observability.md lists exactly what `/metrics` serves: its webhook table and the
+    /// process metrics against the registry the webhook serves (every family, observed or not).
+    #[test]
+    fn the_documented_metrics_are_the_served_ones() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/observability.md"))
+            .expect("docs/observability.md");
+        let documented =
+            runtime::metrics_doc::documented_names(&doc, &["Webhook"], &["Process metrics (both)"]);
+        let mut registry = Registry::default();
+        let _metrics = Metrics::register(&mut registry);
+        let served = runtime::metrics_doc::served_names(&registry);
+        assert_eq!(
+            documented.difference(&served).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "documented as exported in docs/observability.md but not served"
+        );
+        assert_eq!(
+            served.difference(&documented).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "served but not in docs/observability.md's webhook table"
+        );
+    }
+}
