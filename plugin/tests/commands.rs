@@ -721,7 +721,8 @@ async fn selections_exit_codes_and_kubeconfig_resolution_without_a_controller() 
     // Suspended before any reconcile: says so, and a suspension is no failure (0).
     plugin(&["suspend", "projection/two", "-n", &ns]).expect(0);
     let run = plugin(&["status", "-n", &ns, "-l", "team=x", "-o", "wide"]).expect(0);
-    let cells: Vec<&str> = run.line_with(&["two"]).split_whitespace().collect();
+    let line = run.line_with(&["two"]);
+    let cells: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(
         &cells[..8],
         ["Projection", ns.as_str(), "two", "Suspended", "<none>", "0", "0", "true"],

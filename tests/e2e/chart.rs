@@ -482,6 +482,8 @@ fn the_default_install_grants_no_cluster_scoped_kind_or_subresource() {
         ("apiextensions.k8s.io", "customresourcedefinitions"),
         ("apiregistration.k8s.io", "apiservices"),
         ("authorization.k8s.io", "subjectaccessreviews"),
+        // `helm test`'s pod: reads the controller's Deployment (by name) in the release namespace.
+        ("apps", "deployments"),
         ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
         ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
     ]
@@ -1364,6 +1366,72 @@ fn chart_metadata_is_ready_to_publish() {
         .collect();
     installed.sort();
     assert_eq!(listed, installed);
+}
+
+#[test]
+fn helm_test_runs_the_webhook_image_with_the_least_it_needs() {
+    for mode in MODES {
+        let r = rendered(&mode_values(mode));
+        let pod = r.get("Pod", "projection-test");
+        assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+        assert_eq!(
+            pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"],
+            "before-hook-creation,hook-succeeded"
+        );
+        let spec = &pod["spec"];
+        assert_eq!(spec["restartPolicy"], "Never");
+        let webhook = r.get("Deployment", "projection-webhook");
+        let c = &spec["containers"][0];
+        // The webhook's image (the only one a release brings), its pull policy and hardening.
+        assert_eq!(c["image"], container(webhook)["image"]);
+        assert_eq!(c["imagePullPolicy"], container(webhook)["imagePullPolicy"]);
+        assert_eq!(c["securityContext"], container(webhook)["securityContext"]);
+        assert_eq!(spec["securityContext"], webhook["spec"]["template"]["spec"]["securityContext"]);
+        assert!(c["command"].is_null(), "the image's ENTRYPOINT, projection-webhook");
+        let args = strings(&c["args"]);
+        assert_eq!(args[0], "test", "{args:?}");
+        // What it checks is what the chart installs.
+        let validating = r.get("ValidatingWebhookConfiguration", "projection-webhook");
+        assert!(args.contains(&format!(
+            "--webhook-name={}",
+            validating["webhooks"][0]["name"].as_str().expect("a webhook name")
+        )));
+        assert!(args.contains(&"--controller-deployment=projection-controller".to_owned()));
+        assert!(r.has("Deployment", "projection-controller"));
+        assert!(args.contains(&"--timeout=60s".to_owned()), "{args:?}");
+        // Its account: create Projections (a dry run) and read the controller's Deployment.
+        assert_eq!(spec["serviceAccountName"], "projection-test");
+        assert!(r.has("ServiceAccount", "projection-test"));
+        let role = r.get("Role", "projection-test");
+        assert_eq!(
+            role["rules"],
+            json!([
+                {"apiGroups": ["projection.sh"], "resources": ["projections"], "verbs": ["create"]},
+                {"apiGroups": ["apps"], "resources": ["deployments"],
+                 "resourceNames": ["projection-controller"], "verbs": ["get"]},
+            ])
+        );
+        let binding = r.get("RoleBinding", "projection-test");
+        assert_eq!(binding["roleRef"]["name"], "projection-test");
+        assert_eq!(
+            binding["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "projection-test", "namespace": NS}])
+        );
+        for (kind, name) in [
+            ("ServiceAccount", "projection-test"),
+            ("Role", "projection-test"),
+            ("RoleBinding", "projection-test"),
+        ] {
+            let annotations = &r.get(kind, name)["metadata"]["annotations"];
+            assert_eq!(annotations["helm.sh/hook"], "test", "{kind}");
+            assert_eq!(annotations["helm.sh/hook-weight"], "-1", "{kind}: before the pod");
+        }
+    }
+    let r = rendered(&[("test.enabled", json!(false))]);
+    assert!(!r.has("Pod", "projection-test") && !r.has("Role", "projection-test"));
+    let r = rendered(&[("test.timeout", json!("3m"))]);
+    assert!(strings(&r.get("Pod", "projection-test")["spec"]["containers"][0]["args"])
+        .contains(&"--timeout=3m".to_owned()));
 }
 
 #[test]
