@@ -390,10 +390,14 @@ async fn a_projection_released_by_hand_is_forgotten() {
     );
 
     account.grant(&["configmaps"]).await;
-    wait_for("PodTemplates to be refused to the controller", TIMEOUT, || async {
-        let answer = account.can_i("get", "podtemplates");
-        (answer == "no").then_some(()).ok_or(answer)
-    })
+    wait_for(
+        "PodTemplates to be refused to the controller",
+        TIMEOUT,
+        || async {
+            let answer = account.can_i("get", "podtemplates");
+            (answer == "no").then_some(()).ok_or(answer)
+        },
+    )
     .await;
     delete(&projections, "tls").await;
     wait_not_ready(&projections, "tls", "DeletionBlocked").await;
@@ -523,7 +527,10 @@ async fn foreign_crs(env: &Env) -> usize {
 fn metric_sum(exposition: &str, name: &str) -> f64 {
     exposition
         .lines()
-        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with([' ', '{'])))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with([' ', '{']))
+        })
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
         .sum()
 }

@@ -5,8 +5,8 @@
 mod common;
 
 use common::{
-    Cleanup, Run, apply, cluster_ready, cluster_suspended, controller, controller_binary, plugin,
-    plugin_raw, plugin_with, projection_ready, projection_suspended,
+    Cleanup, Run, apply, cluster_ready, cluster_suspended, controller, controller_binary, plugin, plugin_raw,
+    plugin_with, projection_ready, projection_suspended,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
@@ -65,7 +65,11 @@ async fn configmap(client: &Client, namespace: &str, name: &str) -> Option<Confi
 /// `yaml` (one of the manifests above) with the label `test: value`: `status -l test=value` then
 /// lists only what the test created, whatever else the cluster holds (a demo's CRs, never Ready).
 fn labelled(yaml: &str, value: &str) -> String {
-    yaml.replacen("metadata: {", &format!("metadata: {{labels: {{test: {value}}}, "), 1)
+    yaml.replacen(
+        "metadata: {",
+        &format!("metadata: {{labels: {{test: {value}}}, "),
+        1,
+    )
 }
 
 /// The entry of a `status -o json|yaml` list for a CR.
@@ -123,12 +127,7 @@ async fn why_sources_status_and_lifecycle_follow_a_copy_made_stale_on_purpose() 
     apply(&source_configmap(&src, "settings", "a: '1'"));
     apply(&labelled(&projection_yaml(&dst, "mirror", &src, ""), &mine));
     apply(&labelled(
-        &cluster_yaml(
-            &fan,
-            &src,
-            &format!("{{namespaces: [{dst}], name: fanned}}"),
-            "",
-        ),
+        &cluster_yaml(&fan, &src, &format!("{{namespaces: [{dst}], name: fanned}}"), ""),
         &mine,
     ));
     projection_ready(&client, &dst, "mirror", "True", "Projected").await;
@@ -725,7 +724,16 @@ async fn selections_exit_codes_and_kubeconfig_resolution_without_a_controller() 
     let cells: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(
         &cells[..8],
-        ["Projection", ns.as_str(), "two", "Suspended", "<none>", "0", "0", "true"],
+        [
+            "Projection",
+            ns.as_str(),
+            "two",
+            "Suspended",
+            "<none>",
+            "0",
+            "0",
+            "true"
+        ],
         "{}",
         run.stdout
     );

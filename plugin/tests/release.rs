@@ -60,10 +60,17 @@ fn release_packages_the_plugin_with_its_license_and_fills_the_krew_manifest() {
     let name = format!("kubectl-projection-{platform}.tar.gz");
     let archive = dist.join(&name);
     let listed = run(Command::new("tar").arg("-tzf").arg(&archive));
-    assert_eq!(listed.lines().collect::<Vec<_>>(), ["LICENSE", "kubectl-projection"]);
+    assert_eq!(
+        listed.lines().collect::<Vec<_>>(),
+        ["LICENSE", "kubectl-projection"]
+    );
     let unpacked = work.join("unpacked");
     std::fs::create_dir_all(&unpacked).expect("a folder");
-    run(Command::new("tar").arg("-xzf").arg(&archive).arg("-C").arg(&unpacked));
+    run(Command::new("tar")
+        .arg("-xzf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&unpacked));
     let help = run(Command::new(unpacked.join("kubectl-projection")).arg("--help"));
     assert!(help.contains("status"), "{help}");
     assert_eq!(
@@ -74,8 +81,14 @@ fn release_packages_the_plugin_with_its_license_and_fills_the_krew_manifest() {
     // Its SHA-256, in its own file and in SHA256SUMS.
     let digest = sha256(&archive);
     let line = format!("{digest}  {name}\n");
-    assert_eq!(std::fs::read_to_string(dist.join(format!("{name}.sha256"))).expect("sha256"), line);
-    assert_eq!(std::fs::read_to_string(dist.join("SHA256SUMS")).expect("SHA256SUMS"), line);
+    assert_eq!(
+        std::fs::read_to_string(dist.join(format!("{name}.sha256"))).expect("sha256"),
+        line
+    );
+    assert_eq!(
+        std::fs::read_to_string(dist.join("SHA256SUMS")).expect("SHA256SUMS"),
+        line
+    );
 
     // The manifest: the version, the archive's URL under the chart's home, its digest, the binary
     // and the license installed; only the platform built; no placeholder left.

@@ -102,9 +102,7 @@ mod tests {
         );
         assert_eq!(
             served_names(&registry),
-            BTreeSet::from(
-                ["things_total", "depth", "latency_seconds", "labelled_total"].map(str::to_owned)
-            )
+            BTreeSet::from(["things_total", "depth", "latency_seconds", "labelled_total"].map(str::to_owned))
         );
     }
 

@@ -13,8 +13,8 @@ fn root() -> PathBuf {
 /// (upper-cased, as kubectl prints them) whose priority is 0, or any priority with `wide`.
 fn headers(file: &str, wide: bool) -> Vec<String> {
     let path = root().join("charts/projection/crds").join(file);
-    let crd: Value = serde_yaml::from_str(&std::fs::read_to_string(&path).expect("the CRD"))
-        .expect("CRD YAML");
+    let crd: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&path).expect("the CRD")).expect("CRD YAML");
     let columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
         .as_sequence()
         .expect("printer columns");
@@ -32,9 +32,7 @@ fn crd_file(resource: &str) -> Option<&'static str> {
     let resource = resource.strip_suffix(".projection.sh").unwrap_or(resource);
     match resource {
         "projection" | "projections" | "proj" => Some("projections.projection.sh.yaml"),
-        "clusterprojection" | "clusterprojections" | "cproj" => {
-            Some("clusterprojections.projection.sh.yaml")
-        }
+        "clusterprojection" | "clusterprojections" | "cproj" => Some("clusterprojections.projection.sh.yaml"),
         _ => None,
     }
 }
@@ -71,15 +69,20 @@ fn kubectl_get_samples_show_the_crds_printer_columns() {
                 .windows(2)
                 .find(|w| w[0] == "-o" || w[0] == "--output")
                 .map(|w| w[1])
-                .or_else(|| args.iter().find_map(|a| a.strip_prefix("--output=").or(a.strip_prefix("-o"))));
+                .or_else(|| {
+                    args.iter()
+                        .find_map(|a| a.strip_prefix("--output=").or(a.strip_prefix("-o")))
+                });
             let wide = match output {
                 None | Some("") => false,
                 Some("wide") => true,
                 Some(_) => continue, // yaml, json, jsonpath, custom-columns: no table
             };
             // The table follows the command; anything else (an error, "No resources found") is not one.
-            let Some(header) = lines.get(i + 1).map(|l| l.trim()).filter(|l| l.starts_with("NAME")
-                || l.starts_with("NAMESPACE"))
+            let Some(header) = lines
+                .get(i + 1)
+                .map(|l| l.trim())
+                .filter(|l| l.starts_with("NAME") || l.starts_with("NAMESPACE"))
             else {
                 continue;
             };
@@ -102,5 +105,8 @@ fn kubectl_get_samples_show_the_crds_printer_columns() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     // The samples are found at all (a change of the prompt or of this reading would check nothing).
-    assert!(checked >= 10, "only {checked} kubectl get samples of our CRs found");
+    assert!(
+        checked >= 10,
+        "only {checked} kubectl get samples of our CRs found"
+    );
 }

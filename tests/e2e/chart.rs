@@ -1116,7 +1116,10 @@ fn read_dockerfile(name: &str) -> Dockerfile {
     let mut bins = BTreeSet::new();
     for (_, line) in &builds {
         let cargo = &line[line.find("cargo build").expect("cargo build")..];
-        assert!(cargo.contains("--locked"), "{name}: reproducible builds use --locked: {line}");
+        assert!(
+            cargo.contains("--locked"),
+            "{name}: reproducible builds use --locked: {line}"
+        );
         assert!(cargo.contains("--release"), "{name}: {line}");
         bins.insert(
             cargo
@@ -1127,7 +1130,11 @@ fn read_dockerfile(name: &str) -> Dockerfile {
                 .to_owned(),
         );
     }
-    assert_eq!(bins.len(), 1, "{name}: every cargo build builds the same binary: {bins:?}");
+    assert_eq!(
+        bins.len(),
+        1,
+        "{name}: every cargo build builds the same binary: {bins:?}"
+    );
     let build_bin = bins.into_iter().next().expect("one binary");
     let runtime_lines = instructions(runtime);
     let value = |directive: &str| {
@@ -1291,7 +1298,10 @@ fn dockerfiles_match_the_workspace_and_the_chart() {
         assert_eq!(label("org.opencontainers.image.version"), "${VERSION}");
         assert_eq!(
             file.runtime_args,
-            [("VERSION".to_owned(), chart["appVersion"].as_str().expect("appVersion").to_owned())],
+            [(
+                "VERSION".to_owned(),
+                chart["appVersion"].as_str().expect("appVersion").to_owned()
+            )],
             "Dockerfile.{component}: VERSION defaults to the chart's appVersion"
         );
     }
@@ -1299,8 +1309,7 @@ fn dockerfiles_match_the_workspace_and_the_chart() {
 
 /// charts/projection/Chart.yaml as JSON values.
 fn chart_yaml() -> Value {
-    let text =
-        std::fs::read_to_string(repo_root().join("charts/projection/Chart.yaml")).expect("Chart.yaml");
+    let text = std::fs::read_to_string(repo_root().join("charts/projection/Chart.yaml")).expect("Chart.yaml");
     serde_yaml::from_str(&text).expect("Chart.yaml is YAML")
 }
 
@@ -1315,10 +1324,17 @@ fn chart_metadata_is_ready_to_publish() {
         .find_map(|l| l.strip_prefix("version = "))
         .expect("the workspace's version")
         .trim_matches('"');
-    assert_eq!(chart["appVersion"], workspace_version, "appVersion is the binaries' version");
+    assert_eq!(
+        chart["appVersion"], workspace_version,
+        "appVersion is the binaries' version"
+    );
     let home = chart["home"].as_str().expect("home");
     assert!(home.starts_with("https://"), "{home}");
-    assert!(chart["sources"][0].as_str().is_some_and(|s| s.starts_with("https://")));
+    assert!(
+        chart["sources"][0]
+            .as_str()
+            .is_some_and(|s| s.starts_with("https://"))
+    );
     assert!(chart["maintainers"][0]["name"].is_string(), "a maintainer");
 
     let annotations = &chart["annotations"];
@@ -1331,7 +1347,10 @@ fn chart_metadata_is_ready_to_publish() {
         .expect("links are YAML");
     for link in links.as_array().expect("a list of links") {
         assert!(link["name"].is_string(), "{link}");
-        assert!(link["url"].as_str().is_some_and(|u| u.starts_with("https://")), "{link}");
+        assert!(
+            link["url"].as_str().is_some_and(|u| u.starts_with("https://")),
+            "{link}"
+        );
     }
     // The CRDs Artifact Hub lists are those crds/ installs, with their kinds and versions.
     let listed: Value = serde_yaml::from_str(annotations["artifacthub.io/crds"].as_str().expect("crds"))
@@ -1341,7 +1360,10 @@ fn chart_metadata_is_ready_to_publish() {
         .expect("a list of CRDs")
         .iter()
         .map(|c| {
-            assert!(c["displayName"].is_string() && c["description"].is_string(), "{c}");
+            assert!(
+                c["displayName"].is_string() && c["description"].is_string(),
+                "{c}"
+            );
             let field = |k: &str| c[k].as_str().unwrap_or_else(|| panic!("{k} of {c}")).to_owned();
             (field("name"), field("kind"), field("version"))
         })
@@ -1351,10 +1373,9 @@ fn chart_metadata_is_ready_to_publish() {
     let mut installed: Vec<(String, String, String)> = std::fs::read_dir(dir)
         .expect("crds/")
         .map(|e| {
-            let crd: Value = serde_yaml::from_str(
-                &std::fs::read_to_string(e.expect("entry").path()).expect("a CRD file"),
-            )
-            .expect("CRD YAML");
+            let crd: Value =
+                serde_yaml::from_str(&std::fs::read_to_string(e.expect("entry").path()).expect("a CRD file"))
+                    .expect("CRD YAML");
             let versions = crd["spec"]["versions"].as_array().expect("versions");
             assert_eq!(versions.len(), 1, "one version each");
             (
@@ -1386,8 +1407,14 @@ fn helm_test_runs_the_webhook_image_with_the_least_it_needs() {
         assert_eq!(c["image"], container(webhook)["image"]);
         assert_eq!(c["imagePullPolicy"], container(webhook)["imagePullPolicy"]);
         assert_eq!(c["securityContext"], container(webhook)["securityContext"]);
-        assert_eq!(spec["securityContext"], webhook["spec"]["template"]["spec"]["securityContext"]);
-        assert!(c["command"].is_null(), "the image's ENTRYPOINT, projection-webhook");
+        assert_eq!(
+            spec["securityContext"],
+            webhook["spec"]["template"]["spec"]["securityContext"]
+        );
+        assert!(
+            c["command"].is_null(),
+            "the image's ENTRYPOINT, projection-webhook"
+        );
         let args = strings(&c["args"]);
         assert_eq!(args[0], "test", "{args:?}");
         // What it checks is what the chart installs.
@@ -1430,8 +1457,10 @@ fn helm_test_runs_the_webhook_image_with_the_least_it_needs() {
     let r = rendered(&[("test.enabled", json!(false))]);
     assert!(!r.has("Pod", "projection-test") && !r.has("Role", "projection-test"));
     let r = rendered(&[("test.timeout", json!("3m"))]);
-    assert!(strings(&r.get("Pod", "projection-test")["spec"]["containers"][0]["args"])
-        .contains(&"--timeout=3m".to_owned()));
+    assert!(
+        strings(&r.get("Pod", "projection-test")["spec"]["containers"][0]["args"])
+            .contains(&"--timeout=3m".to_owned())
+    );
 }
 
 #[test]

@@ -286,7 +286,14 @@ async fn self_managed_install_serves_users_and_survives_disruptions() {
 /// `helm test`: the chart's test pod (the webhook image, `projection-webhook test`) sees its dry-run
 /// Projection refused by the webhook and the controller ready; its hook objects go once it passed.
 fn helm_test_passes(release: &Release) {
-    let out = helm_ok(&["test", &release.name, "--namespace", &release.namespace, "--timeout", "2m"]);
+    let out = helm_ok(&[
+        "test",
+        &release.name,
+        "--namespace",
+        &release.namespace,
+        "--timeout",
+        "2m",
+    ]);
     assert!(out.contains("Phase:          Succeeded"), "helm test:\n{out}");
     let test_pod = format!("{}-test", release.name);
     assert!(

@@ -22,7 +22,10 @@ use std::time::{Duration, Instant};
 
 /// Flags of `projection-webhook test`.
 #[derive(clap::Parser, Debug, Clone)]
-#[command(name = "projection-webhook test", about = "Checks an installed release: what `helm test` runs")]
+#[command(
+    name = "projection-webhook test",
+    about = "Checks an installed release: what `helm test` runs"
+)]
 pub struct TestArgs {
     /// The namespace of the release (where the dry-run Projection would be created).
     #[arg(long, env = "POD_NAMESPACE")]
@@ -51,16 +54,26 @@ fn refused_projection(namespace: &str) -> anyhow::Result<DynamicObject> {
 
 /// Whether the apiserver's answer is our validating webhook's refusal.
 pub fn refused_by_webhook(message: &str, webhook_name: &str) -> bool {
-    message.contains(&format!("admission webhook \"{webhook_name}\" denied the request"))
+    message.contains(&format!(
+        "admission webhook \"{webhook_name}\" denied the request"
+    ))
 }
 
 /// Runs both checks; the error says which failed and what was seen last.
 pub async fn run(args: TestArgs) -> anyhow::Result<()> {
-    let client = runtime::kube_client::infer().await.context("connecting to the apiserver")?;
+    let client = runtime::kube_client::infer()
+        .await
+        .context("connecting to the apiserver")?;
     check_webhook(&client, &args).await?;
-    println!("ok: the apiserver called {} and it refused the bad spec", args.webhook_name);
+    println!(
+        "ok: the apiserver called {} and it refused the bad spec",
+        args.webhook_name
+    );
     check_controller(&client, &args).await?;
-    println!("ok: the controller {} has a ready replica", args.controller_deployment);
+    println!(
+        "ok: the controller {} has a ready replica",
+        args.controller_deployment
+    );
     Ok(())
 }
 
@@ -88,12 +101,18 @@ async fn check_webhook(client: &Client, args: &TestArgs) -> anyhow::Result<()> {
 async fn check_controller(client: &Client, args: &TestArgs) -> anyhow::Result<()> {
     let api: Api<Deployment> = Api::namespaced(client.clone(), &args.namespace);
     retry("a ready controller", args.timeout, || async {
-        let deployment = api.get(&args.controller_deployment).await.map_err(|e| format!("{e}"))?;
+        let deployment = api
+            .get(&args.controller_deployment)
+            .await
+            .map_err(|e| format!("{e}"))?;
         let ready = deployment.status.and_then(|s| s.ready_replicas).unwrap_or(0);
         if ready > 0 {
             Ok(())
         } else {
-            Err(format!("Deployment {} has no ready replica", args.controller_deployment))
+            Err(format!(
+                "Deployment {} has no ready replica",
+                args.controller_deployment
+            ))
         }
     })
     .await
