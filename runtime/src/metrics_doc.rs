@@ -6,9 +6,9 @@ use crate::metrics_format::openmetrics_to_classic;
 use prometheus_client::registry::Registry;
 use std::collections::BTreeSet;
 
-/// The metric names a scraper of `registry` sees, as the classic text format names its families
-/// (counters with `_total`, histograms by their base name): every family, observed or not, since
-/// its `# TYPE` line is written before any sample.
+/// The metric names a scraper of `registry` sees now, as the classic text format names its families
+/// (counters with `_total`, histograms by their base name). A labelled family with no series yet
+/// is not written at all, so callers observe one series of each before asking.
 pub fn served_names(registry: &Registry) -> BTreeSet<String> {
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, registry).expect("a registry encodes");
@@ -90,19 +90,25 @@ mod tests {
     use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram};
 
     #[test]
-    fn served_names_are_the_classic_family_names_observed_or_not() {
+    fn served_names_are_the_classic_family_names_once_observed() {
         let mut registry = Registry::default();
         registry.register("things", "Things done", Counter::<u64>::default());
         registry.register("depth", "Depth", Gauge::<i64>::default());
         registry.register("latency_seconds", "Latency", Histogram::new([0.1, 1.0]));
-        registry.register(
-            "labelled",
-            "Never observed",
-            Family::<Vec<(String, String)>, Counter>::default(),
-        );
+        let labelled = Family::<Vec<(String, String)>, Counter>::default();
+        registry.register("labelled", "Labelled", labelled.clone());
+        let names = |list: &[&str]| list.iter().map(|n| (*n).to_owned()).collect::<BTreeSet<_>>();
+        // No series yet: not served.
         assert_eq!(
             served_names(&registry),
-            BTreeSet::from(["things_total", "depth", "latency_seconds", "labelled_total"].map(str::to_owned))
+            names(&["things_total", "depth", "latency_seconds"])
+        );
+        labelled
+            .get_or_create(&vec![("a".to_owned(), "b".to_owned())])
+            .inc();
+        assert_eq!(
+            served_names(&registry),
+            names(&["things_total", "depth", "latency_seconds", "labelled_total"])
         );
     }
 
