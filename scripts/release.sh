@@ -9,8 +9,8 @@
 # For each target: `kubectl-projection-<os>-<arch>.tar.gz` holding the binary and LICENSE (krew's
 # index requires the license inside the archive), `<archive>.sha256`, and one `SHA256SUMS`; then
 # `projection.yaml`, the krew manifest, with the version, the archives' URLs and their SHA-256,
-# listing only the platforms built. The archives are reproducible: sorted entries, owner 0, the
-# commit's time (SOURCE_DATE_EPOCH), gzip without a name or time.
+# listing only the platforms built. The archives are reproducible: the two entries in a fixed
+# order, owner 0, the commit's time (SOURCE_DATE_EPOCH), gzip without a name or time.
 #
 # Environment:
 #   VERSION      the release version, default the workspace's (Cargo.toml); the tag is v$VERSION
@@ -83,7 +83,7 @@ for target in "${targets[@]}"; do
   install -m 0755 "$binary" "$stage/kubectl-projection"
   install -m 0644 LICENSE "$stage/LICENSE"
   archive=kubectl-projection-$platform.tar.gz
-  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" \
+  tar --owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" \
     -C "$stage" -cf - kubectl-projection LICENSE | gzip -n -9 >"$dist/$archive"
   rm -rf "$stage"
   (cd "$dist" && sha256sum "$archive" >"$archive.sha256" && cat "$archive.sha256" >>SHA256SUMS)

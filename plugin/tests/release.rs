@@ -62,7 +62,7 @@ fn release_packages_the_plugin_with_its_license_and_fills_the_krew_manifest() {
     let listed = run(Command::new("tar").arg("-tzf").arg(&archive));
     assert_eq!(
         listed.lines().collect::<Vec<_>>(),
-        ["LICENSE", "kubectl-projection"]
+        ["kubectl-projection", "LICENSE"]
     );
     let unpacked = work.join("unpacked");
     std::fs::create_dir_all(&unpacked).expect("a folder");
