@@ -1418,11 +1418,20 @@ fn helm_test_runs_the_webhook_image_with_the_least_it_needs() {
         let args = strings(&c["args"]);
         assert_eq!(args[0], "test", "{args:?}");
         // What it checks is what the chart installs.
-        let validating = r.get("ValidatingWebhookConfiguration", "projection-webhook");
-        assert!(args.contains(&format!(
-            "--webhook-name={}",
-            validating["webhooks"][0]["name"].as_str().expect("a webhook name")
-        )));
+        let name = |kind: &str| {
+            r.get(kind, "projection-webhook")["webhooks"][0]["name"]
+                .as_str()
+                .expect("a webhook name")
+                .to_owned()
+        };
+        assert!(
+            args.contains(&format!(
+                "--webhook-names={},{}",
+                name("MutatingWebhookConfiguration"),
+                name("ValidatingWebhookConfiguration")
+            )),
+            "{args:?}"
+        );
         assert!(args.contains(&"--controller-deployment=projection-controller".to_owned()));
         assert!(r.has("Deployment", "projection-controller"));
         assert!(args.contains(&"--timeout=60s".to_owned()), "{args:?}");

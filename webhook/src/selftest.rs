@@ -4,8 +4,9 @@
 //!
 //! 1. a server-side dry-run create of a Projection whose spec only the webhook refuses (its copy
 //!    would be its source itself: the CRD's schema cannot see that, the webhook's rules do, before
-//!    reading anything): the answer must be a refusal of the validating webhook, named by the
-//!    apiserver, so the apiserver reaches the webhook through its Service and the webhook answers.
+//!    reading anything): the answer must be a refusal of one of our two webhooks (the mutating one
+//!    checks the spec too, and the apiserver calls it first), named by the apiserver, so the
+//!    apiserver reaches the webhook through its Service and the webhook answers.
 //!    Nothing is stored (dry run).
 //! 2. the controller's Deployment has a ready replica: its readiness probe (`/readyz`) passed.
 //!
@@ -30,9 +31,14 @@ pub struct TestArgs {
     /// The namespace of the release (where the dry-run Projection would be created).
     #[arg(long, env = "POD_NAMESPACE")]
     pub namespace: String,
-    /// The name the validating webhook has in its configuration (`webhooks[].name`).
-    #[arg(long, default_value = "validate.projection.sh")]
-    pub webhook_name: String,
+    /// The names our webhooks have in their configurations (`webhooks[].name`), comma-separated: a
+    /// refusal by any of them passes.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "mutate.projection.sh,validate.projection.sh"
+    )]
+    pub webhook_names: Vec<String>,
     /// The controller's Deployment, in the same namespace.
     #[arg(long)]
     pub controller_deployment: String,
@@ -52,11 +58,11 @@ fn refused_projection(namespace: &str) -> anyhow::Result<DynamicObject> {
     }))?)
 }
 
-/// Whether the apiserver's answer is our validating webhook's refusal.
-pub fn refused_by_webhook(message: &str, webhook_name: &str) -> bool {
-    message.contains(&format!(
-        "admission webhook \"{webhook_name}\" denied the request"
-    ))
+/// Whether the apiserver's answer is a refusal by one of `webhook_names`.
+pub fn refused_by_webhook(message: &str, webhook_names: &[String]) -> bool {
+    webhook_names
+        .iter()
+        .any(|name| message.contains(&format!("admission webhook \"{name}\" denied the request")))
 }
 
 /// Runs both checks; the error says which failed and what was seen last.
@@ -65,10 +71,7 @@ pub async fn run(args: TestArgs) -> anyhow::Result<()> {
         .await
         .context("connecting to the apiserver")?;
     check_webhook(&client, &args).await?;
-    println!(
-        "ok: the apiserver called {} and it refused the bad spec",
-        args.webhook_name
-    );
+    println!("ok: the apiserver called the webhook and it refused the bad spec");
     check_controller(&client, &args).await?;
     println!(
         "ok: the controller {} has a ready replica",
@@ -85,13 +88,15 @@ async fn check_webhook(client: &Client, args: &TestArgs) -> anyhow::Result<()> {
         ..PostParams::default()
     };
     let object = refused_projection(&args.namespace)?;
-    retry("the webhook's refusal", args.timeout, || async {
+    retry("refusal from the webhook", args.timeout, || async {
         match api.create(&dry_run, &object).await {
             Ok(_) => Err(format!(
-                "the dry-run create of a spec {} refuses was admitted: is the webhook configuration installed?",
-                args.webhook_name
+                "the dry-run create of a spec {} refuse was admitted: are the webhook configurations installed?",
+                args.webhook_names.join(" and ")
             )),
-            Err(kube::Error::Api(status)) if refused_by_webhook(&status.message, &args.webhook_name) => Ok(()),
+            Err(kube::Error::Api(status)) if refused_by_webhook(&status.message, &args.webhook_names) => {
+                Ok(())
+            }
             Err(e) => Err(format!("{e}")),
         }
     })
@@ -100,7 +105,7 @@ async fn check_webhook(client: &Client, args: &TestArgs) -> anyhow::Result<()> {
 
 async fn check_controller(client: &Client, args: &TestArgs) -> anyhow::Result<()> {
     let api: Api<Deployment> = Api::namespaced(client.clone(), &args.namespace);
-    retry("a ready controller", args.timeout, || async {
+    retry("ready controller", args.timeout, || async {
         let deployment = api
             .get(&args.controller_deployment)
             .await
@@ -142,14 +147,23 @@ mod tests {
 
     #[test]
     fn only_our_webhooks_refusal_passes() {
-        let ours = "admission webhook \"validate.projection.sh\" denied the request: spec.source: the copy \
-                    would be the source itself (ConfigMap ns/helm-test): ...";
-        assert!(refused_by_webhook(ours, "validate.projection.sh"));
-        assert!(!refused_by_webhook(ours, "validate.other.example"));
-        let unreachable = "Internal error occurred: failed calling webhook \"validate.projection.sh\": \
+        let ours = [
+            "mutate.projection.sh".to_owned(),
+            "validate.projection.sh".to_owned(),
+        ];
+        let refused = |by: &str| {
+            format!(
+                "admission webhook \"{by}\" denied the request: spec.source: the copy would be the \
+                 source itself (ConfigMap ns/helm-test): ..."
+            )
+        };
+        assert!(refused_by_webhook(&refused("mutate.projection.sh"), &ours));
+        assert!(refused_by_webhook(&refused("validate.projection.sh"), &ours));
+        assert!(!refused_by_webhook(&refused("validate.other.example"), &ours));
+        let unreachable = "Internal error occurred: failed calling webhook \"mutate.projection.sh\": \
                            failed to call webhook: Post \"https://...\": connection refused";
-        assert!(!refused_by_webhook(unreachable, "validate.projection.sh"));
+        assert!(!refused_by_webhook(unreachable, &ours));
         let schema = "Projection.projection.sh \"x\" is invalid: spec.source.name: Required value";
-        assert!(!refused_by_webhook(schema, "validate.projection.sh"));
+        assert!(!refused_by_webhook(schema, &ours));
     }
 }
