@@ -272,6 +272,76 @@ impl Collector for ReplicaCollector {
 mod tests {
     use super::*;
 
+    /// docs/observability.md lists exactly what `/metrics` serves: its controller tables and the
+    /// process metrics against the registry `main` serves, once each family has a series. (A family
+    /// registered without a line in the doc fails `shared/tests/observability_doc.rs` too, observed
+    /// here or not.)
+    #[test]
+    fn the_documented_metrics_are_the_served_ones() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/observability.md"))
+            .expect("docs/observability.md");
+        // The metric tables of its sections, and the process metrics, a sentence of their own section
+        // (whose later prose and samples mention other metrics).
+        let mut documented = runtime::metrics_doc::documented_names(
+            &doc,
+            &["Controller", "Controller: the controller-runtime names"],
+            &[],
+        );
+        documented.extend(
+            runtime::metrics_doc::documented_names(&doc, &[], &["Process metrics (both)"])
+                .into_iter()
+                .filter(|name| name.starts_with("process_")),
+        );
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        // A labelled family is served once it has a series: one of each, as a running controller
+        // soon has (the controller-runtime families start with theirs).
+        let kind = "Projection";
+        metrics
+            .reconcile_total
+            .get_or_create(&ReconcileLabels {
+                kind,
+                result: "success",
+            })
+            .inc();
+        metrics
+            .e2e_seconds
+            .get_or_create(&E2eLabels {
+                kind,
+                event: "create",
+            })
+            .observe(0.1);
+        metrics
+            .reconcile_duration_seconds
+            .get_or_create(&KindLabels { kind })
+            .observe(0.1);
+        metrics
+            .reconcile_errors_total
+            .get_or_create(&ErrorLabels {
+                kind,
+                category: "api",
+            })
+            .inc();
+        metrics
+            .author_rechecks_total
+            .get_or_create(&RecheckLabels {
+                kind,
+                result: "allowed",
+            })
+            .inc();
+        let served = runtime::metrics_doc::served_names(&registry);
+        assert_eq!(
+            documented.difference(&served).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "documented as exported in docs/observability.md but not served"
+        );
+        assert_eq!(
+            served.difference(&documented).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "served but not in docs/observability.md's controller tables"
+        );
+    }
+
     #[test]
     fn the_replica_gauges_report_nothing_and_no_leadership_before_the_replica_starts() {
         let mut registry = Registry::default();

@@ -4,7 +4,7 @@
 //! mirrored; granting Secrets lets it recover.
 
 use k8s_openapi::api::{
-    core::v1::{ConfigMap, Secret},
+    core::v1::{ConfigMap, PodTemplate, Secret},
     rbac::v1::ClusterRole,
 };
 use kube::{
@@ -13,7 +13,7 @@ use kube::{
 };
 use projection_tests::{ServiceProcess, events_about, http_get, metric_value, wait_for, wait_for_event};
 use serde_json::json;
-use shared::api::crd::ClusterProjection;
+use shared::api::crd::{ClusterProjection, Projection};
 use std::time::Duration;
 
 mod common;
@@ -337,11 +337,18 @@ async fn a_cluster_projection_whose_copies_cannot_be_removed_says_so() {
 /// A Projection whose finalizer is removed by hand (here while its deletion is blocked) never
 /// completes the controller's cleanup, yet what the controller kept about it goes when the CR watch
 /// reports it deleted: the watches of the kind it alone read stop (`projection_watched_gvks`).
+///
+/// The controller reconciles every CR of the cluster, also those other people left there (the
+/// demo's): the source kind is one only this test names (PodTemplate), and the baseline is read once
+/// the controller has reconciled every CR that existed before it started, so the gauges move only
+/// for this test's Projection.
 #[tokio::test]
 async fn a_projection_released_by_hand_is_forgotten() {
     let env = env("rbac-forgotten").await;
     let (src, _) = env.names();
-    let account = ControllerAccount::create(&env, "rbac-forgotten-home", &["configmaps", "secrets"]).await;
+    let foreign = foreign_crs(&env).await;
+    let account =
+        ControllerAccount::create(&env, "rbac-forgotten-home", &["configmaps", "podtemplates"]).await;
     let controller = leader_as(&account, "2s").await;
     let watched = |controller: &ServiceProcess| {
         let text = controller.metrics();
@@ -350,10 +357,18 @@ async fn a_projection_released_by_hand_is_forgotten() {
             metric_value(&text, "projection_watched_dest_gvks").unwrap_or(-1.0),
         )
     };
+    wait_for("the CRs already on the cluster reconciled", TIMEOUT, || async {
+        let done = metric_sum(&controller.metrics(), "projection_reconcile_total");
+        (done >= foreign as f64)
+            .then_some(())
+            .ok_or(format!("{done} reconciles, {foreign} CRs"))
+    })
+    .await;
     let before = watched(&controller);
     create(
-        &env.api::<Secret>(&src),
-        json!({"metadata": {"name": "tls", "annotations": opted_in()}, "stringData": {"key": "v"}}),
+        &env.api::<PodTemplate>(&src),
+        json!({"metadata": {"name": "tls", "annotations": opted_in()},
+               "template": {"spec": {"containers": [{"name": "c", "image": "local.test/none"}]}}}),
     )
     .await;
     let projections = env.projections();
@@ -361,7 +376,7 @@ async fn a_projection_released_by_hand_is_forgotten() {
         &projections,
         projection(
             "tls",
-            json!({"version": "v1", "kind": "Secret", "namespace": src, "name": "tls"}),
+            json!({"version": "v1", "kind": "PodTemplate", "namespace": src, "name": "tls"}),
             json!({}),
         ),
     )
@@ -371,14 +386,18 @@ async fn a_projection_released_by_hand_is_forgotten() {
     assert_eq!(
         reading,
         (before.0 + 1.0, before.1 + 1.0),
-        "Secrets and their copies are watched"
+        "PodTemplates and their copies are watched"
     );
 
     account.grant(&["configmaps"]).await;
-    wait_for("Secrets to be refused to the controller", TIMEOUT, || async {
-        let answer = account.can_i("get", "secrets");
-        (answer == "no").then_some(()).ok_or(answer)
-    })
+    wait_for(
+        "PodTemplates to be refused to the controller",
+        TIMEOUT,
+        || async {
+            let answer = account.can_i("get", "podtemplates");
+            (answer == "no").then_some(()).ok_or(answer)
+        },
+    )
     .await;
     delete(&projections, "tls").await;
     wait_not_ready(&projections, "tls", "DeletionBlocked").await;
@@ -488,4 +507,30 @@ async fn leader_as(account: &ControllerAccount, requeue: &str) -> ServiceProcess
     );
     controller.wait_ready().await;
     controller
+}
+
+/// How many Projections and ClusterProjections the cluster holds before this test creates any:
+/// those of other tests or people, which the test's controller reconciles too.
+async fn foreign_crs(env: &Env) -> usize {
+    let projections = Api::<Projection>::all(env.client.clone())
+        .list(&Default::default())
+        .await
+        .expect("listing Projections");
+    let clusters = Api::<ClusterProjection>::all(env.client.clone())
+        .list(&Default::default())
+        .await
+        .expect("listing ClusterProjections");
+    projections.items.len() + clusters.items.len()
+}
+
+/// The sum of every sample of `name` (all its label sets) in a Prometheus exposition.
+fn metric_sum(exposition: &str, name: &str) -> f64 {
+    exposition
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with([' ', '{']))
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
 }

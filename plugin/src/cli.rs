@@ -89,7 +89,11 @@ pub enum Command {
     },
     /// Every Projection (in the namespace, or all with -A) and ClusterProjection with its outcome,
     /// copies written and failed, suspension and last change.
-    Status,
+    Status {
+        /// Only the CRs matching this label selector (of both kinds).
+        #[arg(short = 'l', long, value_name = "SELECTOR")]
+        selector: Option<String>,
+    },
     /// Sets spec.suspend: no copy is written or updated until resumed (a veto or a lost grant still withdraws them).
     Suspend(Select),
     /// Clears spec.suspend: a full reconcile follows.

@@ -102,8 +102,8 @@ impl AnyCr {
     /// Its status summed up.
     pub fn summary(&self) -> Summary {
         match self {
-            Self::Projection(p) => of_projection(p.status.as_ref()),
-            Self::Cluster(c) => of_cluster(c.status.as_ref()),
+            Self::Projection(p) => of_projection(p.spec.controls.suspend, p.status.as_ref()),
+            Self::Cluster(c) => of_cluster(c.spec.controls.suspend, c.status.as_ref()),
         }
     }
 

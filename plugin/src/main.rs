@@ -69,7 +69,7 @@ async fn run(cli: Cli) -> Result<Code, Failure> {
             };
             preview::run(global, &files, &settings).await
         }
-        Command::Status => status::run(global).await,
+        Command::Status { selector } => status::run(global, selector.as_deref()).await,
         Command::Suspend(select) => lifecycle::set_suspend(global, &select, true).await,
         Command::Resume(select) => lifecycle::set_suspend(global, &select, false).await,
         Command::Sync {

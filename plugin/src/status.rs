@@ -45,10 +45,14 @@ pub async fn listed(cluster: &Cluster, params: &ListParams) -> Result<Vec<AnyCr>
         .collect())
 }
 
-/// Runs `status`.
-pub async fn run(global: &Global) -> Result<Code, Failure> {
+/// Runs `status` on the CRs `selector` matches (all without one).
+pub async fn run(global: &Global, selector: Option<&str>) -> Result<Code, Failure> {
     let cluster = Cluster::connect(global).await?;
-    let crs = listed(&cluster, &ListParams::default()).await?;
+    let params = match selector {
+        Some(selector) => ListParams::default().labels(selector),
+        None => ListParams::default(),
+    };
+    let crs = listed(&cluster, &params).await?;
     let mut lines: Vec<Line> = crs
         .iter()
         .map(|cr| Line {

@@ -5,8 +5,8 @@
 mod common;
 
 use common::{
-    Cleanup, Run, apply, cluster_ready, controller, controller_binary, plugin, plugin_raw, plugin_with,
-    projection_ready,
+    Cleanup, Run, apply, cluster_ready, cluster_suspended, controller, controller_binary, plugin, plugin_raw,
+    plugin_with, projection_ready, projection_suspended,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
@@ -62,6 +62,16 @@ async fn configmap(client: &Client, namespace: &str, name: &str) -> Option<Confi
         .expect("reading a ConfigMap")
 }
 
+/// `yaml` (one of the manifests above) with the label `test: value`: `status -l test=value` then
+/// lists only what the test created, whatever else the cluster holds (a demo's CRs, never Ready).
+fn labelled(yaml: &str, value: &str) -> String {
+    yaml.replacen(
+        "metadata: {",
+        &format!("metadata: {{labels: {{test: {value}}}, "),
+        1,
+    )
+}
+
 /// The entry of a `status -o json|yaml` list for a CR.
 fn status_entry<'a>(list: &'a Value, kind: &str, name: &str) -> &'a Value {
     list.as_array()
@@ -106,23 +116,25 @@ async fn why_sources_status_and_lifecycle_follow_a_copy_made_stale_on_purpose() 
     let world = World::new("plugin-life", &["src", "dst"]).await;
     let (client, src, dst) = (world.client.clone(), world.ns(0), world.ns(1));
     let fan = format!("plugin-life-{}", std::process::id());
+    // `status` lists every ClusterProjection of the cluster: its exit code and lines are scoped to
+    // this test's CRs by a label.
+    let mine = fan.clone();
+    let selector = format!("test={mine}");
     let _controller = controller().await;
     let mut cleanup = Cleanup::new();
     cleanup.cluster_projection(&fan);
     cleanup.projections(&dst);
     apply(&source_configmap(&src, "settings", "a: '1'"));
-    apply(&projection_yaml(&dst, "mirror", &src, ""));
-    apply(&cluster_yaml(
-        &fan,
-        &src,
-        &format!("{{namespaces: [{dst}], name: fanned}}"),
-        "",
+    apply(&labelled(&projection_yaml(&dst, "mirror", &src, ""), &mine));
+    apply(&labelled(
+        &cluster_yaml(&fan, &src, &format!("{{namespaces: [{dst}], name: fanned}}"), ""),
+        &mine,
     ));
     projection_ready(&client, &dst, "mirror", "True", "Projected").await;
     cluster_ready(&client, &fan, "True", "Projected").await;
 
     // status, in every format: one line each, the CR's outcome and counts.
-    let run = plugin(&["status", "-n", &dst]).expect(0);
+    let run = plugin(&["status", "-n", &dst, "-l", &selector]).expect(0);
     assert!(run.stdout.starts_with("KIND "), "{}", run.stdout);
     let line = run.line_with(&["Projection", &dst, "mirror"]);
     let cells: Vec<&str> = line.split_whitespace().collect();
@@ -141,7 +153,7 @@ async fn why_sources_status_and_lifecycle_follow_a_copy_made_stale_on_purpose() 
     );
     let line = run.line_with(&["ClusterProjection", &fan]);
     assert!(line.contains(" True ") && line.contains(" Projected "), "{line}");
-    let wide = plugin(&["status", "-n", &dst, "-o", "wide"]).expect(0);
+    let wide = plugin(&["status", "-n", &dst, "-l", &selector, "-o", "wide"]).expect(0);
     assert!(
         wide.stdout
             .lines()
@@ -152,7 +164,7 @@ async fn why_sources_status_and_lifecycle_follow_a_copy_made_stale_on_purpose() 
         wide.stdout
     );
     for format in ["json", "yaml"] {
-        let run = plugin(&["status", "-n", &dst, "-o", format]).expect(0);
+        let run = plugin(&["status", "-n", &dst, "-l", &selector, "-o", format]).expect(0);
         let list = if format == "json" { run.json() } else { run.yaml() };
         let mirror = status_entry(&list, "Projection", "mirror");
         assert_eq!(
@@ -166,8 +178,14 @@ async fn why_sources_status_and_lifecycle_follow_a_copy_made_stale_on_purpose() 
             (Some(1), Some(0))
         );
     }
-    let all = plugin(&["status", "-A"]).expect(0);
+    let all = plugin(&["status", "-A", "-l", &selector]).expect(0);
     all.line_with(&["Projection", &dst, "mirror"]);
+    assert_eq!(all.stdout.lines().count(), 3, "{}", all.stdout);
+    // Unscoped, it lists what others left too (their outcome decides the exit code): ours among them.
+    let everything = plugin(&["status", "-A"]);
+    assert!(matches!(everything.code, 0 | 4), "{everything:?}");
+    everything.line_with(&["Projection", &dst, "mirror"]);
+    everything.line_with(&["ClusterProjection", &fan]);
 
     // why: the owner, the source, current, the conditions and events.
     let run = plugin(&["why", "cm/settings", "-n", &dst]).expect(0);
@@ -228,13 +246,10 @@ async fn why_sources_status_and_lifecycle_follow_a_copy_made_stale_on_purpose() 
             .suspend,
         Some(true)
     );
-    wait_for("mirror Suspended", common::TIMEOUT, || async {
-        let run = plugin(&["status", "-n", &dst, "-o", "json"]);
-        let list = run.json();
-        let suspended = status_entry(&list, "Projection", "mirror")["suspended"] == true;
-        suspended.then_some(()).ok_or(run.stdout)
-    })
-    .await;
+    // The plugin shows what the user chose at once; the controller's Suspended condition follows.
+    let list = plugin(&["status", "-n", &dst, "-l", &selector, "-o", "json"]).json();
+    assert_eq!(status_entry(&list, "Projection", "mirror")["suspended"], true);
+    projection_suspended(&client, &dst, "mirror").await;
     merge_configmap(&client, &src, "settings", json!({"data": {"a": "2"}})).await;
     // The ClusterProjection follows the edit; the suspended Projection does not.
     wait_for("the fanned copy updated", common::TIMEOUT, || async {
@@ -269,7 +284,7 @@ async fn why_sources_status_and_lifecycle_follow_a_copy_made_stale_on_purpose() 
         Some("1".to_owned()),
         "the suspended Projection's copy kept the old content"
     );
-    plugin(&["status", "-n", &dst])
+    plugin(&["status", "-n", &dst, "-l", &selector])
         .expect(0)
         .line_with(&["mirror", " true "]);
 
@@ -402,13 +417,9 @@ async fn preview_says_what_the_controller_would_do_per_namespace_and_writes_noth
     // b's copy edited by hand while the ClusterProjection is suspended: it would be updated.
     plugin(&["suspend", &format!("clusterprojection/{fan}")]).expect(0);
     cluster_ready(&client, &fan, "True", "Projected").await;
-    wait_for("the fan suspended", common::TIMEOUT, || async {
-        let list = plugin(&["status", "-o", "json"]).json();
-        (status_entry(&list, "ClusterProjection", &fan)["suspended"] == true)
-            .then_some(())
-            .ok_or_else(|| list.to_string())
-    })
-    .await;
+    cluster_suspended(&client, &fan).await;
+    let list = plugin(&["status", "-o", "json"]).json();
+    assert_eq!(status_entry(&list, "ClusterProjection", &fan)["suspended"], true);
     merge_configmap(&client, &b, "settings", json!({"data": {"a": "by hand"}})).await;
     // A stranger's object in c; a Terminating namespace held by a finalizer.
     apply(&format!(
@@ -706,6 +717,40 @@ async fn selections_exit_codes_and_kubeconfig_resolution_without_a_controller() 
     // Without a status, nothing is Ready: status needs attention (4).
     let run = plugin(&["status", "-n", &ns, "-o", "wide"]).expect(4);
     run.line_with(&["one", "Unknown", "no status yet"]);
+    // Suspended before any reconcile: says so, and a suspension is no failure (0).
+    plugin(&["suspend", "projection/two", "-n", &ns]).expect(0);
+    let run = plugin(&["status", "-n", &ns, "-l", "team=x", "-o", "wide"]).expect(0);
+    let line = run.line_with(&["two"]);
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(
+        &cells[..8],
+        [
+            "Projection",
+            ns.as_str(),
+            "two",
+            "Suspended",
+            "<none>",
+            "0",
+            "0",
+            "true"
+        ],
+        "{}",
+        run.stdout
+    );
+    run.line_with(&["two", "suspended before the controller reconciled it"]);
+    let entry = plugin(&["status", "-n", &ns, "-l", "team=x", "-o", "json"])
+        .expect(0)
+        .json()[0]
+        .clone();
+    assert_eq!(
+        (entry["ready"].as_str(), entry["suspended"].as_bool()),
+        (Some("Suspended"), Some(true)),
+        "{entry}"
+    );
+    // With the other, never reconciled and not suspended, someone must look (4).
+    let run = plugin(&["status", "-n", &ns]).expect(4);
+    run.line_with(&["two", "Suspended"]);
+    run.line_with(&["one", "Unknown"]);
 
     // Usage (2), not found (3), errors (1).
     plugin(&["suspend", "-n", &ns]).expect(2);
@@ -920,7 +965,9 @@ async fn status_tells_nothing_about_a_source_the_author_may_not_read() {
     for (probe, namespace) in &probes {
         let name = format!("probe-{probe}");
         let mut entry = status_entry(&status, "Projection", &name).clone();
-        entry["age"] = Value::Null;
+        // When each condition last changed depends on when each probe was reconciled (a second
+        // apart on a loaded cluster), not on its source.
+        entry["lastChange"] = Value::Null;
         let normalize = |v: &Value| {
             v.to_string()
                 .replace(namespace.as_str(), "NS")

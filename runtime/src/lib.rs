@@ -8,6 +8,7 @@ pub mod crypto;
 pub mod http;
 pub mod kube_client;
 pub mod logs;
+pub mod metrics_doc;
 pub mod metrics_format;
 pub mod process_metrics;
 pub mod serve;

@@ -482,6 +482,8 @@ fn the_default_install_grants_no_cluster_scoped_kind_or_subresource() {
         ("apiextensions.k8s.io", "customresourcedefinitions"),
         ("apiregistration.k8s.io", "apiservices"),
         ("authorization.k8s.io", "subjectaccessreviews"),
+        // `helm test`'s pod: reads the controller's Deployment (by name) in the release namespace.
+        ("apps", "deployments"),
         ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
         ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
     ]
@@ -1059,41 +1061,111 @@ struct Dockerfile {
     exposed: BTreeSet<u64>,
     entrypoint: Vec<String>,
     copied: String,
+    /// `LABEL key="value"` pairs of the runtime stage.
+    labels: Vec<(String, String)>,
+    /// `ARG NAME=default` lines of the runtime stage.
+    runtime_args: Vec<(String, String)>,
+}
+
+/// The instructions of a Dockerfile stage, continuation lines joined, comments dropped.
+fn instructions(stage: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut continued = false;
+    for line in stage.lines() {
+        if line.trim_start().starts_with('#') {
+            continue;
+        }
+        let (text, continues) = match line.trim_end().strip_suffix('\\') {
+            Some(t) => (t, true),
+            None => (line.trim_end(), false),
+        };
+        match out.last_mut() {
+            Some(last) if continued => {
+                last.push(' ');
+                last.push_str(text.trim());
+            }
+            _ => out.push(text.trim().to_owned()),
+        }
+        continued = continues;
+    }
+    out.retain(|l| !l.is_empty());
+    out
 }
 
 fn read_dockerfile(name: &str) -> Dockerfile {
     let text = std::fs::read_to_string(repo_root().join(name)).expect("Dockerfile exists");
     let stages: Vec<&str> = text.split("\nFROM ").collect();
     assert!(stages.len() >= 2, "{name} is multi-stage");
-    let build = stages[stages.len() - 2];
+    let build = instructions(stages[stages.len() - 2]);
     let runtime = stages[stages.len() - 1];
-    let build_line = build
-        .lines()
-        .find(|l| l.starts_with("RUN cargo build"))
-        .unwrap_or_else(|| panic!("{name} builds with cargo"));
+    // Every cargo build of the build stage: the dependency-only one before the sources are copied,
+    // then ours. Both reproducible, both of the same binary.
+    let builds: Vec<(usize, &String)> = build
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with("RUN ") && l.contains("cargo build"))
+        .collect();
+    let sources_copied = build
+        .iter()
+        .position(|l| l == "COPY . .")
+        .unwrap_or_else(|| panic!("{name} copies the sources with COPY . ."));
     assert!(
-        build_line.contains("--locked"),
-        "{name}: reproducible builds use --locked"
+        builds.iter().any(|(i, _)| *i < sources_copied) && builds.iter().any(|(i, _)| *i > sources_copied),
+        "{name}: dependencies are built in a layer of their own, before the sources are copied: {build:#?}"
     );
-    assert!(build_line.contains("--release"), "{name}");
-    let build_bin = build_line
-        .split_whitespace()
-        .skip_while(|w| *w != "--bin")
-        .nth(1)
-        .expect("--bin names the binary")
-        .to_owned();
+    let mut bins = BTreeSet::new();
+    for (_, line) in &builds {
+        let cargo = &line[line.find("cargo build").expect("cargo build")..];
+        assert!(
+            cargo.contains("--locked"),
+            "{name}: reproducible builds use --locked: {line}"
+        );
+        assert!(cargo.contains("--release"), "{name}: {line}");
+        bins.insert(
+            cargo
+                .split_whitespace()
+                .skip_while(|w| *w != "--bin")
+                .nth(1)
+                .expect("--bin names the binary")
+                .to_owned(),
+        );
+    }
+    assert_eq!(
+        bins.len(),
+        1,
+        "{name}: every cargo build builds the same binary: {bins:?}"
+    );
+    let build_bin = bins.into_iter().next().expect("one binary");
+    let runtime_lines = instructions(runtime);
     let value = |directive: &str| {
-        runtime
-            .lines()
+        runtime_lines
+            .iter()
             .find_map(|l| l.strip_prefix(directive))
             .unwrap_or_else(|| panic!("{name}: no {directive}in the runtime stage"))
             .trim()
             .to_owned()
     };
+    let labels = runtime_lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("LABEL "))
+        .flat_map(|l| {
+            // key="value" pairs; values hold no spaces but may hold `${...}`.
+            l.split_whitespace()
+                .filter_map(|pair| pair.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.trim_matches('"').to_owned()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let runtime_args = runtime_lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("ARG "))
+        .filter_map(|a| a.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.trim_matches('"').to_owned()))
+        .collect();
     Dockerfile {
         build_bin,
         runtime_base: runtime.lines().next().expect("FROM line").trim().to_owned(),
-        runtime_runs: runtime.lines().any(|l| l.starts_with("RUN ")),
+        runtime_runs: runtime_lines.iter().any(|l| l.starts_with("RUN ")),
         user: value("USER "),
         exposed: value("EXPOSE ")
             .split_whitespace()
@@ -1101,6 +1173,8 @@ fn read_dockerfile(name: &str) -> Dockerfile {
             .collect(),
         entrypoint: serde_json::from_str(&value("ENTRYPOINT ")).expect("exec-form ENTRYPOINT"),
         copied: value("COPY "),
+        labels,
+        runtime_args,
     }
 }
 
@@ -1188,6 +1262,234 @@ fn dockerfiles_match_the_workspace_and_the_chart() {
             version_at_least(version, &required),
             "Dockerfile.{component} builds with Rust {version}, the workspace needs {required}"
         );
+        // By tag, and by the digest a release passes (`--build-arg RUST_DIGEST=@sha256:...`),
+        // declared before the first FROM so that FROM can use it.
+        let (before_from, _) = text.split_once("\nFROM ").expect("a FROM");
+        assert!(
+            before_from.lines().any(|l| l.starts_with("ARG RUST_DIGEST")),
+            "Dockerfile.{component} declares RUST_DIGEST before FROM"
+        );
+        assert!(
+            image.contains("${RUST_DIGEST} AS build"),
+            "Dockerfile.{component}: the builder is rust:<tag>${{RUST_DIGEST}}: {image}"
+        );
+    }
+
+    // OCI labels: where the source is (the chart's `sources`), its license (the workspace's, whose
+    // text is LICENSE) and the version (by default the chart's appVersion).
+    let chart = chart_yaml();
+    let license = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("license = "))
+        .expect("the workspace's license")
+        .trim_matches('"')
+        .to_owned();
+    for component in ["controller", "webhook"] {
+        let file = read_dockerfile(&format!("Dockerfile.{component}"));
+        let label = |key: &str| {
+            file.labels
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| panic!("Dockerfile.{component}: no LABEL {key}: {:?}", file.labels))
+        };
+        assert_eq!(label("org.opencontainers.image.source"), chart["sources"][0]);
+        assert_eq!(label("org.opencontainers.image.licenses"), license);
+        assert_eq!(label("org.opencontainers.image.version"), "${VERSION}");
+        assert_eq!(
+            file.runtime_args,
+            [(
+                "VERSION".to_owned(),
+                chart["appVersion"].as_str().expect("appVersion").to_owned()
+            )],
+            "Dockerfile.{component}: VERSION defaults to the chart's appVersion"
+        );
+    }
+}
+
+/// charts/projection/Chart.yaml as JSON values.
+fn chart_yaml() -> Value {
+    let text = std::fs::read_to_string(repo_root().join("charts/projection/Chart.yaml")).expect("Chart.yaml");
+    serde_yaml::from_str(&text).expect("Chart.yaml is YAML")
+}
+
+#[test]
+fn chart_metadata_is_ready_to_publish() {
+    let chart = chart_yaml();
+    // The author policy (ValidatingAdmissionPolicy) and matchConditions need 1.30.
+    assert_eq!(chart["kubeVersion"], ">=1.30.0-0");
+    let manifest = std::fs::read_to_string(repo_root().join("Cargo.toml")).expect("manifest");
+    let workspace_version = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("version = "))
+        .expect("the workspace's version")
+        .trim_matches('"');
+    assert_eq!(
+        chart["appVersion"], workspace_version,
+        "appVersion is the binaries' version"
+    );
+    let home = chart["home"].as_str().expect("home");
+    assert!(home.starts_with("https://"), "{home}");
+    assert!(
+        chart["sources"][0]
+            .as_str()
+            .is_some_and(|s| s.starts_with("https://"))
+    );
+    assert!(chart["maintainers"][0]["name"].is_string(), "a maintainer");
+
+    let annotations = &chart["annotations"];
+    // Artifact Hub: the license is the repository's (LICENSE, Apache-2.0 as the workspace says).
+    assert_eq!(annotations["artifacthub.io/license"], "Apache-2.0");
+    assert!(manifest.contains("license = \"Apache-2.0\""));
+    let license = std::fs::read_to_string(repo_root().join("LICENSE")).expect("LICENSE");
+    assert!(license.contains("Apache License") && license.contains("Version 2.0, January 2004"));
+    let links: Value = serde_yaml::from_str(annotations["artifacthub.io/links"].as_str().expect("links"))
+        .expect("links are YAML");
+    for link in links.as_array().expect("a list of links") {
+        assert!(link["name"].is_string(), "{link}");
+        assert!(
+            link["url"].as_str().is_some_and(|u| u.starts_with("https://")),
+            "{link}"
+        );
+    }
+    // The CRDs Artifact Hub lists are those crds/ installs, with their kinds and versions.
+    let listed: Value = serde_yaml::from_str(annotations["artifacthub.io/crds"].as_str().expect("crds"))
+        .expect("the CRD list is YAML");
+    let mut listed: Vec<(String, String, String)> = listed
+        .as_array()
+        .expect("a list of CRDs")
+        .iter()
+        .map(|c| {
+            assert!(
+                c["displayName"].is_string() && c["description"].is_string(),
+                "{c}"
+            );
+            let field = |k: &str| c[k].as_str().unwrap_or_else(|| panic!("{k} of {c}")).to_owned();
+            (field("name"), field("kind"), field("version"))
+        })
+        .collect();
+    listed.sort();
+    let dir = repo_root().join("charts/projection/crds");
+    let mut installed: Vec<(String, String, String)> = std::fs::read_dir(dir)
+        .expect("crds/")
+        .map(|e| {
+            let crd: Value =
+                serde_yaml::from_str(&std::fs::read_to_string(e.expect("entry").path()).expect("a CRD file"))
+                    .expect("CRD YAML");
+            let versions = crd["spec"]["versions"].as_array().expect("versions");
+            assert_eq!(versions.len(), 1, "one version each");
+            (
+                crd["metadata"]["name"].as_str().expect("name").to_owned(),
+                crd["spec"]["names"]["kind"].as_str().expect("kind").to_owned(),
+                versions[0]["name"].as_str().expect("version").to_owned(),
+            )
+        })
+        .collect();
+    installed.sort();
+    assert_eq!(listed, installed);
+}
+
+#[test]
+fn helm_test_runs_the_webhook_image_with_the_least_it_needs() {
+    for mode in MODES {
+        let r = rendered(&mode_values(mode));
+        let pod = r.get("Pod", "projection-test");
+        assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+        assert_eq!(
+            pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"],
+            "before-hook-creation,hook-succeeded"
+        );
+        let spec = &pod["spec"];
+        assert_eq!(spec["restartPolicy"], "Never");
+        let webhook = r.get("Deployment", "projection-webhook");
+        let c = &spec["containers"][0];
+        // The webhook's image (the only one a release brings), its pull policy and hardening.
+        assert_eq!(c["image"], container(webhook)["image"]);
+        assert_eq!(c["imagePullPolicy"], container(webhook)["imagePullPolicy"]);
+        assert_eq!(c["securityContext"], container(webhook)["securityContext"]);
+        assert_eq!(
+            spec["securityContext"],
+            webhook["spec"]["template"]["spec"]["securityContext"]
+        );
+        assert!(
+            c["command"].is_null(),
+            "the image's ENTRYPOINT, projection-webhook"
+        );
+        let args = strings(&c["args"]);
+        assert_eq!(args[0], "test", "{args:?}");
+        // What it checks is what the chart installs.
+        let name = |kind: &str| {
+            r.get(kind, "projection-webhook")["webhooks"][0]["name"]
+                .as_str()
+                .expect("a webhook name")
+                .to_owned()
+        };
+        assert!(
+            args.contains(&format!(
+                "--webhook-names={},{}",
+                name("MutatingWebhookConfiguration"),
+                name("ValidatingWebhookConfiguration")
+            )),
+            "{args:?}"
+        );
+        assert!(args.contains(&"--controller-deployment=projection-controller".to_owned()));
+        assert!(r.has("Deployment", "projection-controller"));
+        assert!(args.contains(&"--timeout=60s".to_owned()), "{args:?}");
+        // Its account: create Projections (a dry run) and read the controller's Deployment.
+        assert_eq!(spec["serviceAccountName"], "projection-test");
+        assert!(r.has("ServiceAccount", "projection-test"));
+        let role = r.get("Role", "projection-test");
+        assert_eq!(
+            role["rules"],
+            json!([
+                {"apiGroups": ["projection.sh"], "resources": ["projections"], "verbs": ["create"]},
+                {"apiGroups": ["apps"], "resources": ["deployments"],
+                 "resourceNames": ["projection-controller"], "verbs": ["get"]},
+            ])
+        );
+        let binding = r.get("RoleBinding", "projection-test");
+        assert_eq!(binding["roleRef"]["name"], "projection-test");
+        assert_eq!(
+            binding["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "projection-test", "namespace": NS}])
+        );
+        for (kind, name) in [
+            ("ServiceAccount", "projection-test"),
+            ("Role", "projection-test"),
+            ("RoleBinding", "projection-test"),
+        ] {
+            let annotations = &r.get(kind, name)["metadata"]["annotations"];
+            assert_eq!(annotations["helm.sh/hook"], "test", "{kind}");
+            assert_eq!(annotations["helm.sh/hook-weight"], "-1", "{kind}: before the pod");
+        }
+    }
+    let r = rendered(&[("test.enabled", json!(false))]);
+    assert!(!r.has("Pod", "projection-test") && !r.has("Role", "projection-test"));
+    let r = rendered(&[("test.timeout", json!("3m"))]);
+    assert!(
+        strings(&r.get("Pod", "projection-test")["spec"]["containers"][0]["args"])
+            .contains(&"--timeout=3m".to_owned())
+    );
+}
+
+#[test]
+fn template_refuses_a_cluster_older_than_kube_version() {
+    let chart = repo_root().join("charts/projection");
+    let chart = chart.to_string_lossy();
+    let out = helm(&["template", "projection", &chart, "--kube-version", "1.29.9"]);
+    assert!(!out.status.success(), "1.29 was accepted");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("chart requires kubeVersion: >=1.30.0-0"),
+        "the error names the requirement: {stderr}"
+    );
+    for version in ["1.30.0", "1.36.3", "v1.30.2-gke.1000"] {
+        let out = helm(&["template", "projection", &chart, "--kube-version", version]);
+        assert!(
+            out.status.success(),
+            "{version}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
@@ -1224,6 +1526,8 @@ fn image_script_entry(name: &str) -> Dockerfile {
             .collect(),
         entrypoint: vec![fields[3].to_owned()],
         copied: format!("{} {}", name, fields[3]),
+        labels: Vec::new(),
+        runtime_args: Vec::new(),
     }
 }
 

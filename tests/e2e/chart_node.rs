@@ -268,6 +268,7 @@ async fn self_managed_install_serves_users_and_survives_disruptions() {
 
     let team = TestNamespace::create(&client, "node-sm-team").await;
     assert_webhook_refuses_bad_spec(team.name());
+    helm_test_passes(&release);
     let source = TestNamespace::create(&client, "node-sm-source").await;
     projections_are_mirrored_with_events(&client, &source, &team).await;
     leader_pod_deleted_another_replica_takes_over(&release, source.name(), team.name()).await;
@@ -280,6 +281,25 @@ async fn self_managed_install_serves_users_and_survives_disruptions() {
     // The self-managed webhook's Secret is not a chart object (docs/getting-started.md).
     assert_uninstall_leaves_only(release, &rendered, &[("secret", "projection-sm-webhook-tls")]).await;
     system.delete_and_wait(&client).await;
+}
+
+/// `helm test`: the chart's test pod (the webhook image, `projection-webhook test`) sees its dry-run
+/// Projection refused by the webhook and the controller ready; its hook objects go once it passed.
+fn helm_test_passes(release: &Release) {
+    let out = helm_ok(&[
+        "test",
+        &release.name,
+        "--namespace",
+        &release.namespace,
+        "--timeout",
+        "2m",
+    ]);
+    assert!(out.contains("Phase:          Succeeded"), "helm test:\n{out}");
+    let test_pod = format!("{}-test", release.name);
+    assert!(
+        !exists("pod", &test_pod, Some(&release.namespace)),
+        "the test pod is deleted once it passed"
+    );
 }
 
 /// A Projection and a ClusterProjection, mirrored by the controller pod: Ready, and their events

@@ -23,6 +23,11 @@ pub fn chart_dir() -> PathBuf {
 
 /// A command for the control plane's helm, bound to the test kubeconfig, with its caches and
 /// configuration in the test environment (never the user's).
+///
+/// `helm template` renders for the Kubernetes version of the local control plane (`K8S_VERSION` of
+/// `tests/control-plane/versions.env`) unless `args` name one: with no cluster to ask, helm
+/// assumes a version of its own (v1.20.0 for a helm built from source), which the chart's
+/// `kubeVersion` refuses.
 pub fn helm_command(args: &[&str]) -> Command {
     let mut cmd = Command::new(control_plane_bin().join("helm"));
     let home = testenv_dir().join("helm");
@@ -32,7 +37,21 @@ pub fn helm_command(args: &[&str]) -> Command {
         .arg("--kubeconfig")
         .arg(kubeconfig_path())
         .args(args);
+    if args.first() == Some(&"template") && !args.iter().any(|a| a.starts_with("--kube-version")) {
+        cmd.arg("--kube-version").arg(control_plane_version());
+    }
     cmd
+}
+
+/// The Kubernetes version of the local control plane (`K8S_VERSION` in
+/// `tests/control-plane/versions.env`), e.g. `v1.36.3`.
+pub fn control_plane_version() -> String {
+    let path = repo_root().join("tests/control-plane/versions.env");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .find_map(|l| l.strip_prefix("K8S_VERSION="))
+        .map(|v| v.trim().trim_matches('"').to_owned())
+        .expect("K8S_VERSION in versions.env")
 }
 
 /// Runs helm and returns its output.

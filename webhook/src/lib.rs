@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod policy;
 pub mod review;
 pub mod self_managed;
+pub mod selftest;
 pub mod server;
 pub mod source_cache;
 pub mod tls;

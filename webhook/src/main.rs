@@ -5,6 +5,12 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     runtime::crypto::install_crypto_provider();
+    // `projection-webhook test ...`: the check `helm test` runs in a pod of this image (no shell
+    // there to run anything else); the server's flags stay as they are.
+    if std::env::args().nth(1).as_deref() == Some("test") {
+        let args = webhook::selftest::TestArgs::parse_from(std::env::args().skip(1));
+        return webhook::selftest::run(args).await;
+    }
     let args = webhook::cli::Args::parse();
     runtime::logs::init_json_logs();
     tracing::info!(

@@ -162,3 +162,84 @@ impl Metrics {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/observability.md lists exactly what `/metrics` serves: its webhook table and the
+    /// process metrics against the registry the webhook serves, once each family has a series. (A
+    /// family registered without a line in the doc fails `shared/tests/observability_doc.rs` too.)
+    #[test]
+    fn the_documented_metrics_are_the_served_ones() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/observability.md"))
+            .expect("docs/observability.md");
+        // The metric tables of its sections, and the process metrics, a sentence of their own section
+        // (whose later prose and samples mention other metrics).
+        let mut documented = runtime::metrics_doc::documented_names(&doc, &["Webhook"], &[]);
+        documented.extend(
+            runtime::metrics_doc::documented_names(&doc, &[], &["Process metrics (both)"])
+                .into_iter()
+                .filter(|name| name.starts_with("process_")),
+        );
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        // A labelled family is served once it has a series: one of each.
+        let request = RequestLabels {
+            endpoint: "validate",
+            resource: "projections",
+            operation: "CREATE",
+            verdict: "allowed",
+        };
+        metrics.requests_total.get_or_create(&request).inc();
+        metrics
+            .request_duration_seconds
+            .get_or_create(&request)
+            .observe(0.001);
+        metrics
+            .errors_total
+            .get_or_create(&CategoryLabels {
+                category: "malformed",
+            })
+            .inc();
+        metrics
+            .cert_reloads_total
+            .get_or_create(&ReloadLabels { result: "success" })
+            .inc();
+        metrics
+            .certificates_issued_total
+            .get_or_create(&IssueLabels {
+                certificate: "serving",
+                reason: "missing",
+            })
+            .inc();
+        metrics
+            .self_managed_writes_total
+            .get_or_create(&WriteLabels {
+                target: "secret_create",
+                result: "success",
+            })
+            .inc();
+        for lookups in [
+            &metrics.access_review_cache_lookups_total,
+            &metrics.source_metadata_cache_lookups_total,
+        ] {
+            lookups.get_or_create(&CacheLabels { result: "hit" }).inc();
+        }
+        metrics
+            .shed_total
+            .get_or_create(&EndpointLabels { endpoint: "validate" })
+            .inc();
+        let served = runtime::metrics_doc::served_names(&registry);
+        assert_eq!(
+            documented.difference(&served).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "documented as exported in docs/observability.md but not served"
+        );
+        assert_eq!(
+            served.difference(&documented).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "served but not in docs/observability.md's webhook table"
+        );
+    }
+}

@@ -182,7 +182,28 @@ async fn ready<K>(api: Api<K>, name: &str, status: &str, reason: &str)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
-    wait_for(&format!("{name} Ready={status} {reason}"), TIMEOUT, || async {
+    condition(api, name, "Ready", status, reason).await;
+}
+
+/// Waits until the controller has handled a suspension of the Projection: its `Suspended`
+/// condition is `True` (the plugin's `suspended` shows `spec.suspend` at once, before that).
+pub async fn projection_suspended(client: &Client, namespace: &str, name: &str) {
+    let api = Api::<Projection>::namespaced(client.clone(), namespace);
+    condition(api, name, "Suspended", "True", "Suspended").await;
+}
+
+/// Waits until the controller has handled a suspension of the ClusterProjection.
+pub async fn cluster_suspended(client: &Client, name: &str) {
+    let api = Api::<ClusterProjection>::all(client.clone());
+    condition(api, name, "Suspended", "True", "Suspended").await;
+}
+
+/// Waits until the condition `type_` of `name` (read through `api`) has `status` and `reason`.
+async fn condition<K>(api: Api<K>, name: &str, type_: &str, status: &str, reason: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    wait_for(&format!("{name} {type_}={status} {reason}"), TIMEOUT, || async {
         let cr = serde_json::to_value(api.get(name).await.map_err(|e| e.to_string())?)
             .map_err(|e| e.to_string())?;
         let conditions = &cr["status"]["conditions"];
@@ -190,7 +211,7 @@ where
             .as_array()
             .into_iter()
             .flatten()
-            .find(|c| c["type"] == "Ready" && c["status"] == status && c["reason"] == reason)
+            .find(|c| c["type"] == type_ && c["status"] == status && c["reason"] == reason)
             .map(|_| ())
             .ok_or_else(|| conditions.to_string())
     })

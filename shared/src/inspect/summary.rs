@@ -4,7 +4,7 @@
 use crate::{
     api::crd::{ClusterProjectionStatus, Condition, NamespaceFailure, ProjectionStatus},
     pass::{
-        lifecycle::SUSPENDED,
+        lifecycle::is_suspended,
         status::{DESTINATION_WRITTEN, READY},
     },
 };
@@ -14,13 +14,16 @@ use serde::Serialize;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
-    /// `Ready`'s status: `True`, `False`, or `Unknown` (also before any status).
+    /// `Ready`'s status: `True`, `False`, or `Unknown` (also before any status); `Suspended` for a
+    /// CR suspended before the controller ever reconciled it (no `Ready` yet, and none will come
+    /// until it is resumed: `Unknown` would read as a controller that is not running).
     pub ready: String,
     /// `Ready`'s reason, e.g. `Projected` or `DestinationConflict` (empty before any status).
     pub reason: String,
     /// `Ready`'s message, or what the absence of a status means.
     pub message: String,
-    /// Whether `Suspended` is `True`.
+    /// Whether the CR is suspended: `spec.suspend`, what its user chose, seen at once (the
+    /// `Suspended` condition follows once the controller has handled it).
     pub suspended: bool,
     /// Copies written (a Projection: 0 or 1).
     pub written: i32,
@@ -35,10 +38,18 @@ pub struct Summary {
 /// What a CR without a status is waiting for.
 pub const NO_STATUS: &str = "no status yet: the controller has not reconciled it (is it running?)";
 
+/// `ready` of a CR suspended before its first reconcile.
+pub const SUSPENDED_READY: &str = "Suspended";
+
+/// What a CR suspended before its first reconcile is waiting for.
+pub const SUSPENDED_NO_STATUS: &str =
+    "suspended before the controller reconciled it: no copy is written until spec.suspend is false";
+
 impl Summary {
-    /// Whether a person should look at the CR: not `Ready`.
+    /// Whether a person should look at the CR: not `Ready`, unless it is suspended. Suspension is a
+    /// state its user chose (its copies held as they are, on purpose), not a failure to report.
     pub fn needs_attention(&self) -> bool {
-        self.ready != "True"
+        !self.suspended && self.ready != "True"
     }
 }
 
@@ -46,13 +57,25 @@ fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.r#type == type_)
 }
 
-fn summarize(conditions: &[Condition], counts: (i32, i32), failures: Vec<NamespaceFailure>) -> Summary {
+fn summarize(
+    suspend: Option<bool>,
+    conditions: &[Condition],
+    counts: (i32, i32),
+    failures: Vec<NamespaceFailure>,
+) -> Summary {
     let ready = find(conditions, READY);
+    // A status written before `spec.suspend` was read still says Suspended until the next pass.
+    let suspended = is_suspended(suspend);
+    let (no_ready, no_message) = if suspended {
+        (SUSPENDED_READY, SUSPENDED_NO_STATUS)
+    } else {
+        ("Unknown", NO_STATUS)
+    };
     Summary {
-        ready: ready.map_or("Unknown", |c| c.status.as_str()).to_owned(),
+        ready: ready.map_or(no_ready, |c| c.status.as_str()).to_owned(),
         reason: ready.map(|c| c.reason.clone()).unwrap_or_default(),
-        message: ready.map_or_else(|| NO_STATUS.to_owned(), |c| c.message.clone()),
-        suspended: find(conditions, SUSPENDED).is_some_and(|c| c.status == "True"),
+        message: ready.map_or_else(|| no_message.to_owned(), |c| c.message.clone()),
+        suspended,
         written: counts.0,
         failed: counts.1,
         last_change: conditions
@@ -64,23 +87,24 @@ fn summarize(conditions: &[Condition], counts: (i32, i32), failures: Vec<Namespa
     }
 }
 
-/// The summary of a Projection's status (`None` before its first pass).
-pub fn of_projection(status: Option<&ProjectionStatus>) -> Summary {
+/// The summary of a Projection from its `spec.suspend` and its status (`None` before its first pass).
+pub fn of_projection(suspend: Option<bool>, status: Option<&ProjectionStatus>) -> Summary {
     let conditions = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
     let written = find(conditions, DESTINATION_WRITTEN);
     let counts = (
         i32::from(written.is_some_and(|c| c.status == "True")),
         i32::from(written.is_some_and(|c| c.status == "False")),
     );
-    summarize(conditions, counts, Vec::new())
+    summarize(suspend, conditions, counts, Vec::new())
 }
 
-/// The summary of a ClusterProjection's status (`None` before its first pass).
-pub fn of_cluster(status: Option<&ClusterProjectionStatus>) -> Summary {
+/// The summary of a ClusterProjection from its `spec.suspend` and its status (`None` before its first
+/// pass).
+pub fn of_cluster(suspend: Option<bool>, status: Option<&ClusterProjectionStatus>) -> Summary {
     let conditions = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
     let counts = status.map_or((0, 0), |s| (s.namespaces_written, s.namespaces_failed));
     let failures = status.map(|s| s.failed_namespaces.clone()).unwrap_or_default();
-    summarize(conditions, counts, failures)
+    summarize(suspend, conditions, counts, failures)
 }
 
 #[cfg(test)]
@@ -109,7 +133,7 @@ mod tests {
             ],
             ..ProjectionStatus::default()
         };
-        let summary = of_projection(Some(&ready));
+        let summary = of_projection(None, Some(&ready));
         assert_eq!((summary.written, summary.failed), (1, 0));
         assert_eq!(summary.reason, "Projected");
         assert_eq!(summary.last_change.as_deref(), Some("1970-01-01T00:00:20Z"));
@@ -123,17 +147,31 @@ mod tests {
             ],
             ..ProjectionStatus::default()
         };
-        let summary = of_projection(Some(&conflict));
+        let summary = of_projection(None, Some(&conflict));
         assert_eq!((summary.written, summary.failed), (0, 1));
-        assert!(summary.needs_attention() && summary.suspended);
         assert_eq!(summary.message, "DestinationConflict message");
+        // Resumed: the last pass's conflict needs a person again, although the controller has not
+        // yet cleared its Suspended condition.
+        assert!(summary.needs_attention() && !summary.suspended);
+        // Suspended: the user holds it on purpose.
+        let summary = of_projection(Some(true), Some(&conflict));
+        assert!(!summary.needs_attention() && summary.suspended);
+        assert_eq!(summary.ready, "False");
 
-        let none = of_projection(None);
+        let none = of_projection(None, None);
         assert_eq!(
             (none.ready.as_str(), none.message.as_str()),
             ("Unknown", NO_STATUS)
         );
         assert!(none.needs_attention());
+        // Suspended before any pass: says so, and is no failure.
+        let held = of_projection(Some(true), None);
+        assert_eq!(
+            (held.ready.as_str(), held.reason.as_str(), held.message.as_str()),
+            (SUSPENDED_READY, "", SUSPENDED_NO_STATUS)
+        );
+        assert!(held.suspended && !held.needs_attention());
+        assert!(of_projection(Some(false), None).needs_attention());
     }
 
     #[test]
@@ -149,8 +187,12 @@ mod tests {
             }],
             ..ClusterProjectionStatus::default()
         };
-        let summary = of_cluster(Some(&status));
+        let summary = of_cluster(None, Some(&status));
         assert_eq!((summary.written, summary.failed), (3, 1));
         assert_eq!(summary.failures.len(), 1);
+        assert!(summary.needs_attention());
+        let held = of_cluster(Some(true), None);
+        assert_eq!((held.ready.as_str(), held.suspended), (SUSPENDED_READY, true));
+        assert!(!held.needs_attention());
     }
 }
