@@ -33,11 +33,7 @@ impl Cidr {
 
 /// The first `prefix` of `bits` bits of `value`.
 fn masked(value: u128, bits: u8, prefix: u8) -> u128 {
-    if prefix == 0 {
-        0
-    } else {
-        value >> (bits - prefix)
-    }
+    if prefix == 0 { 0 } else { value >> (bits - prefix) }
 }
 
 /// Whether any of `blocks` contains `ip`.
@@ -101,7 +97,14 @@ mod tests {
 
     #[test]
     fn bad_blocks_are_refused_with_the_text() {
-        for bad in ["", "10.0.0.0/33", "10.0.0/24", "fd00::/129", "host.example", "10.0.0.0/-1"] {
+        for bad in [
+            "",
+            "10.0.0.0/33",
+            "10.0.0/24",
+            "fd00::/129",
+            "host.example",
+            "10.0.0.0/-1",
+        ] {
             let err = bad.parse::<Cidr>().expect_err(bad);
             assert!(err.contains(bad.trim()), "{err}");
         }

@@ -28,14 +28,14 @@
 use crate::cidr::{Cidr, any_contains};
 use axum::Router;
 use hyper::{Request, body::Incoming};
-use prometheus_client::{
-    encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family},
-};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto::Builder,
     service::TowerToHyperService,
+};
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family},
 };
 use std::{
     future::Future,
@@ -180,7 +180,9 @@ pub fn admit(
         (true, _, true) => Admission::Reserved,
         (true, true, false) => Admission::General,
         (true, false, false) => Admission::Closed(LIMIT_CONNECTIONS),
-        (false, ..) if peer_connections >= limits.max_connections_per_peer => Admission::Closed(LIMIT_PEER_SHARE),
+        (false, ..) if peer_connections >= limits.max_connections_per_peer => {
+            Admission::Closed(LIMIT_PEER_SHARE)
+        }
         (false, true, _) => Admission::General,
         (false, false, _) => Admission::Closed(LIMIT_RESERVED),
     }
