@@ -188,7 +188,8 @@ pub fn admit(
     }
 }
 
-/// `limit` of a connection that found the cap reached (it waited in the listen queue).
+/// `limit` counted each time the accept loop found the cap reached (new connections then wait in
+/// the listen queue).
 pub const LIMIT_CONNECTIONS: &str = "connections";
 /// ... closed because its address had used its share.
 pub const LIMIT_PEER_SHARE: &str = "connections_per_peer";
@@ -362,9 +363,12 @@ pub async fn serve<H, Fut, Io, Ext>(
         );
         tokio::spawn(async move {
             let _slots = (slot, peer_slot);
-            let Ok(Some((io, ext))) = tokio::time::timeout(limits.header_timeout, handshake(tcp, peer)).await
-            else {
-                hit(&hits, LIMIT_HANDSHAKE);
+            let handshaken = tokio::time::timeout(limits.header_timeout, handshake(tcp, peer)).await;
+            let Ok(Some((io, ext))) = handshaken else {
+                // A failed handshake (garbage, a client that gave up) is no limit's doing.
+                if handshaken.is_err() {
+                    hit(&hits, LIMIT_HANDSHAKE);
+                }
                 return tracing::debug!(%peer, "handshake failed or timed out");
             };
             connection(io, ext, peer, &limits, &hits, &builder, app, closing).await;
