@@ -1468,12 +1468,16 @@ async fn webhook_pod_under_slow_body_and_idle_attacks_admits_twenty_spec_changes
     for n in 1..=5 {
         lanes.push((format!("idle-{n}"), vec!["--mode", "idle", "--per-source", "64"]));
     }
+    // Every attacker pod first, then every attack at once: they last the same 45 s.
+    let pids: Vec<u32> = lanes
+        .iter()
+        .map(|(lane, _)| container_pid(&attacker_pod(attackers.name(), &format!("attacker-{lane}"))))
+        .collect();
     let mut attacks = Vec::new();
-    for (lane, flags) in &lanes {
-        let attacker = attacker_pod(attackers.name(), &format!("attacker-{lane}"));
+    for ((lane, flags), pid) in lanes.iter().zip(pids) {
         let mut command = std::process::Command::new("nsenter");
         command
-            .args(["-t", &container_pid(&attacker).to_string(), "-n"])
+            .args(["-t", &pid.to_string(), "-n"])
             .arg(env!("CARGO_BIN_EXE_webhook-exhaust"))
             .args(["--address", &address, "--server-name", &server_name])
             .arg("--ca-file")
