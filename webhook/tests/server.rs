@@ -533,7 +533,8 @@ async fn a_review_over_the_in_flight_limit_is_answered_429_not_dropped() {
     let mut options = options();
     options.in_flight = 1;
     let Started { addr, connector, .. } = start_with(b"h2", options).await;
-    // A review whose body is still being sent holds the only slot.
+    // A review whose body is still being sent holds the only slot: of unknown length, it counts as
+    // large and takes its room before it is read (a small one would take it only once whole).
     let (mut sender, receiver) =
         futures::channel::mpsc::channel::<Result<Frame<Bytes>, std::convert::Infallible>>(1);
     sender
