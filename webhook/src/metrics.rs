@@ -6,6 +6,7 @@ use prometheus_client::{
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
+use runtime::serve::LimitLabels;
 
 /// Labels of the request counter and latency histogram.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -82,7 +83,7 @@ pub struct Metrics {
     /// Reviews answered "overloaded" (HTTP 429) because the in-flight limit was reached.
     pub shed_total: Family<EndpointLabels, Counter>,
     /// Connections of the admission server that hit a limit, by limit (`runtime::serve`'s fixed set).
-    pub connection_limit_hits_total: runtime::serve::LimitHits,
+    pub connection_limit_hits_total: Family<LimitLabels, Counter>,
 }
 
 impl Metrics {
