@@ -1468,12 +1468,21 @@ async fn webhook_pod_under_slow_body_and_idle_attacks_admits_twenty_spec_changes
     for n in 1..=5 {
         lanes.push((format!("idle-{n}"), vec!["--mode", "idle", "--per-source", "64"]));
     }
-    // Every attacker pod first, then every attack at once: they last the same 45 s.
+    // Every attacker pod first; then the slow bodies, in place once the pod has cut some (their
+    // two connections are then held), then the idle connections, which fill what is left.
     let pids: Vec<u32> = lanes
         .iter()
         .map(|(lane, _)| container_pid(&attacker_pod(attackers.name(), &format!("attacker-{lane}"))))
         .collect();
+    let metric = |sample: &str| {
+        projection_tests::http_get_from(&ip, 8080, "/metrics", None)
+            .and_then(|(_, _, body)| projection_tests::metric_value(&body, sample))
+            .unwrap_or(0.0)
+    };
+    let reserved = "projection_webhook_connection_limit_hits_total{limit=\"reserved_for_apiserver\"}";
+    let cut = "projection_webhook_errors_total{category=\"timeout\"}";
     let mut attacks = Vec::new();
+    let started = Instant::now();
     for ((lane, flags), pid) in lanes.iter().zip(pids) {
         let mut command = std::process::Command::new("nsenter");
         command
@@ -1487,18 +1496,21 @@ async fn webhook_pod_under_slow_body_and_idle_attacks_admits_twenty_spec_changes
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         attacks.push((lane.clone(), command.spawn().expect("nsenter runs the attack")));
+        if lane == "slow" {
+            wait_for("the slow bodies to be cut", Duration::from_secs(20), || async {
+                let c = metric(cut);
+                if c > 0.0 {
+                    Ok(())
+                } else {
+                    Err(format!("body timeouts {c}"))
+                }
+            })
+            .await;
+        }
     }
-    let started = Instant::now();
 
     // In place: every connection other addresses may use is held (the pod closed a connection
     // because only the apiserver's room was left), and slow bodies were cut by the body timeout.
-    let metric = |sample: &str| {
-        projection_tests::http_get_from(&ip, 8080, "/metrics", None)
-            .and_then(|(_, _, body)| projection_tests::metric_value(&body, sample))
-            .unwrap_or(0.0)
-    };
-    let reserved = "projection_webhook_connection_limit_hits_total{limit=\"reserved_for_apiserver\"}";
-    let cut = "projection_webhook_errors_total{category=\"timeout\"}";
     wait_for("the attacks to be in place", Duration::from_secs(30), || async {
         let (r, c) = (metric(reserved), metric(cut));
         if r > 0.0 && c > 0.0 {
