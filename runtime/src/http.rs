@@ -122,6 +122,9 @@ pub async fn serve(
         tasks.push(tokio::spawn(crate::serve::serve(
             listener,
             crate::serve::Limits::PROBES,
+            // The probe servers' limit hits are not exported: their clients are the kubelet and a
+            // scraper.
+            crate::serve::LimitHits::default(),
             plain,
             app,
             shutdown.clone(),

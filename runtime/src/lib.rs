@@ -4,6 +4,7 @@
 
 pub mod api_error;
 pub mod backoff;
+pub mod cidr;
 pub mod crypto;
 pub mod http;
 pub mod kube_client;

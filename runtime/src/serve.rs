@@ -5,8 +5,12 @@
 //!
 //! - at most `max_connections` connections at once; beyond that the loop stops accepting, so new
 //!   connections wait in the kernel's listen queue until one ends (they cost no memory of ours);
-//! - at most `max_connections_per_peer` of them from one IP address: a connection beyond that is
-//!   closed at once, so one client (a pod) cannot take every slot from the others (the apiserver);
+//! - `reserved_connections` of them only for the apiserver's addresses (`apiserver`, when known):
+//!   while only that room is left, a connection from any other address is closed at once, so
+//!   clients from many addresses (many pods) cannot take every connection from the apiserver;
+//! - at most `max_connections_per_peer` of them from one IP address other than the apiserver's: a
+//!   connection beyond that is closed at once, so one client (a pod) cannot take every slot from
+//!   the others;
 //! - the handshake and the first request must arrive within `header_timeout`, and HTTP/1.1 request
 //!   headers within it too (hyper's own timer);
 //! - a connection with no request in flight for `idle_timeout` is closed (HTTP/2: GOAWAY), which also
@@ -17,13 +21,21 @@
 //! - a connection asked to close that does not finish within `header_timeout` is dropped.
 //!
 //! Request bodies are not read here: each handler bounds its own body in size and time.
+//!
+//! Every limit hit is counted in a [`LimitHits`] family (label `limit`, a fixed set), except the
+//! HTTP/2 stream limit, which the client obeys on its side (it waits for a stream to end).
 
+use crate::cidr::{Cidr, any_contains};
 use axum::Router;
 use hyper::{Request, body::Incoming};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto::Builder,
     service::TowerToHyperService,
+};
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family},
 };
 use std::{
     future::Future,
@@ -40,12 +52,19 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 
 /// The limits of one server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Connections served at once; more wait in the listen queue.
     pub max_connections: usize,
-    /// Connections served at once from one IP address; more are closed at once.
+    /// Connections served at once from one IP address (other than the apiserver's); more are
+    /// closed at once.
     pub max_connections_per_peer: usize,
+    /// The apiserver's addresses: no share per address for them (the apiserver may come through
+    /// one proxy address), and `reserved_connections` kept for them.
+    pub apiserver: Vec<Cidr>,
+    /// Connections of `max_connections` only the `apiserver` addresses may use (none when no
+    /// address is listed); at most all but one.
+    pub reserved_connections: usize,
     /// Time for the handshake and the first request's headers, and for any HTTP/1.1 request's
     /// headers once it has started; also the grace a closing connection gets.
     pub header_timeout: Duration,
@@ -76,6 +95,8 @@ impl Limits {
     pub const PROBES: Self = Self {
         max_connections: 32,
         max_connections_per_peer: 16,
+        apiserver: Vec::new(),
+        reserved_connections: 0,
         header_timeout: Duration::from_secs(5),
         idle_timeout: Duration::from_secs(60),
         max_concurrent_streams: 8,
@@ -97,6 +118,17 @@ impl Limits {
             (0, 0) => Some(self.header_timeout),
             (0, _) => Some(self.idle_timeout),
         }
+    }
+
+    /// How the cap is split: connections anyone may use, and those only the apiserver may.
+    pub fn pools(&self) -> (usize, usize) {
+        let total = self.max_connections.max(1);
+        let reserved = if self.apiserver.is_empty() {
+            0
+        } else {
+            self.reserved_connections.min(total - 1)
+        };
+        (total - reserved, reserved)
     }
 
     fn builder(&self) -> Builder<TokioExecutor> {
@@ -122,23 +154,89 @@ impl Limits {
     }
 }
 
+/// Where a new connection goes, given who it comes from and the room left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Served with a connection of the apiserver's reserved room.
+    Reserved,
+    /// Served with a connection anyone may use.
+    General,
+    /// Closed at once; the [`LimitLabels::limit`] it counts as.
+    Closed(&'static str),
+}
+
+/// The decision for a connection from an address that is the apiserver's (`from_apiserver`) or
+/// already has `peer_connections` connections, while `general_free` and `reserved_free` say which
+/// room is left: the apiserver takes its reserved room first, then any; others take only the
+/// room anyone may use, within their address's share.
+pub fn admit(
+    limits: &Limits,
+    from_apiserver: bool,
+    peer_connections: usize,
+    general_free: bool,
+    reserved_free: bool,
+) -> Admission {
+    match (from_apiserver, general_free, reserved_free) {
+        (true, _, true) => Admission::Reserved,
+        (true, true, false) => Admission::General,
+        (true, false, false) => Admission::Closed(LIMIT_CONNECTIONS),
+        (false, ..) if peer_connections >= limits.max_connections_per_peer => {
+            Admission::Closed(LIMIT_PEER_SHARE)
+        }
+        (false, true, _) => Admission::General,
+        (false, false, _) => Admission::Closed(LIMIT_RESERVED),
+    }
+}
+
+/// `limit` counted each time the accept loop found the cap reached (new connections then wait in
+/// the listen queue).
+pub const LIMIT_CONNECTIONS: &str = "connections";
+/// ... closed because its address had used its share.
+pub const LIMIT_PEER_SHARE: &str = "connections_per_peer";
+/// ... closed because only the apiserver's reserved room was left.
+pub const LIMIT_RESERVED: &str = "reserved_for_apiserver";
+/// ... closed because its TLS handshake did not finish within the header timeout.
+pub const LIMIT_HANDSHAKE: &str = "handshake_timeout";
+/// ... closed because its first request's headers did not arrive within the header timeout.
+pub const LIMIT_HEADER: &str = "header_timeout";
+/// ... closed after the idle timeout without a request in flight.
+pub const LIMIT_IDLE: &str = "idle_timeout";
+
+/// Labels of [`LimitHits`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    /// Which limit: one of the `LIMIT_*` constants of this module, or a handler's own.
+    pub limit: &'static str,
+}
+
+/// How often each limit was hit.
+pub type LimitHits = Family<LimitLabels, Counter>;
+
+fn hit(hits: &LimitHits, limit: &'static str) {
+    hits.get_or_create(&LimitLabels { limit }).inc();
+}
+
 /// The connections served per peer address.
 #[derive(Debug, Default)]
 struct Peers(std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>);
 
 /// One connection's place in [`Peers`], given back when dropped.
-struct PeerSlot(Arc<Peers>, IpAddr);
+struct PeerSlot(Arc<Peers>, IpAddr, usize);
 
 impl Peers {
-    /// A place for a connection from `ip`, unless it already has `max`.
-    fn enter(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<PeerSlot> {
+    /// A place for a connection from `ip`, counted until dropped.
+    fn enter(self: &Arc<Self>, ip: IpAddr) -> PeerSlot {
         let mut peers = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let count = peers.entry(ip).or_default();
-        if *count >= max {
-            return None;
-        }
         *count += 1;
-        Some(PeerSlot(self.clone(), ip))
+        PeerSlot(self.clone(), ip, *count)
+    }
+}
+
+impl PeerSlot {
+    /// The connections from this address when this one arrived, itself included.
+    fn count(&self) -> usize {
+        self.2
     }
 }
 
@@ -192,6 +290,7 @@ impl Drop for InFlight {
 pub async fn serve<H, Fut, Io, Ext>(
     listener: TcpListener,
     limits: Limits,
+    hits: LimitHits,
     handshake: H,
     app: Router,
     shutdown: impl Future<Output = ()>,
@@ -202,20 +301,25 @@ pub async fn serve<H, Fut, Io, Ext>(
     Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     Ext: Clone + Send + Sync + 'static,
 {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let (general_room, reserved_room) = limits.pools();
+    let general = Arc::new(Semaphore::new(general_room));
+    let reserved = Arc::new(Semaphore::new(reserved_room));
     let peers = Arc::new(Peers::default());
     let builder = limits.builder();
+    let limits = Arc::new(limits);
     let closing = CancellationToken::new();
     tokio::pin!(shutdown);
     loop {
-        // A slot first: at the cap, new connections stay in the kernel's queue, not in our memory.
-        let slot = tokio::select! {
-            slot = slots.clone().acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => break, // never closed
-            },
+        // Room first (of either kind): at the cap, new connections stay in the kernel's queue, not
+        // in our memory. Only this loop takes room, so what it sees free stays free until it takes it.
+        if general.available_permits() == 0 && reserved.available_permits() == 0 {
+            hit(&hits, LIMIT_CONNECTIONS);
+        }
+        tokio::select! {
             () = &mut shutdown => break,
-        };
+            room = general.acquire() => drop(room),
+            room = reserved.acquire() => drop(room),
+        }
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -228,37 +332,70 @@ pub async fn serve<H, Fut, Io, Ext>(
             },
             () = &mut shutdown => break,
         };
-        let Some(peer_slot) = peers.enter(peer.ip(), limits.max_connections_per_peer) else {
-            tracing::debug!(%peer, "too many connections from this address; closed");
-            continue; // drops the connection and the slot
+        let from_apiserver = any_contains(&limits.apiserver, peer.ip());
+        let peer_slot = peers.enter(peer.ip());
+        let admission = admit(
+            &limits,
+            from_apiserver,
+            peer_slot.count() - 1,
+            general.available_permits() > 0,
+            reserved.available_permits() > 0,
+        );
+        let slot = match admission {
+            Admission::Reserved => reserved.clone().try_acquire_owned(),
+            Admission::General => general.clone().try_acquire_owned(),
+            Admission::Closed(limit) => {
+                hit(&hits, limit);
+                tracing::debug!(%peer, limit, "connection closed at once");
+                continue; // drops the connection and the peer's place
+            }
         };
-        let (handshake, app, builder, closing) =
-            (handshake.clone(), app.clone(), builder.clone(), closing.clone());
+        let Ok(slot) = slot else {
+            continue; // not reached: only this loop takes room
+        };
+        let (handshake, app, builder, closing, limits, hits) = (
+            handshake.clone(),
+            app.clone(),
+            builder.clone(),
+            closing.clone(),
+            limits.clone(),
+            hits.clone(),
+        );
         tokio::spawn(async move {
             let _slots = (slot, peer_slot);
-            let Ok(Some((io, ext))) = tokio::time::timeout(limits.header_timeout, handshake(tcp, peer)).await
-            else {
+            let handshaken = tokio::time::timeout(limits.header_timeout, handshake(tcp, peer)).await;
+            let Ok(Some((io, ext))) = handshaken else {
+                // A failed handshake (garbage, a client that gave up) is no limit's doing.
+                if handshaken.is_err() {
+                    hit(&hits, LIMIT_HANDSHAKE);
+                }
                 return tracing::debug!(%peer, "handshake failed or timed out");
             };
-            connection(io, ext, peer, limits, &builder, app, closing).await;
+            connection(io, ext, peer, &limits, &hits, &builder, app, closing).await;
         });
     }
     drop(listener);
     closing.cancel();
-    // Every connection gives its slot back when it ends.
-    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    // Every connection gives its room back when it ends.
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    let all = async {
+        let _ = general.acquire_many(count(general_room)).await;
+        let _ = reserved.acquire_many(count(reserved_room)).await;
+    };
     tokio::select! {
-        _ = slots.acquire_many(all) => tracing::info!("in-flight requests drained"),
+        () = all => tracing::info!("in-flight requests drained"),
         () = tokio::time::sleep(drain_timeout) => tracing::warn!(?drain_timeout, "drain timeout; closing remaining connections"),
     }
 }
 
 /// Serves one connection until it ends, is idle too long, or the server closes.
+#[allow(clippy::too_many_arguments)]
 async fn connection<Io, Ext>(
     io: Io,
     ext: Ext,
     peer: SocketAddr,
-    limits: Limits,
+    limits: &Limits,
+    hits: &LimitHits,
     builder: &Builder<TokioExecutor>,
     app: Router,
     closing: CancellationToken,
@@ -298,6 +435,7 @@ async fn connection<Io, Ext>(
             }
             _ = changes.changed() => {}
             () = idle => {
+                hit(hits, if now.served == 0 { LIMIT_HEADER } else { LIMIT_IDLE });
                 tracing::debug!(%peer, served = now.served, "closing an idle connection");
                 break limits.header_timeout;
             }
@@ -315,17 +453,59 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_peer_gets_at_most_its_share_and_gets_it_back() {
+    fn each_peer_is_counted_and_gives_its_place_back() {
         let peers = Arc::new(Peers::default());
         let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-        let first = peers.enter(a, 2).expect("1 of 2");
-        let _second = peers.enter(a, 2).expect("2 of 2");
-        assert!(peers.enter(a, 2).is_none(), "a third from the same address");
-        let _other = peers.enter(b, 2).expect("another address has its own share");
+        let first = peers.enter(a);
+        let second = peers.enter(a);
+        assert_eq!((first.count(), second.count()), (1, 2));
+        assert_eq!(peers.enter(b).count(), 1, "another address is counted on its own");
         drop(first);
-        let _again = peers.enter(a, 2).expect("a place given back");
-        drop((_second, _again, _other));
+        assert_eq!(peers.enter(a).count(), 2, "a place given back");
+        drop(second);
         assert!(peers.0.lock().unwrap().is_empty(), "no entry left for gone peers");
+    }
+
+    #[test]
+    fn the_apiserver_keeps_its_reserved_room_and_has_no_share_per_address() {
+        let limits = Limits {
+            max_connections: 10,
+            max_connections_per_peer: 3,
+            apiserver: vec!["198.18.0.1".parse().unwrap()],
+            reserved_connections: 4,
+            ..Limits::PROBES
+        };
+        assert_eq!(limits.pools(), (6, 4));
+        use Admission::*;
+        for (from_apiserver, peer, general, reserved, expected) in [
+            // The apiserver: its own room first, then anyone's; never its address's share.
+            (true, 0, true, true, Reserved),
+            (true, 50, true, true, Reserved),
+            (true, 50, true, false, General),
+            (true, 0, false, false, Closed(LIMIT_CONNECTIONS)),
+            // Anyone else: anyone's room, within its share; never the apiserver's.
+            (false, 0, true, true, General),
+            (false, 2, true, true, General),
+            (false, 3, true, true, Closed(LIMIT_PEER_SHARE)),
+            (false, 0, false, true, Closed(LIMIT_RESERVED)),
+        ] {
+            assert_eq!(
+                admit(&limits, from_apiserver, peer, general, reserved),
+                expected,
+                "apiserver {from_apiserver}, {peer} connections, room {general}/{reserved}"
+            );
+        }
+        // Nothing is reserved for an apiserver whose addresses are unknown, and never everything.
+        let unknown = Limits {
+            apiserver: Vec::new(),
+            ..limits.clone()
+        };
+        assert_eq!(unknown.pools(), (10, 0));
+        let greedy = Limits {
+            reserved_connections: 99,
+            ..limits
+        };
+        assert_eq!(greedy.pools(), (1, 9));
     }
 
     #[test]

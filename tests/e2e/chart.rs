@@ -915,11 +915,15 @@ fn network_policies_by_default_open_only_the_admission_port() {
     };
     // The controller serves nothing to other pods: metrics and probes closed (the node still probes).
     assert_eq!(ingress("controller"), json!([]));
-    // The webhook: the admission port only, from any source (the apiserver is not a pod).
+    // The webhook: the admission port only. `helm template` cannot look the apiserver's addresses
+    // up and none is configured: from any source.
     let webhook = ingress("webhook");
     assert_eq!(webhook.as_array().expect("rules").len(), 1, "{webhook}");
     assert_eq!(webhook[0]["ports"], json!([{"port": 9443, "protocol": "TCP"}]));
-    assert!(webhook[0]["from"].is_null(), "open to every source: {webhook}");
+    assert!(
+        webhook[0]["from"].is_null(),
+        "no apiserver address known: {webhook}"
+    );
     for component in ["controller", "webhook"] {
         let egress = &r.get("NetworkPolicy", &format!("projection-{component}"))["spec"]["egress"];
         assert_eq!(
@@ -928,6 +932,9 @@ fn network_policies_by_default_open_only_the_admission_port() {
             "apiserver and DNS only: {egress}"
         );
     }
+    // 0.0.0.0/0 is no value of the chart any more.
+    let all = serde_json::to_string(&r.of_kind("NetworkPolicy")).expect("JSON");
+    assert!(!all.contains("0.0.0.0/0"), "{all}");
 
     // Narrowed to the control plane's addresses.
     let control_plane = json!([{"ipBlock": {"cidr": "10.0.0.0/24"}}]);
@@ -942,6 +949,94 @@ fn network_policies_by_default_open_only_the_admission_port() {
     assert_eq!(controller[0]["from"], node);
 }
 
+/// Issue 35: with the apiserver's addresses known, the admission port takes connections only from
+/// them, both components reach only them on the apiserver's ports, and the webhook reserves
+/// connections for them.
+#[test]
+fn the_apiservers_addresses_narrow_both_policies_and_reach_the_webhooks_flags() {
+    let r = rendered(&[
+        ("apiServer.cidrs", json!(["10.0.0.0/24", "192.168.7.4/32"])),
+        ("networkPolicy.apiServer.cidrs", json!(["172.20.0.1/32"])),
+    ]);
+    let blocks = |cidrs: &[&str]| {
+        json!(
+            cidrs
+                .iter()
+                .map(|c| json!({"ipBlock": {"cidr": c}}))
+                .collect::<Vec<_>>()
+        )
+    };
+    let webhook = &r.get("NetworkPolicy", "projection-webhook")["spec"];
+    assert_eq!(webhook["ingress"].as_array().expect("rules").len(), 1);
+    assert_eq!(
+        webhook["ingress"][0]["ports"],
+        json!([{"port": 9443, "protocol": "TCP"}])
+    );
+    assert_eq!(
+        webhook["ingress"][0]["from"],
+        blocks(&["10.0.0.0/24", "192.168.7.4/32"]),
+        "the apiserver's sources only"
+    );
+    for component in ["controller", "webhook"] {
+        let egress = &r.get("NetworkPolicy", &format!("projection-{component}"))["spec"]["egress"];
+        assert_eq!(
+            egress[0]["to"],
+            blocks(&["10.0.0.0/24", "192.168.7.4/32", "172.20.0.1/32"]),
+            "{component}: the apiserver's addresses only"
+        );
+        assert_eq!(
+            egress[0]["ports"],
+            json!([{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}])
+        );
+    }
+    let args = args_of(r.get("Deployment", "projection-webhook"));
+    for flag in [
+        "--apiserver-cidrs=10.0.0.0/24,192.168.7.4/32",
+        "--apiserver-reserved-connections=64",
+    ] {
+        assert!(args.contains(&flag.to_owned()), "{flag} missing: {args:?}");
+    }
+    // The controller's policy has no ingress rule for them: it serves nothing.
+    assert_eq!(
+        r.get("NetworkPolicy", "projection-controller")["spec"]["ingress"],
+        json!([])
+    );
+
+    // Explicit peers win over the addresses; the addresses still bound the egress and reach the
+    // webhook.
+    let anyone = json!([{"ipBlock": {"cidr": "0.0.0.0/0"}}]);
+    let r = rendered(&[
+        ("apiServer.cidrs", json!(["10.0.0.0/24"])),
+        ("networkPolicy.webhookFrom", anyone.clone()),
+    ]);
+    let webhook = &r.get("NetworkPolicy", "projection-webhook")["spec"];
+    assert_eq!(webhook["ingress"][0]["from"], anyone);
+    assert_eq!(webhook["egress"][0]["to"], blocks(&["10.0.0.0/24"]));
+    // Without the NetworkPolicy the webhook still reserves its connections.
+    let r = rendered(&[
+        ("apiServer.cidrs", json!(["10.0.0.0/24"])),
+        ("networkPolicy.enabled", json!(false)),
+    ]);
+    assert!(r.of_kind("NetworkPolicy").is_empty());
+    let args = args_of(r.get("Deployment", "projection-webhook"));
+    assert!(
+        args.contains(&"--apiserver-cidrs=10.0.0.0/24".to_owned()),
+        "{args:?}"
+    );
+    // No address known (helm template without apiServer.cidrs): no flag, nothing reserved.
+    let args = args_of(rendered(&[]).get("Deployment", "projection-webhook"));
+    assert!(
+        !args.iter().any(|a| a.starts_with("--apiserver-cidrs")),
+        "{args:?}"
+    );
+    // A value that is no CIDR block is refused by the schema.
+    let bad = render("projection", NS, &[("apiServer.cidrs", json!(["10.0.0.1"]))]);
+    assert!(
+        bad.is_err_and(|e| e.contains("apiServer")),
+        "a bare address is refused"
+    );
+}
+
 #[test]
 fn webhook_limits_and_client_authentication_reach_its_flags() {
     let r = rendered(&[]);
@@ -953,8 +1048,9 @@ fn webhook_limits_and_client_authentication_reach_its_flags() {
         "--max-in-flight-reviews=64",
         "--header-timeout=10s",
         "--idle-timeout=60s",
-        "--body-timeout=10s",
-        "--http2-max-concurrent-streams=100",
+        "--body-timeout=3s",
+        "--http2-max-concurrent-streams=8",
+        "--apiserver-reserved-connections=64",
         "--access-review-cache-bytes=4194304",
     ] {
         assert!(args.contains(&flag.to_owned()), "{flag} missing: {args:?}");

@@ -1367,3 +1367,253 @@ async fn webhook_pod_under_attack_stays_under_its_memory_limit_and_answers_the_a
     release.uninstall();
     system.delete_and_wait(&client).await;
 }
+
+/// The source address this host's processes (the apiserver among them) use towards `ip`: what
+/// the kernel's routing picks (`ip route get`), e.g. the pod bridge's address for a pod.
+fn host_source_address(ip: &str) -> String {
+    let out = std::process::Command::new("ip")
+        .args(["-o", "route", "get", ip])
+        .output()
+        .expect("ip route get");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut words = text.split_whitespace();
+    words
+        .by_ref()
+        .find(|w| *w == "src")
+        .and_then(|_| words.next())
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("no source address towards {ip}: {text}"))
+}
+
+/// Issue 35's starvation attacks against the chart's webhook pod on the node, both at once, from
+/// pods (pod addresses, as any workload of the cluster): one pod with 2 HTTP/2 connections of 64
+/// reviews whose small body trickles a byte every 100 ms, and five pods each holding 64 idle
+/// connections (320, more than the pod's cap of 256). The release lists the apiserver's source
+/// address towards pods (apiServer.cidrs: on this node the pod bridge's address, which `ip route
+/// get` confirms). While the attacks run, 20 spec changes of a Projection through the apiserver
+/// (`failurePolicy: Fail`, `timeoutSeconds: 10`) must each be admitted within the timeout.
+///
+/// Fails on 987fb69's webhook: there a small review took its unit at its headers, a connection
+/// had 100 streams and a body 10 s, so the 128 slow reviews held all 64 units and the apiserver's
+/// reviews were shed (429) until its timeout; and the 320 idle connections filled the cap, so a
+/// new apiserver connection waited in the listen queue.
+#[tokio::test]
+async fn webhook_pod_under_slow_body_and_idle_attacks_admits_twenty_spec_changes() {
+    const ATTACK: Duration = Duration::from_secs(45);
+    const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
+    let (_serial, client, system) = on_the_node("node-starve").await;
+    // Where the apiserver's calls to pods come from: the host's source address towards the pod
+    // network (any address of it: the route is the bridge's).
+    let pod_network: std::net::Ipv4Addr = POD_CIDR
+        .split('/')
+        .next()
+        .and_then(|a| a.parse().ok())
+        .expect("pod CIDR");
+    let apiserver = format!(
+        "{}/32",
+        host_source_address(&std::net::Ipv4Addr::from(u32::from(pod_network) + 2).to_string())
+    );
+    let values = vec![
+        ("webhook.replicas", json!(1)),
+        ("webhook.podDisruptionBudget.enabled", json!(false)),
+        ("apiServer.cidrs", json!([apiserver])),
+    ];
+    let release = Release::install_and_wait("projection-st", system.name(), &values);
+    let name = format!("{}-webhook", release.name);
+    wait_for("the webhook to set both caBundles", TIMEOUT, || async {
+        let bundles = webhook_ca_bundles(&name);
+        if bundles.iter().all(|b| !b.is_empty()) {
+            Ok(())
+        } else {
+            Err(format!("{bundles:?}"))
+        }
+    })
+    .await;
+    let webhook = pods(&release.namespace, &selector(&release.name, "webhook"));
+    assert_eq!(webhook.len(), 1, "one webhook pod");
+    let webhook = &webhook[0];
+    let flags = webhook["spec"]["containers"][0]["args"].to_string();
+    assert!(
+        flags.contains(&format!("--apiserver-cidrs={apiserver}")),
+        "{flags}"
+    );
+    let policy: Value = serde_json::from_str(&kubectl_ok(&[
+        "-n",
+        &release.namespace,
+        "get",
+        "networkpolicy",
+        &name,
+        "-o",
+        "json",
+    ]))
+    .expect("policy JSON");
+    let from = &policy["spec"]["ingress"][0]["from"];
+    assert!(
+        from.as_array()
+            .is_some_and(|peers| peers.contains(&json!({"ipBlock": {"cidr": apiserver}}))),
+        "the admission port only from the apiserver's addresses: {from}"
+    );
+    let (pod, ip) = (
+        pod_name(webhook),
+        webhook["status"]["podIP"].as_str().expect("pod IP").to_owned(),
+    );
+    let ca_file = testenv_dir().join(format!("starve-{}.crt", system.name()));
+    std::fs::write(&ca_file, &decoded_ca_bundles(&name)[0]).expect("write the webhook's CA");
+
+    let team = TestNamespace::create(&client, "node-starve-team").await;
+    let ns = team.name();
+    let projection = |n: usize| {
+        format!(
+            "apiVersion: projection.sh/v1\nkind: Projection\nmetadata: {{name: edited, namespace: {ns}}}\n\
+             spec:\n  source: {{kind: ConfigMap, namespace: default, name: settings-{n}}}\n"
+        )
+    };
+    let out = apply(&projection(0));
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let attackers = TestNamespace::create(&client, "node-starve-attackers").await;
+    let address = format!("{ip}:9443");
+    let server_name = format!("{name}.{}.svc", release.namespace);
+    let mut lanes: Vec<(String, Vec<&str>)> = vec![(
+        "slow".to_owned(),
+        vec![
+            "--mode",
+            "slow-bodies",
+            "--connections",
+            "2",
+            "--streams-per-connection",
+            "64",
+        ],
+    )];
+    for n in 1..=5 {
+        lanes.push((format!("idle-{n}"), vec!["--mode", "idle", "--per-source", "64"]));
+    }
+    // Every attacker pod first; then the slow bodies, in place once the pod has cut some (their
+    // two connections are then held), then the idle connections, which fill what is left.
+    let pids: Vec<u32> = lanes
+        .iter()
+        .map(|(lane, _)| container_pid(&attacker_pod(attackers.name(), &format!("attacker-{lane}"))))
+        .collect();
+    let metric = |sample: &str| {
+        projection_tests::http_get_from(&ip, 8080, "/metrics", None)
+            .and_then(|(_, _, body)| projection_tests::metric_value(&body, sample))
+            .unwrap_or(0.0)
+    };
+    let reserved = "projection_webhook_connection_limit_hits_total{limit=\"reserved_for_apiserver\"}";
+    let cut = "projection_webhook_errors_total{category=\"timeout\"}";
+    let mut attacks = Vec::new();
+    let started = Instant::now();
+    for ((lane, flags), pid) in lanes.iter().zip(pids) {
+        let mut command = std::process::Command::new("nsenter");
+        command
+            .args(["-t", &pid.to_string(), "-n"])
+            .arg(env!("CARGO_BIN_EXE_webhook-exhaust"))
+            .args(["--address", &address, "--server-name", &server_name])
+            .arg("--ca-file")
+            .arg(&ca_file)
+            .args(["--duration", &format!("{}s", ATTACK.as_secs())])
+            .args(flags)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        attacks.push((lane.clone(), command.spawn().expect("nsenter runs the attack")));
+        if lane == "slow" {
+            wait_for("the slow bodies to be cut", Duration::from_secs(20), || async {
+                let c = metric(cut);
+                if c > 0.0 {
+                    Ok(())
+                } else {
+                    Err(format!("body timeouts {c}"))
+                }
+            })
+            .await;
+        }
+    }
+
+    // In place: every connection other addresses may use is held (the pod closed a connection
+    // because only the apiserver's room was left), and slow bodies were cut by the body timeout.
+    wait_for("the attacks to be in place", Duration::from_secs(30), || async {
+        let (r, c) = (metric(reserved), metric(cut));
+        if r > 0.0 && c > 0.0 {
+            Ok(())
+        } else {
+            Err(format!("reserved_for_apiserver {r}, body timeouts {c}"))
+        }
+    })
+    .await;
+    let in_place_after = started.elapsed();
+
+    // 20 spec changes through the apiserver, each within the webhook's timeout.
+    let mut changes = Vec::new();
+    for n in 1..=20 {
+        let t = Instant::now();
+        let out = apply(&projection(n));
+        let took = t.elapsed();
+        let source = kubectl(&[
+            "-n",
+            ns,
+            "get",
+            "projection",
+            "edited",
+            "-o",
+            "jsonpath={.spec.source.name}",
+        ]);
+        changes.push((
+            n,
+            out.status.success(),
+            String::from_utf8_lossy(&source.stdout).into_owned(),
+            took,
+            stderr(&out),
+        ));
+    }
+    let during = started.elapsed();
+    let (reserved_hits, cut_hits) = (metric(reserved), metric(cut));
+    let mut outcomes = Vec::new();
+    for (lane, attack) in attacks {
+        let out = attack.wait_with_output().expect("the attack ends by itself");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "the {lane} attack failed: {}\n{text}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let summary: Value = serde_json::from_str(text.lines().last().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("the {lane} attack's summary: {e}\n{text}"));
+        outcomes.push((lane, summary));
+    }
+    eprintln!(
+        "webhook pod {pod} ({ip}), apiserver {apiserver}: attacks in place after {in_place_after:?}, 20 spec \
+         changes done {during:?} after the start (attack {ATTACK:?}), slowest {:?}; connections closed for the \
+         apiserver's room {reserved_hits}, slow bodies cut {cut_hits}; attacks: {outcomes:?}",
+        changes.iter().map(|c| c.3).max()
+    );
+    assert!(
+        during < ATTACK,
+        "the spec changes outlasted the attack: {during:?}"
+    );
+    for (n, ok, source, took, err) in &changes {
+        assert!(
+            *ok && *source == format!("settings-{n}") && *took <= WEBHOOK_TIMEOUT,
+            "spec change {n} was not admitted within {WEBHOOK_TIMEOUT:?}: exit ok {ok}, source {source:?}, \
+             took {took:?}: {err}"
+        );
+    }
+    let held: u64 = outcomes
+        .iter()
+        .filter(|(lane, _)| lane.starts_with("idle"))
+        .filter_map(|(_, s)| s["held"].as_u64())
+        .sum();
+    assert!(held >= 192, "the idle attack held only {held} connections");
+    let now = pods(&release.namespace, &selector(&release.name, "webhook"));
+    assert_eq!(
+        now[0]["status"]["containerStatuses"][0]["restartCount"],
+        json!(0),
+        "the webhook restarted"
+    );
+
+    let _ = std::fs::remove_file(&ca_file);
+    for ns in [attackers, team] {
+        ns.delete_and_wait(&client).await;
+    }
+    release.uninstall();
+    system.delete_and_wait(&client).await;
+}

@@ -342,3 +342,349 @@ pub fn h2_client_config(
     client.alpn_protocols = vec![b"h2".to_vec()];
     Ok(client)
 }
+
+/// A TCP connection to `address` from `source` (any port), or from the default address.
+pub async fn connect_from(
+    source: Option<std::net::IpAddr>,
+    address: SocketAddr,
+) -> std::io::Result<TcpStream> {
+    let Some(source) = source else {
+        return TcpStream::connect(address).await;
+    };
+    let socket = if source.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.bind(SocketAddr::new(source, 0))?;
+    socket.connect(address).await
+}
+
+/// A TLS connection from `source`, or `None` if it failed or `deadline` passed first.
+async fn handshake_from(
+    address: SocketAddr,
+    server_name: &str,
+    source: Option<std::net::IpAddr>,
+    connector: &TlsConnector,
+    deadline: Instant,
+) -> Option<tokio_rustls::client::TlsStream<TcpStream>> {
+    let within = deadline.saturating_duration_since(Instant::now());
+    let name = ServerName::try_from(server_name.to_owned()).ok()?;
+    tokio::time::timeout(within, async {
+        let tcp = connect_from(source, address).await.ok()?;
+        connector.connect(name, tcp).await.ok()
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// The slow-small-body attack: HTTP/2 connections each opening many reviews whose body, small and
+/// valid, its length announced, trickles one byte at a time. Against a server that takes a review's
+/// room when its headers arrive, a few connections hold all of it; each review is opened again when
+/// it ends, until `duration`.
+#[derive(Clone, Debug)]
+pub struct SlowBodies {
+    /// The webhook's address.
+    pub address: SocketAddr,
+    /// The name its certificate is checked against.
+    pub server_name: String,
+    /// Where the connections come from (`None`: the default address).
+    pub source: Option<std::net::IpAddr>,
+    /// HTTP/2 connections.
+    pub connections: usize,
+    /// Reviews each connection keeps open at once (the server may let fewer through at a time:
+    /// the rest wait on the client's side for a stream).
+    pub streams_per_connection: usize,
+    /// The pace of the body: one byte per this.
+    pub byte_every: Duration,
+    /// How long the attack lasts.
+    pub duration: Duration,
+    /// Reviews started so far (their request handed to the HTTP/2 client), for a caller to wait
+    /// until the attack is in place.
+    pub progress: Arc<AtomicUsize>,
+}
+
+/// What the slow-small-body attack saw.
+#[derive(Debug, Default)]
+pub struct SlowOutcome {
+    /// Reviews started (their headers sent).
+    pub started: usize,
+    /// Reviews answered, by HTTP status (408: the body timeout cut it).
+    pub answered: std::collections::BTreeMap<u16, usize>,
+    /// Reviews that got no answer (reset, connection closed) before the attack's end.
+    pub failed: usize,
+}
+
+/// Runs the slow-small-body attack with `connector` (which must trust the server and offer h2)
+/// until its duration is over; every task it started has ended when it returns.
+pub async fn slow_bodies(attack: &SlowBodies, connector: TlsConnector) -> SlowOutcome {
+    let deadline = Instant::now() + attack.duration;
+    let body = small_review();
+    let outcome = Arc::new(std::sync::Mutex::new(SlowOutcome::default()));
+    let mut tasks = JoinSet::new();
+    for _ in 0..attack.connections {
+        let (attack, connector, body, outcome) =
+            (attack.clone(), connector.clone(), body.clone(), outcome.clone());
+        tasks.spawn(async move {
+            while Instant::now() < deadline {
+                let Some(tls) = handshake_from(
+                    attack.address,
+                    &attack.server_name,
+                    attack.source,
+                    &connector,
+                    deadline,
+                )
+                .await
+                else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                let Ok((sender, connection)) =
+                    hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await
+                else {
+                    continue;
+                };
+                let connection = tokio::spawn(connection);
+                // One whole review first: its answer comes after the server's SETTINGS, so the
+                // client knows how many streams it may open and queues the rest (an HTTP/2 client
+                // that opened more would have them refused, and the connection closed).
+                let mut first = sender.clone();
+                let request = Request::post("https://webhook/validate")
+                    .header("content-type", "application/json")
+                    .body(http_body_util::Either::Left(Full::new(body.clone())))
+                    .expect("request");
+                if first.send_request(request).await.is_err() {
+                    connection.abort();
+                    continue;
+                }
+                let mut streams = JoinSet::new();
+                for _ in 0..attack.streams_per_connection {
+                    let (mut sender, body, outcome) = (sender.clone(), body.clone(), outcome.clone());
+                    let (byte_every, progress) = (attack.byte_every, attack.progress.clone());
+                    streams.spawn(async move {
+                        while Instant::now() < deadline {
+                            if sender.ready().await.is_err() {
+                                return;
+                            }
+                            let whole = body.clone();
+                            let trickle = Box::pin(futures::stream::unfold(0, move |sent| {
+                                let body = whole.clone();
+                                async move {
+                                    if sent >= body.len() {
+                                        return None;
+                                    }
+                                    tokio::time::sleep(byte_every).await;
+                                    let frame = hyper::body::Frame::data(body.slice(sent..sent + 1));
+                                    Some((Ok::<_, std::convert::Infallible>(frame), sent + 1))
+                                }
+                            }));
+                            let request = Request::post("https://webhook/validate")
+                                .header("content-type", "application/json")
+                                .header("content-length", body.len())
+                                .body(http_body_util::Either::Right(http_body_util::StreamBody::new(
+                                    trickle,
+                                )))
+                                .expect("request");
+                            outcome.lock().expect("lock").started += 1;
+                            progress.fetch_add(1, Ordering::Relaxed);
+                            let within = deadline.saturating_duration_since(Instant::now());
+                            match tokio::time::timeout(within, sender.send_request(request)).await {
+                                Ok(Ok(response)) => {
+                                    let status = response.status().as_u16();
+                                    let _ = response.into_body().collect().await;
+                                    *outcome.lock().expect("lock").answered.entry(status).or_default() += 1;
+                                }
+                                Ok(Err(_)) => {
+                                    outcome.lock().expect("lock").failed += 1;
+                                    return;
+                                }
+                                Err(_) => return,
+                            }
+                        }
+                    });
+                }
+                while streams.join_next().await.is_some() {}
+                drop(sender);
+                connection.abort();
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let mut outcome = outcome.lock().expect("lock");
+    std::mem::take(&mut *outcome)
+}
+
+/// The many-idle-connections attack: from each of `sources`, `per_source` connections that
+/// complete TLS and HTTP/2 and send one small review, then nothing: idle connections a server
+/// keeps until its idle timeout. Reopened when closed, until `duration`. From several addresses,
+/// they can fill a server's connection cap however small each address's share.
+#[derive(Clone, Debug)]
+pub struct IdleConnections {
+    /// The webhook's address.
+    pub address: SocketAddr,
+    /// The name its certificate is checked against.
+    pub server_name: String,
+    /// Where the connections come from (`None`: the default address).
+    pub sources: Vec<Option<std::net::IpAddr>>,
+    /// Connections held from each source.
+    pub per_source: usize,
+    /// How long the attack lasts.
+    pub duration: Duration,
+    /// Connections held idle right now, for a caller to wait until the attack is in place.
+    pub progress: Arc<AtomicUsize>,
+}
+
+/// What the many-idle-connections attack saw.
+#[derive(Debug, Default)]
+pub struct IdleOutcome {
+    /// Connections that completed TLS and got their review answered: held idle.
+    pub held: usize,
+    /// Connections that did not get that far (closed at once, or TLS or HTTP/2 failed).
+    pub refused: usize,
+    /// Held connections the server closed before the attack's end.
+    pub closed_by_server: usize,
+}
+
+/// Runs the many-idle-connections attack with `connector` until its duration is over; every task
+/// it started has ended when it returns.
+pub async fn idle_connections(attack: &IdleConnections, connector: TlsConnector) -> IdleOutcome {
+    let deadline = Instant::now() + attack.duration;
+    let (held, refused, closed) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let body = small_review();
+    let mut tasks = JoinSet::new();
+    for source in &attack.sources {
+        for _ in 0..attack.per_source {
+            let (attack, connector, source, body) =
+                (attack.clone(), connector.clone(), *source, body.clone());
+            let (held, refused, closed) = (held.clone(), refused.clone(), closed.clone());
+            tasks.spawn(async move {
+                while Instant::now() < deadline {
+                    let kept = async {
+                        let tls =
+                            handshake_from(attack.address, &attack.server_name, source, &connector, deadline)
+                                .await?;
+                        let (mut sender, connection) =
+                            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+                                .await
+                                .ok()?;
+                        let mut connection = tokio::spawn(connection);
+                        let request = Request::post("https://webhook/validate")
+                            .header("content-type", "application/json")
+                            .body(Full::new(body.clone()))
+                            .ok()?;
+                        let response = tokio::select! {
+                            response = sender.send_request(request) => response.ok()?,
+                            _ = &mut connection => return None,
+                        };
+                        let _ = response.into_body().collect().await;
+                        Some((sender, connection))
+                    };
+                    let within = deadline.saturating_duration_since(Instant::now());
+                    match tokio::time::timeout(within, kept).await {
+                        Ok(Some((sender, connection))) => {
+                            held.fetch_add(1, Ordering::Relaxed);
+                            attack.progress.fetch_add(1, Ordering::Relaxed);
+                            // Nothing more is sent; the connection ends when the server closes it.
+                            let within = deadline.saturating_duration_since(Instant::now());
+                            if tokio::time::timeout(within, connection).await.is_ok() {
+                                closed.fetch_add(1, Ordering::Relaxed);
+                            }
+                            attack.progress.fetch_sub(1, Ordering::Relaxed);
+                            drop(sender);
+                        }
+                        Ok(None) => {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                            // Closed at once: try again a little later, not in a tight loop.
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                        Err(_) => {}
+                    }
+                }
+            });
+        }
+    }
+    let stop = deadline + Duration::from_secs(15);
+    while let Ok(Some(_)) = tokio::time::timeout_at(stop.into(), tasks.join_next()).await {}
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    IdleOutcome {
+        held: held.load(Ordering::Relaxed),
+        refused: refused.load(Ordering::Relaxed),
+        closed_by_server: closed.load(Ordering::Relaxed),
+    }
+}
+
+/// An UPDATE of a Projection that changes its spec (the source's name becomes `settings-<n>`),
+/// as the apiserver sends when someone edits one: the webhook admits it.
+pub fn spec_change_review(n: usize) -> Bytes {
+    let mut review = small_review_value();
+    let request = &mut review["request"];
+    request["uid"] = json!(format!("00000000-0000-0000-0001-{n:012}"));
+    request["operation"] = json!("UPDATE");
+    request["oldObject"] = request["object"].clone();
+    request["object"]["spec"]["source"]["name"] = json!(format!("settings-{n}"));
+    Bytes::from(review.to_string())
+}
+
+/// What one genuine review got: its HTTP status (0 for none), whether the AdmissionReview allowed
+/// it, and the time to answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Genuine {
+    /// HTTP status, 0 when there was no answer within the timeout.
+    pub status: u16,
+    /// The answer's `response.allowed`.
+    pub allowed: bool,
+    /// From the connection's start to the answer.
+    pub took: Duration,
+}
+
+/// `count` genuine spec changes to `/validate`, one after another, each over a new HTTP/2
+/// connection from `source` (as the apiserver after a restart, the hardest case while connections
+/// are scarce), each given `timeout` (the webhook configuration's `timeoutSeconds`).
+pub async fn genuine_reviews(
+    address: SocketAddr,
+    server_name: &str,
+    source: Option<std::net::IpAddr>,
+    connector: &TlsConnector,
+    count: usize,
+    timeout: Duration,
+) -> Vec<Genuine> {
+    let mut answers = Vec::with_capacity(count);
+    for n in 0..count {
+        let started = Instant::now();
+        let review = async {
+            let tls = handshake_from(address, server_name, source, connector, started + timeout).await?;
+            let (mut sender, connection) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+                    .await
+                    .ok()?;
+            let connection = tokio::spawn(connection);
+            let request = Request::post("https://webhook/validate")
+                .header("content-type", "application/json")
+                .body(Full::new(spec_change_review(n)))
+                .ok()?;
+            let response = sender.send_request(request).await.ok()?;
+            let status = response.status().as_u16();
+            let bytes = response.into_body().collect().await.ok()?.to_bytes();
+            connection.abort();
+            let review: Value = serde_json::from_slice(&bytes).ok()?;
+            Some((status, review["response"]["allowed"] == json!(true)))
+        };
+        let (status, allowed) = tokio::time::timeout(timeout, review)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or((0, false));
+        answers.push(Genuine {
+            status,
+            allowed,
+            took: started.elapsed(),
+        });
+    }
+    answers
+}

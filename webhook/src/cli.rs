@@ -158,16 +158,31 @@ pub struct Args {
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
 
-    /// Connections served at once from one IP address; more are closed at once, so that one client
-    /// (a pod) cannot take every connection from the apiserver. Mind a proxy in front of the
-    /// webhook (e.g. konnectivity), through which every apiserver connection comes from one address.
+    /// Connections served at once from one IP address other than the apiserver's (--apiserver-cidrs);
+    /// more are closed at once, so that one client (a pod) cannot take every connection. Mind a
+    /// proxy in front of the webhook (e.g. konnectivity), through which every apiserver connection
+    /// comes from one address: list that address in --apiserver-cidrs.
     #[arg(long, default_value_t = 64)]
     pub max_connections_per_peer: usize,
 
+    /// The addresses the apiserver's calls come from, as CIDR blocks or single addresses
+    /// (repeatable or comma-separated). Connections from them have no share per address and may
+    /// use --apiserver-reserved-connections that no other address may; empty: the apiserver is
+    /// not told apart.
+    #[arg(long = "apiserver-cidrs", value_name = "CIDR", value_delimiter = ',')]
+    pub apiserver_cidrs: Vec<runtime::cidr::Cidr>,
+
+    /// Connections of --max-connections kept for --apiserver-cidrs: while only these are left, a
+    /// connection from another address is closed at once. Nothing is reserved without --apiserver-cidrs.
+    #[arg(long, default_value_t = 64)]
+    pub apiserver_reserved_connections: usize,
+
     /// Reviews handled at once, in units: a review counts one, plus one per 256 KiB of its body (a
-    /// 4 MiB body counts 17), so the memory of bodies in flight stays bounded. A review over the
-    /// limit is answered at once, unread: HTTP 429 with Retry-After and an AdmissionReview denying
-    /// with code 429 "webhook overloaded, retry".
+    /// 4 MiB body counts 17), so the memory of bodies in flight stays bounded. A small body (at most
+    /// 32 KiB announced, what the apiserver sends) takes its unit only once it has arrived whole; a
+    /// larger one, or one of unknown length, takes its units before it is read, from at most half
+    /// of the limit. A review over the limit is answered at once: HTTP 429 with Retry-After and an
+    /// AdmissionReview denying with code 429 "webhook overloaded, retry".
     #[arg(long, default_value_t = 64)]
     pub max_in_flight_reviews: u32,
 
@@ -182,11 +197,13 @@ pub struct Args {
     pub idle_timeout: Duration,
 
     /// Longest wait for the whole body of a review, from the end of its headers (HTTP 408 after).
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    /// The apiserver sends a review in one go: a client still sending after this is cut off.
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
     pub body_timeout: Duration,
 
-    /// HTTP/2 streams one connection may have open at once.
-    #[arg(long, default_value_t = 100)]
+    /// HTTP/2 streams one connection may have open at once. The apiserver opens another connection
+    /// when it needs more.
+    #[arg(long, default_value_t = 8)]
     pub http2_max_concurrent_streams: u32,
 
     /// HTTP/2: a PING after this long without a frame from the client ...
@@ -218,9 +235,11 @@ impl Args {
         runtime::serve::Limits {
             max_connections: self.max_connections.max(1),
             max_connections_per_peer: self.max_connections_per_peer.max(1),
+            apiserver: self.apiserver_cidrs.clone(),
+            reserved_connections: self.apiserver_reserved_connections,
             header_timeout: self.header_timeout,
             idle_timeout: self.idle_timeout,
-            max_concurrent_streams: self.http2_max_concurrent_streams,
+            max_concurrent_streams: self.http2_max_concurrent_streams.max(1),
             keep_alive_interval: self.http2_keep_alive_interval,
             keep_alive_timeout: self.http2_keep_alive_timeout,
             max_header_list_size: self.max_header_list_size,
@@ -362,9 +381,29 @@ mod tests {
         assert_eq!(limits.max_connections_per_peer, 64);
         assert_eq!(limits.header_timeout, Duration::from_secs(10));
         assert_eq!(limits.idle_timeout, Duration::from_secs(60));
-        assert_eq!(limits.max_concurrent_streams, 100);
+        assert_eq!(limits.max_concurrent_streams, 8);
         assert_eq!(args.max_in_flight_reviews, 64);
-        assert_eq!(args.body_timeout, Duration::from_secs(10));
+        assert_eq!(args.body_timeout, Duration::from_secs(3));
+        assert!(limits.apiserver.is_empty());
+        assert_eq!(limits.pools(), (256, 0), "nothing reserved for unknown addresses");
+    }
+
+    #[test]
+    fn the_apiservers_addresses_get_reserved_connections() {
+        let args = Args::parse_from([
+            "projection-webhook",
+            "--apiserver-cidrs",
+            "10.0.0.0/24,198.18.0.1",
+            "--apiserver-cidrs=fd00::/64",
+            "--apiserver-reserved-connections=32",
+        ]);
+        let limits = args.server_limits();
+        let cidrs: Vec<String> = limits.apiserver.iter().map(ToString::to_string).collect();
+        assert_eq!(cidrs, ["10.0.0.0/24", "198.18.0.1/32", "fd00::/64"]);
+        assert_eq!(limits.pools(), (224, 32));
+        let err = Args::try_parse_from(["projection-webhook", "--apiserver-cidrs", "10.0.0.0/40"])
+            .expect_err("a bad block is refused");
+        assert!(err.to_string().contains("--apiserver-cidrs"), "{err}");
     }
 
     /// A self-managed command line: the required flags, with `changes` replacing (or, with an

@@ -39,8 +39,14 @@ pub const MAX_JSON_VALUES: usize = 100_000;
 /// Most bytes of an oversized body read (and dropped) before it is answered; past this, or past the
 /// body timeout, the answer goes out while the client is still sending.
 const DISCARD_LIMIT_BYTES: usize = 8 * MAX_BODY_BYTES;
-/// Default longest wait for a whole request body (the apiserver's own timeout is a few seconds).
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default longest wait for a whole request body: the apiserver sends a review in one go, so a
+/// client still sending after a few seconds is cut off rather than left to hold a stream.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(3);
+/// Bodies announced at most this long are read before they take room in the in-flight limit
+/// (an AdmissionReview of a Projection is a few KiB): a client that sends them slowly holds no
+/// room. Their memory while being read is bounded by the connection cap, the HTTP/2 streams per
+/// connection and this size (256 connections × 8 streams × 32 KiB = 64 MiB at the defaults).
+pub const READ_FIRST_BODY_BYTES: u64 = 32 * 1024;
 
 /// A review's weight in the in-flight limit grows by one per this many bytes of its body.
 pub const WEIGHT_UNIT_BYTES: u64 = 256 * 1024;
@@ -65,8 +71,11 @@ pub struct App<C> {
 /// at once stay bounded in bytes, not only in number (a review of a 4 MiB body holds that body and
 /// its parsed form until it is answered). Reviews of large bodies (more than one unit) may hold at
 /// most half of the units between them, so a flood of large bodies cannot take the room of the
-/// small reviews an apiserver sends (a Projection is a few KiB). A review that finds no room is
-/// answered at once with HTTP 429 (shed), before its body is read.
+/// small reviews an apiserver sends (a Projection is a few KiB). A small body
+/// ([`READ_FIRST_BODY_BYTES`]) takes its unit once it has arrived whole, so slow senders hold none;
+/// a larger one, or one of unknown length, takes its units before it is read, as its memory is
+/// what the limit bounds, and counts as large whatever its weight. A review that finds no room is
+/// answered at once with HTTP 429 (shed).
 #[derive(Clone, Debug)]
 pub struct InFlightLimit {
     all: Arc<tokio::sync::Semaphore>,
@@ -95,10 +104,11 @@ impl InFlightLimit {
         }
     }
 
-    /// Room for a review whose body announces `content_length` bytes, or `None` when there is none.
+    /// Room for a review whose body announces (or, once read, has) `content_length` bytes, or
+    /// `None` when there is none.
     fn try_enter(&self, content_length: Option<u64>) -> Option<InFlightSlot> {
         let weight = review_weight(content_length, self.total);
-        let large = if weight > 1 {
+        let large = if !read_first(content_length) {
             Some(
                 self.large
                     .clone()
@@ -123,6 +133,12 @@ pub fn review_weight(content_length: Option<u64>, total: u32) -> u32 {
     let bytes = content_length.map_or(MAX_BODY_BYTES as u64, |l| l.min(MAX_BODY_BYTES as u64));
     let weight = 1 + bytes / WEIGHT_UNIT_BYTES;
     u32::try_from(weight).unwrap_or(u32::MAX).min(total.max(1))
+}
+
+/// Whether a body announced as `content_length` bytes is read before it takes room in the
+/// in-flight limit: only a small one of known length.
+pub fn read_first(content_length: Option<u64>) -> bool {
+    content_length.is_some_and(|l| l <= READ_FIRST_BODY_BYTES)
 }
 
 /// `POST /validate` and `POST /mutate`.
@@ -152,12 +168,31 @@ async fn handle<C: ClusterView>(app: &App<C>, endpoint: Endpoint, request: Reque
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    // Held until the answer is built: the body and its parsed form live that long.
-    let Some(_slot) = app.in_flight.try_enter(content_length) else {
-        return shed(app, endpoint);
+    // Held until the answer is built: the body and its parsed form live that long. A small body
+    // takes it once read whole, so a slow sender holds none; a large one before, for its memory.
+    let early = if read_first(content_length) {
+        None
+    } else {
+        let Some(slot) = app.in_flight.try_enter(content_length) else {
+            return shed(app, endpoint);
+        };
+        Some(slot)
     };
-    let (response, labels) = match read_request(body, app.body_timeout).await {
-        Ok(request) => {
+    let read = match read_body(body, app.body_timeout).await {
+        Ok(bytes) => {
+            let slot = match early {
+                Some(slot) => slot,
+                None => match app.in_flight.try_enter(Some(bytes.len() as u64)) {
+                    Some(slot) => slot,
+                    None => return shed(app, endpoint),
+                },
+            };
+            parse_request(&bytes).map(|request| (request, slot))
+        }
+        Err(e) => Err(e),
+    };
+    let (response, labels) = match read {
+        Ok((request, _slot)) => {
             let settings = settings_for(&app.settings, caller);
             let (answer, verdict) = review(endpoint, &settings, &app.cluster, &request).await;
             log_outcome(endpoint, &request, &answer, verdict);
@@ -215,9 +250,9 @@ fn settings_for(settings: &ReviewSettings, caller: Option<Caller>) -> Cow<'_, Re
     }
 }
 
-/// The answer to a review over the in-flight limit, sent without reading its body: HTTP 429 with
-/// `Retry-After`, and a well-formed AdmissionReview denying with code 429 (its uid is unknown: the
-/// body was not read).
+/// The answer to a review over the in-flight limit, sent without parsing its body (nor reading a
+/// large one): HTTP 429 with `Retry-After`, and a well-formed AdmissionReview denying with code
+/// 429 (its uid is empty: the body was not parsed).
 fn shed<C>(app: &App<C>, endpoint: Endpoint) -> Response {
     app.metrics
         .shed_total
@@ -239,10 +274,8 @@ fn shed<C>(app: &App<C>, endpoint: Endpoint) -> Response {
         .into_response()
 }
 
-async fn read_request(
-    mut body: Body,
-    timeout: Duration,
-) -> Result<AdmissionRequest<DynamicObject>, RequestError> {
+/// The whole body, within `timeout` and [`MAX_BODY_BYTES`].
+async fn read_body(mut body: Body, timeout: Duration) -> Result<axum::body::Bytes, RequestError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let collected = tokio::time::timeout_at(deadline, Limited::new(&mut body, MAX_BODY_BYTES).collect())
         .await
@@ -260,14 +293,18 @@ async fn read_request(
         }
         Err(e) => return Err(RequestError::Body(e.to_string())),
     };
-    let bytes = collected.to_bytes();
-    if json_values_at_most(&bytes) > MAX_JSON_VALUES {
+    Ok(collected.to_bytes())
+}
+
+/// The AdmissionReview's request in `bytes`, within [`MAX_JSON_VALUES`].
+fn parse_request(bytes: &[u8]) -> Result<AdmissionRequest<DynamicObject>, RequestError> {
+    if json_values_at_most(bytes) > MAX_JSON_VALUES {
         return Err(RequestError::TooComplex {
             limit: MAX_JSON_VALUES,
         });
     }
     let review: AdmissionReview<DynamicObject> =
-        serde_json::from_slice(&bytes).map_err(RequestError::Malformed)?;
+        serde_json::from_slice(bytes).map_err(RequestError::Malformed)?;
     if review.types.api_version != "admission.k8s.io/v1" || review.types.kind != "AdmissionReview" {
         return Err(RequestError::WrongType {
             api_version: review.types.api_version,
@@ -396,6 +433,33 @@ mod tests {
         let review = include_str!("../tests/fixtures/projection-create.json");
         let values = json_values_at_most(review.as_bytes());
         assert!(values < 100, "{values}");
+    }
+
+    #[test]
+    fn only_small_bodies_of_known_length_are_read_before_taking_room() {
+        assert!(read_first(Some(0)));
+        assert!(read_first(Some(READ_FIRST_BODY_BYTES)));
+        assert!(!read_first(Some(READ_FIRST_BODY_BYTES + 1)));
+        assert!(
+            !read_first(None),
+            "a body of unknown length may grow to the limit"
+        );
+        // A body above it counts as large even at one unit: slow senders of such bodies can hold
+        // at most the large half.
+        let limit = InFlightLimit::new(4);
+        let _medium = limit
+            .try_enter(Some(READ_FIRST_BODY_BYTES + 1))
+            .expect("1 of 4, 1 of 2 large");
+        let _medium = limit
+            .try_enter(Some(READ_FIRST_BODY_BYTES + 1))
+            .expect("2 of 4, 2 of 2 large");
+        assert!(
+            limit.try_enter(Some(READ_FIRST_BODY_BYTES + 1)).is_none(),
+            "the large half is full"
+        );
+        let _small = limit
+            .try_enter(Some(2_000))
+            .expect("the small keep the other half");
     }
 
     #[test]

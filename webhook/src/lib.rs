@@ -165,6 +165,7 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
             .refresh_every(DISCOVERY_REFRESH, stop_all.clone().cancelled_owned()),
     );
 
+    let hits = metrics.connection_limit_hits_total.clone();
     let app = Arc::new(handler::App {
         settings: review::ReviewSettings {
             tenant_mode: args.tenant_mode,
@@ -190,6 +191,7 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
         listener,
         tls_config,
         args.server_limits(),
+        hits,
         handler::router(app),
         stop_accepting.cancelled_owned(),
         args.drain_timeout,

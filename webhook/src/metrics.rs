@@ -6,6 +6,7 @@ use prometheus_client::{
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
+use runtime::serve::LimitLabels;
 
 /// Labels of the request counter and latency histogram.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -81,6 +82,8 @@ pub struct Metrics {
     pub source_metadata_cache_lookups_total: Family<CacheLabels, Counter>,
     /// Reviews answered "overloaded" (HTTP 429) because the in-flight limit was reached.
     pub shed_total: Family<EndpointLabels, Counter>,
+    /// Connections of the admission server that hit a limit, by limit (`runtime::serve`'s fixed set).
+    pub connection_limit_hits_total: Family<LimitLabels, Counter>,
 }
 
 impl Metrics {
@@ -137,6 +140,11 @@ impl Metrics {
             "Admission reviews answered with HTTP 429 (webhook overloaded, retry) because --max-in-flight-reviews was reached, by endpoint",
             metrics.shed_total.clone(),
         );
+        registry.register(
+            "projection_webhook_connection_limit_hits",
+            "Connections of the admission server that hit a limit, by limit: connections (the cap was reached; new ones waited in the listen queue), connections_per_peer and reserved_for_apiserver (closed at once), handshake_timeout, header_timeout, idle_timeout (closed)",
+            metrics.connection_limit_hits_total.clone(),
+        );
         registry.register_collector(Box::new(runtime::process_metrics::ProcessCollector::default()));
         metrics
     }
@@ -159,6 +167,7 @@ impl Metrics {
             access_review_cache_lookups_total: Family::default(),
             source_metadata_cache_lookups_total: Family::default(),
             shed_total: Family::default(),
+            connection_limit_hits_total: Family::default(),
         }
     }
 }

@@ -1,11 +1,11 @@
 //! The HTTPS admission server: TCP, a TLS handshake bounded in time, then HTTP/1.1 or HTTP/2 (ALPN)
-//! into the axum router, through the limited accept loop of `runtime::serve` (connection cap,
-//! header, idle and HTTP/2 limits). Each request carries the [`Caller`] its connection's TLS
-//! handshake established. On shutdown it stops accepting and lets in-flight requests finish (idle
+//! into the axum router, through the limited accept loop of `runtime::serve` (connection cap, room
+//! reserved for the apiserver, header, idle and HTTP/2 limits). Each request carries the [`Caller`]
+//! its connection's TLS handshake established. On shutdown it stops accepting and lets in-flight requests finish (idle
 //! keep-alive connections are closed), up to a drain timeout.
 
 use axum::Router;
-use runtime::serve::Limits;
+use runtime::serve::{LimitHits, Limits};
 use rustls::ServerConfig;
 use std::{future::Future, sync::Arc, time::Duration};
 use tokio::net::TcpListener;
@@ -20,12 +20,13 @@ pub struct Caller {
     pub verified: bool,
 }
 
-/// Serves `app` over TLS on `listener` within `limits` until `shutdown` resolves, then drains for
-/// up to `drain_timeout`.
+/// Serves `app` over TLS on `listener` within `limits` (counting each limit hit in `hits`) until
+/// `shutdown` resolves, then drains for up to `drain_timeout`.
 pub async fn serve_tls(
     listener: TcpListener,
     tls: Arc<ServerConfig>,
     limits: Limits,
+    hits: LimitHits,
     app: Router,
     shutdown: impl Future<Output = ()>,
     drain_timeout: Duration,
@@ -52,5 +53,5 @@ pub async fn serve_tls(
             }
         }
     };
-    runtime::serve::serve(listener, limits, handshake, app, shutdown, drain_timeout).await;
+    runtime::serve::serve(listener, limits, hits, handshake, app, shutdown, drain_timeout).await;
 }

@@ -33,38 +33,40 @@ async fn a_webhook_under_attack_with_dense_json_stays_within_its_memory_limit_an
     under_attack(attack::BodyKind::Dense).await;
 }
 
-async fn under_attack(body_kind: attack::BodyKind) {
-    // One at a time: each measures a process of its own on a shared machine.
-    let _serial = projection_tests::exclusive().await;
+/// A webhook process on a free 127.0.0.1 port with a fresh certificate for `localhost`, started
+/// with `extra` flags and ready; its address, a TLS client trusting it (offering h2), and the
+/// folder of its certificate (to remove afterwards).
+async fn start_webhook(extra: &[&str]) -> (ServiceProcess, String, TlsConnector, std::path::PathBuf) {
     let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
         .expect("certificate");
-    let dir = testenv_dir().join(format!("exhaustion-{}", std::process::id()));
+    static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dir = testenv_dir().join(format!(
+        "exhaustion-{}-{}",
+        std::process::id(),
+        STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    ));
     std::fs::create_dir_all(&dir).expect("certificate folder");
     let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
     std::fs::write(&cert, generated.cert.pem()).expect("write certificate");
     std::fs::write(&key, generated.signing_key.serialize_pem()).expect("write key");
     let port = free_port();
     let bind = format!("127.0.0.1:{port}");
+    let mut args = vec![
+        "--bind-address",
+        &bind,
+        "--tls-cert-file",
+        cert.to_str().expect("utf-8 path"),
+        "--tls-key-file",
+        key.to_str().expect("utf-8 path"),
+        "--shutdown-delay",
+        "0s",
+    ];
+    args.extend_from_slice(extra);
     let mut webhook = ServiceProcess::start(
         std::path::Path::new(env!("CARGO_BIN_EXE_projection-webhook")),
-        &[
-            "--bind-address",
-            &bind,
-            "--tls-cert-file",
-            cert.to_str().expect("utf-8 path"),
-            "--tls-key-file",
-            key.to_str().expect("utf-8 path"),
-            "--shutdown-delay",
-            "0s",
-            // Everything comes from 127.0.0.1 here: as from many pods, the share of one address
-            // is not what is measured.
-            "--max-connections-per-peer",
-            "256",
-        ],
+        &args,
     );
     webhook.wait_ready().await;
-    let before = peak_rss_kib(webhook.pid());
-
     let mut roots = rustls::RootCertStore::empty();
     roots.add(generated.cert.der().clone()).expect("trust");
     let mut client =
@@ -74,6 +76,17 @@ async fn under_attack(body_kind: attack::BodyKind) {
             .with_root_certificates(roots)
             .with_no_client_auth();
     client.alpn_protocols = vec![b"h2".to_vec()];
+    (webhook, bind, TlsConnector::from(Arc::new(client)), dir)
+}
+
+async fn under_attack(body_kind: attack::BodyKind) {
+    // One at a time: each measures a process of its own on a shared machine.
+    let _serial = projection_tests::exclusive().await;
+    // Everything comes from 127.0.0.1 here: as from many pods, the share of one address is not
+    // what is measured.
+    let (webhook, bind, connector, dir) = start_webhook(&["--max-connections-per-peer", "256"]).await;
+    let before = peak_rss_kib(webhook.pid());
+
     let attack = attack::Attack {
         address: bind.parse().expect("address"),
         server_name: "localhost".into(),
@@ -87,7 +100,7 @@ async fn under_attack(body_kind: attack::BodyKind) {
         duration: Duration::from_secs(20),
         probe_every: Duration::from_millis(250),
     };
-    let outcome = attack::run(&attack, TlsConnector::from(Arc::new(client))).await;
+    let outcome = attack::run(&attack, connector).await;
     let peak = peak_rss_kib(webhook.pid());
     let _ = std::fs::remove_dir_all(&dir);
     let answered: Vec<u16> = outcome.probes.iter().map(|(status, _)| *status).collect();
@@ -130,4 +143,95 @@ async fn under_attack(body_kind: attack::BodyKind) {
         outcome.probes.iter().all(|(status, _)| *status == 200),
         "a legitimate review was shed: {answered:?}"
     );
+}
+
+/// Issue 35's starvation attacks against the webhook process, both at once: 2 HTTP/2 connections
+/// of 80 reviews whose small body trickles a byte every 100 ms (from 127.0.0.2), and 64 idle
+/// connections from each of 127.0.0.2 to 127.0.0.6 (320, more than the cap of 256), with
+/// 127.0.0.1 as the apiserver (`--apiserver-cidrs`). While they run, 20 spec changes, each over a
+/// new connection from 127.0.0.1, are admitted within the webhook's 10 s timeout, and the
+/// process stays under the pod's memory limit. On 987fb69's webhook the trickling reviews held
+/// every in-flight unit (spec changes shed with 429) and the idle connections the whole cap (a new
+/// connection waited in the listen queue).
+#[tokio::test]
+async fn a_webhook_under_slow_body_and_idle_attacks_admits_twenty_spec_changes() {
+    const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+    let _serial = projection_tests::exclusive().await;
+    let (webhook, bind, connector, dir) = start_webhook(&["--apiserver-cidrs", "127.0.0.1/32"]).await;
+    let address: std::net::SocketAddr = bind.parse().expect("address");
+    let slow = attack::SlowBodies {
+        address,
+        server_name: "localhost".into(),
+        source: Some("127.0.0.2".parse().expect("address")),
+        connections: 2,
+        streams_per_connection: 80,
+        byte_every: Duration::from_millis(100),
+        duration: Duration::from_secs(15),
+        progress: Arc::default(),
+    };
+    let idle = attack::IdleConnections {
+        address,
+        server_name: "localhost".into(),
+        sources: (2..=6)
+            .map(|n| Some(format!("127.0.0.{n}").parse().expect("address")))
+            .collect(),
+        per_source: 64,
+        duration: Duration::from_secs(15),
+        progress: Arc::default(),
+    };
+    let slow_running = tokio::spawn({
+        let (slow, connector) = (slow.clone(), connector.clone());
+        async move { attack::slow_bodies(&slow, connector).await }
+    });
+    let idle_running = tokio::spawn({
+        let (idle, connector) = (idle.clone(), connector.clone());
+        async move { attack::idle_connections(&idle, connector).await }
+    });
+    // In place: the connections anyone may use are held (256 - 64 reserved, less the two slow
+    // ones), and the slow reviews have started.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while idle.progress.load(std::sync::atomic::Ordering::Relaxed) < 190
+        || slow.progress.load(std::sync::atomic::Ordering::Relaxed) < 16
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the attacks never got in place"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let answers = attack::genuine_reviews(address, "localhost", None, &connector, 20, REVIEW_TIMEOUT).await;
+    let held = idle.progress.load(std::sync::atomic::Ordering::Relaxed);
+    let (slow_outcome, idle_outcome) = (
+        slow_running.await.expect("ends by itself"),
+        idle_running.await.expect("ends by itself"),
+    );
+    let metrics = webhook.metrics();
+    let peak = peak_rss_kib(webhook.pid());
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "slow bodies {slow_outcome:?}; idle {idle_outcome:?} ({held} held during the spec changes); peak RSS {} MiB; \
+         spec changes slowest {:?}; closed for the apiserver's room: {:?}; bodies cut: {:?}",
+        peak / 1024,
+        answers.iter().map(|a| a.took).max(),
+        projection_tests::metric_value(
+            &metrics,
+            "projection_webhook_connection_limit_hits_total{limit=\"reserved_for_apiserver\"}"
+        ),
+        projection_tests::metric_value(&metrics, "projection_webhook_errors_total{category=\"timeout\"}"),
+    );
+    for (i, answer) in answers.iter().enumerate() {
+        assert!(
+            answer.status == 200 && answer.allowed && answer.took <= REVIEW_TIMEOUT,
+            "spec change {i} was not admitted within {REVIEW_TIMEOUT:?}: {answer:?}; all {answers:?}"
+        );
+    }
+    assert!(
+        held >= 190,
+        "the idle attack let go before the spec changes were done: {held}"
+    );
+    assert!(
+        slow_outcome.answered.get(&408).copied().unwrap_or(0) > 0,
+        "no slow body was cut: {slow_outcome:?}"
+    );
+    assert!(peak < POD_MEMORY_LIMIT_KIB, "peak RSS {} MiB", peak / 1024);
 }

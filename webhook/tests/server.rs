@@ -93,6 +93,8 @@ async fn start_server(alpn: &[u8]) -> (SocketAddr, TlsConnector) {
 /// A running test server.
 struct Started {
     addr: SocketAddr,
+    /// The server's metrics, and its connection limit hits.
+    metrics: Arc<Metrics>,
     /// Trusts the server, presents no client certificate.
     connector: TlsConnector,
     /// The server's certificate, for clients of other configurations.
@@ -138,7 +140,7 @@ async fn start_with<C: ClusterView>(alpn: &[u8], options: Options<C>) -> Started
     let app = router(Arc::new(App {
         settings: default_settings(false),
         cluster: options.cluster,
-        metrics,
+        metrics: metrics.clone(),
         in_flight: InFlightLimit::new(options.in_flight),
         body_timeout: BODY_TIMEOUT,
     }));
@@ -168,6 +170,7 @@ async fn start_with<C: ClusterView>(alpn: &[u8], options: Options<C>) -> Started
         listener,
         tls,
         options.limits,
+        metrics.connection_limit_hits_total.clone(),
         app,
         std::future::pending(),
         Duration::from_secs(1),
@@ -176,6 +179,7 @@ async fn start_with<C: ClusterView>(alpn: &[u8], options: Options<C>) -> Started
     let server_cert = generated.cert.der().clone();
     Started {
         addr,
+        metrics,
         connector: connector_for(&server_cert, alpn, None),
         server_cert,
         client_ca_file,
@@ -529,7 +533,8 @@ async fn a_review_over_the_in_flight_limit_is_answered_429_not_dropped() {
     let mut options = options();
     options.in_flight = 1;
     let Started { addr, connector, .. } = start_with(b"h2", options).await;
-    // A review whose body is still being sent holds the only slot.
+    // A review whose body is still being sent holds the only slot: of unknown length, it counts as
+    // large and takes its room before it is read (a small one would take it only once whole).
     let (mut sender, receiver) =
         futures::channel::mpsc::channel::<Result<Frame<Bytes>, std::convert::Infallible>>(1);
     sender
@@ -812,4 +817,149 @@ async fn a_rotated_client_ca_verifies_new_handshakes_without_a_restart() {
         "the old CA's certificate is refused once the CA is replaced"
     );
     let _ = std::fs::remove_file(&path);
+}
+
+/// The webhook configuration's `timeoutSeconds` (the chart's default): a genuine review must be
+/// answered within it.
+const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often `limit` was hit on a server.
+fn limit_hits(metrics: &Metrics, limit: &'static str) -> u64 {
+    metrics
+        .connection_limit_hits_total
+        .get_or_create(&runtime::serve::LimitLabels { limit })
+        .get()
+}
+
+/// How often a review could not be read for `category` (e.g. `timeout`).
+fn request_errors(metrics: &Metrics, category: &'static str) -> u64 {
+    metrics
+        .errors_total
+        .get_or_create(&webhook::metrics::CategoryLabels { category })
+        .get()
+}
+
+/// Waits until `progress` reaches `at_least` (the attack is in place), for at most 20 s.
+async fn attack_in_place(progress: &AtomicUsize, at_least: usize, what: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while progress.load(Ordering::Relaxed) < at_least {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: only {} of {at_least} in place",
+            progress.load(Ordering::Relaxed)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// 20 genuine spec changes, each over a new connection from `source`, must all be admitted
+/// within the review timeout.
+fn assert_all_admitted(answers: &[projection_tests::attack::Genuine], during: &str) {
+    assert_eq!(answers.len(), 20);
+    for (i, answer) in answers.iter().enumerate() {
+        assert!(
+            answer.status == 200 && answer.allowed && answer.took <= REVIEW_TIMEOUT,
+            "during {during}, spec change {i} was not admitted within {REVIEW_TIMEOUT:?}: {answer:?}; all: {answers:?}"
+        );
+    }
+}
+
+/// Issue 35's slow-small-body attack: two HTTP/2 connections from another address, each opening 80
+/// reviews whose small body trickles a byte every 100 ms. A server that took a review's room at its
+/// headers (64 units, 100 streams a connection, a 10 s body timeout) had every unit held by them
+/// and shed the apiserver's reviews with 429; now a small body takes room only once whole, a
+/// connection gets 8 streams, and a body not whole after 3 s is cut (408).
+#[tokio::test]
+async fn while_slow_small_bodies_trickle_twenty_spec_changes_are_admitted_in_time() {
+    use projection_tests::attack::{SlowBodies, genuine_reviews, slow_bodies};
+    let Started {
+        addr,
+        connector,
+        metrics,
+        ..
+    } = start_with(b"h2", options()).await;
+    let attack = SlowBodies {
+        address: addr,
+        server_name: "localhost".into(),
+        source: Some("127.0.0.2".parse().expect("address")),
+        connections: 2,
+        streams_per_connection: 80,
+        byte_every: Duration::from_millis(100),
+        duration: Duration::from_secs(8),
+        progress: Arc::default(),
+    };
+    let running = tokio::spawn({
+        let (attack, connector) = (attack.clone(), connector.clone());
+        async move { slow_bodies(&attack, connector).await }
+    });
+    // At least the streams the server lets through (8 a connection) have started.
+    attack_in_place(&attack.progress, 16, "slow bodies").await;
+    let answers = genuine_reviews(addr, "localhost", None, &connector, 20, REVIEW_TIMEOUT).await;
+    let outcome = running.await.expect("the attack ends by itself");
+    eprintln!(
+        "slow bodies: {outcome:?}; spec changes: slowest {:?}",
+        answers.iter().map(|a| a.took).max()
+    );
+    assert_all_admitted(&answers, "the slow-small-body attack");
+    // The attack did hold streams until the body timeout cut them.
+    assert!(
+        outcome.answered.get(&408).copied().unwrap_or(0) >= 16,
+        "the slow bodies were not cut by the body timeout: {outcome:?}"
+    );
+    assert!(
+        request_errors(&metrics, "timeout") >= 16,
+        "cut bodies are counted"
+    );
+}
+
+/// Issue 35's many-idle-connections attack: five addresses (127.0.0.2 to .6) each holding 64
+/// connections that sent one review and then nothing, 320 in all, more than the cap of 256. Before,
+/// four addresses filled the cap within their share and the apiserver's new connections waited in
+/// the listen queue past its timeout; now the apiserver's address (--apiserver-cidrs) has 64
+/// connections of its own, and others are closed at once when only those are left.
+#[tokio::test]
+async fn while_five_addresses_hold_idle_connections_twenty_spec_changes_are_admitted_in_time() {
+    use projection_tests::attack::{IdleConnections, genuine_reviews, idle_connections};
+    let mut options = options();
+    options.limits.apiserver = vec!["127.0.0.1/32".parse().expect("block")];
+    let (general, reserved) = options.limits.pools();
+    assert_eq!((general, reserved), (192, 64), "the defaults");
+    let Started {
+        addr,
+        connector,
+        metrics,
+        ..
+    } = start_with(b"h2", options).await;
+    let attack = IdleConnections {
+        address: addr,
+        server_name: "localhost".into(),
+        sources: (2..=6)
+            .map(|n| Some(format!("127.0.0.{n}").parse().expect("address")))
+            .collect(),
+        per_source: 64,
+        duration: Duration::from_secs(12),
+        progress: Arc::default(),
+    };
+    let running = tokio::spawn({
+        let (attack, connector) = (attack.clone(), connector.clone());
+        async move { idle_connections(&attack, connector).await }
+    });
+    // Everything anyone may use is held.
+    attack_in_place(&attack.progress, general, "idle connections").await;
+    let answers = genuine_reviews(addr, "localhost", None, &connector, 20, REVIEW_TIMEOUT).await;
+    let held_meanwhile = attack.progress.load(Ordering::Relaxed);
+    let outcome = running.await.expect("the attack ends by itself");
+    eprintln!(
+        "idle connections: {outcome:?}, {held_meanwhile} held during the spec changes; spec changes: slowest {:?}; \
+         closed at once: {} (reserved), {} (share)",
+        answers.iter().map(|a| a.took).max(),
+        limit_hits(&metrics, runtime::serve::LIMIT_RESERVED),
+        limit_hits(&metrics, runtime::serve::LIMIT_PEER_SHARE),
+    );
+    assert_all_admitted(&answers, "the many-idle-connections attack");
+    assert!(held_meanwhile >= general, "the attack let go: {held_meanwhile}");
+    assert!(
+        limit_hits(&metrics, runtime::serve::LIMIT_RESERVED) > 0,
+        "the attackers never met the apiserver's reserved room: {outcome:?}"
+    );
 }
