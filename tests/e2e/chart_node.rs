@@ -1294,19 +1294,7 @@ async fn webhook_pod_under_attack_stays_under_its_memory_limit_and_answers_the_a
         }
         slowest = slowest.max(t.elapsed());
     }
-    let mut outcomes = Vec::new();
-    for (lane, attack) in attacks {
-        let out = attack.wait_with_output().expect("the attack ends by itself");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "the {lane} attack failed: {}\n{text}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let summary: Value = serde_json::from_str(text.lines().last().unwrap_or_default())
-            .unwrap_or_else(|e| panic!("the {lane} attack's summary: {e}\n{text}"));
-        outcomes.push((lane, summary));
-    }
+    let outcomes = attack_summaries(attacks);
     let after = cgroup_memory(pid);
     let rss_peak = peak_rss(pid);
     let mib = |b: u64| b / (1024 * 1024);
@@ -1567,19 +1555,7 @@ async fn webhook_pod_under_slow_body_and_idle_attacks_admits_twenty_spec_changes
     }
     let during = started.elapsed();
     let (reserved_hits, cut_hits) = (metric(reserved), metric(cut));
-    let mut outcomes = Vec::new();
-    for (lane, attack) in attacks {
-        let out = attack.wait_with_output().expect("the attack ends by itself");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "the {lane} attack failed: {}\n{text}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let summary: Value = serde_json::from_str(text.lines().last().unwrap_or_default())
-            .unwrap_or_else(|e| panic!("the {lane} attack's summary: {e}\n{text}"));
-        outcomes.push((lane, summary));
-    }
+    let outcomes = attack_summaries(attacks);
     eprintln!(
         "webhook pod {pod} ({ip}), apiserver {apiserver}: attacks in place after {in_place_after:?}, 20 spec \
          changes done {during:?} after the start (attack {ATTACK:?}), slowest {:?}; connections closed for the \
@@ -1616,4 +1592,24 @@ async fn webhook_pod_under_slow_body_and_idle_attacks_admits_twenty_spec_changes
     }
     release.uninstall();
     system.delete_and_wait(&client).await;
+}
+
+/// Waits for each attack of the load tool (run by `nsenter` in a pod's network) to end by itself,
+/// and returns its lane with the JSON summary it prints last; panics on a failed attack.
+fn attack_summaries<L: std::fmt::Display>(attacks: Vec<(L, std::process::Child)>) -> Vec<(L, Value)> {
+    attacks
+        .into_iter()
+        .map(|(lane, attack)| {
+            let out = attack.wait_with_output().expect("the attack ends by itself");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success(),
+                "the {lane} attack failed: {}\n{text}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let summary: Value = serde_json::from_str(text.lines().last().unwrap_or_default())
+                .unwrap_or_else(|e| panic!("the {lane} attack's summary: {e}\n{text}"));
+            (lane, summary)
+        })
+        .collect()
 }
