@@ -84,6 +84,21 @@ fn backticked(cell: &str) -> Option<String> {
     looks_like_metric.then(|| name.to_owned())
 }
 
+/// Panics unless `documented` (the names a table of docs/observability.md lists, `table` naming it)
+/// and `served` (what the registry exposes) are the same set, naming the difference each way.
+pub fn assert_same_names(documented: &BTreeSet<String>, served: &BTreeSet<String>, table: &str) {
+    assert_eq!(
+        documented.difference(served).collect::<Vec<_>>(),
+        Vec::<&String>::new(),
+        "documented as exported in docs/observability.md but not served"
+    );
+    assert_eq!(
+        served.difference(documented).collect::<Vec<_>>(),
+        Vec::<&String>::new(),
+        "served but not in docs/observability.md's {table}"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,19 +178,4 @@ Read at scrape time: `process_cpu_seconds_total` (counter), `process_threads`.
         // Read as prose, the sentence counts.
         assert!(documented_names(doc, &[], &["Controller"]).contains("gone_total"));
     }
-}
-
-/// Panics unless `documented` (the names a table of docs/observability.md lists, `table` naming it)
-/// and `served` (what the registry exposes) are the same set, naming the difference each way.
-pub fn assert_same_names(documented: &BTreeSet<String>, served: &BTreeSet<String>, table: &str) {
-    assert_eq!(
-        documented.difference(served).collect::<Vec<_>>(),
-        Vec::<&String>::new(),
-        "documented as exported in docs/observability.md but not served"
-    );
-    assert_eq!(
-        served.difference(documented).collect::<Vec<_>>(),
-        Vec::<&String>::new(),
-        "served but not in docs/observability.md's {table}"
-    );
 }
