@@ -912,16 +912,17 @@ async fn exported_metric_names(stack: &Stack) -> BTreeSet<String> {
     })
     .await;
 
-    // The webhook: an unreadable review; one shed while a slow body holds the only slot
-    // (`--max-in-flight-reviews 1`); a certificate reload.
+    // The webhook: an unreadable review; one shed while a slow large body holds the only slot
+    // (`--max-in-flight-reviews 1`: a body over 32 KiB takes its unit before it is read, a small
+    // one only once whole; `--body-timeout 60s` lets it be slow); a certificate reload.
     let scratch = Scratch::new("alerts-names-bodies");
     let malformed = scratch.write("malformed.json", r#"{"apiVersion":"v1"}"#);
     assert_eq!(
         http_status(curl_post(stack, "/validate", &malformed, None)),
         "400"
     );
-    let slow_body = scratch.write("slow.json", &" ".repeat(4096));
-    let slow = curl_post(stack, "/validate", &slow_body, Some(256));
+    let slow_body = scratch.write("slow.json", &" ".repeat(64 * 1024));
+    let slow = curl_post(stack, "/validate", &slow_body, Some(4096));
     wait_for("a review shed while another holds the slot", FIRE, || async {
         let status = http_status(curl_post(stack, "/validate", &malformed, None));
         (status == "429").then_some(()).ok_or(format!("HTTP {status}"))
@@ -954,7 +955,12 @@ async fn dashboard_and_rules_name_only_metrics_the_binaries_export() {
     let stack = Stack::start(
         1,
         WebhookSetup {
-            extra_args: vec!["--max-in-flight-reviews".into(), "1".into()],
+            extra_args: vec![
+                "--max-in-flight-reviews".into(),
+                "1".into(),
+                "--body-timeout".into(),
+                "60s".into(),
+            ],
             ..WebhookSetup::default()
         },
     )
