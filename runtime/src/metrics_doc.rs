@@ -84,6 +84,19 @@ fn backticked(cell: &str) -> Option<String> {
     looks_like_metric.then(|| name.to_owned())
 }
 
+/// The names a binary must serve by `doc`: the metric tables under the `###` headings `tables`,
+/// and the process metrics (`process_*`), a sentence of their own section whose later prose and
+/// samples mention other metrics.
+pub fn documented_with_process_names(doc: &str, tables: &[&str]) -> BTreeSet<String> {
+    let mut names = documented_names(doc, tables, &[]);
+    names.extend(
+        documented_names(doc, &[], &["Process metrics (both)"])
+            .into_iter()
+            .filter(|name| name.starts_with("process_")),
+    );
+    names
+}
+
 /// Panics unless `documented` (the names a table of docs/observability.md lists, `table` naming it)
 /// and `served` (what the registry exposes) are the same set, naming the difference each way.
 pub fn assert_same_names(documented: &BTreeSet<String>, served: &BTreeSet<String>, table: &str) {
