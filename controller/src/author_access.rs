@@ -76,6 +76,15 @@ impl AuthorAccess {
         self.ask_afresh(client, author, question).await
     }
 
+    /// Forgets the grants of `questions` to `author`: the apiserver refused a write they allowed
+    /// (as the author, when copies are written as their author), so the next pass asks afresh.
+    pub fn forget(&self, author: &Author, questions: &[AccessQuestion]) {
+        let record = author.record();
+        for question in questions {
+            self.grants.remove(&(record.clone(), question.clone()));
+        }
+    }
+
     /// Whether `author` may do what `question` asks, asked of the authorizer whatever is cached
     /// (the periodic recheck): a grant is kept for the passes; a denial drops the cached grant, so
     /// the pass it wakes sees the denial too.

@@ -3,6 +3,8 @@
 use crate::author_access::AuthorAccessMode;
 use crate::initial_list::InitialList;
 use clap::Parser;
+use clap::builder::TypedValueParser;
+use shared::policy::write_as::WriteCopiesAs;
 use shared::{
     copy::recreate::RecreateKinds, policy::kind_policy::AllowedPowerKinds, policy::projectable::SourceMode,
 };
@@ -39,6 +41,16 @@ pub struct Args {
     /// that the author may create the copies. The chart refuses trusted without those.
     #[arg(long, value_enum, default_value = "enforce")]
     pub author_access: AuthorAccessMode,
+
+    /// Who creates and updates the copies (with --author-access=enforce; trusted: the controller).
+    /// author: the CR's recorded author, by constrained impersonation (Kubernetes v1.36+), so the
+    /// apiserver's RBAC and every admission policy decide each write as the author's own; the
+    /// controller then needs only the impersonate-on verbs for the projected kinds, not create; it
+    /// does not start when the apiserver refuses. controller: its own account, after the
+    /// SubjectAccessReviews. auto: author when a start-up probe shows the apiserver lets this
+    /// controller impersonate, else controller. Deletions of our copies are always the controller's.
+    #[arg(long, default_value = "auto", value_parser = clap::builder::PossibleValuesParser::new(["auto", "author", "controller"]).map(|v| v.parse::<WriteCopiesAs>().expect("a possible value")))]
+    pub write_copies_as: WriteCopiesAs,
 
     /// How often every CR's recorded author is asked again (enforce only) with nothing changed,
     /// so a revoked grant removes the copies it allowed without anyone touching the CR: one

@@ -5,12 +5,13 @@ use crate::{
     author_access::{AuthorAccess, AuthorAccessMode},
     discovery::Discovery,
     events::Events,
+    impersonation::AuthorClients,
     metrics::Metrics,
     namespace_watch::Namespaces,
     watches::WatchRegistry,
     write_journal::WriteJournal,
 };
-use shared::{policy::kind_policy::AllowedPowerKinds, policy::projectable::SourceMode};
+use shared::policy::{kind_policy::AllowedPowerKinds, projectable::SourceMode, write_as::CopyWriter};
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -40,6 +41,8 @@ pub struct Settings {
     pub allowed_power_kinds: AllowedPowerKinds,
     /// Kinds recreated when an update is refused as immutable, beyond ConfigMaps and Secrets.
     pub recreate_on_immutable: shared::copy::recreate::RecreateKinds,
+    /// Who creates and updates copies, as decided at start-up.
+    pub copy_writer: CopyWriter,
 }
 
 /// Shared by every reconcile, in the parts the pass's steps use: each step takes its part, not
@@ -83,6 +86,8 @@ impl Context {
                 watches: watches.clone(),
                 concurrency: settings.write_concurrency.max(1),
                 recreate_on_immutable: settings.recreate_on_immutable.clone(),
+                writer: settings.copy_writer,
+                author_clients: AuthorClients::new(client.clone()),
             },
             report: Report {
                 client: client.clone(),
@@ -124,6 +129,10 @@ pub struct CopyCluster {
     pub concurrency: usize,
     /// Kinds recreated when an update is refused as immutable, beyond ConfigMaps and Secrets.
     pub recreate_on_immutable: shared::copy::recreate::RecreateKinds,
+    /// Who creates and updates copies: their author (impersonated) or the controller.
+    pub writer: CopyWriter,
+    /// The controller's client once per author, for writes as the author.
+    pub author_clients: AuthorClients,
 }
 
 /// What the report step needs: the CR's cluster for status and events, the metrics, what we last

@@ -9,6 +9,7 @@ mod context;
 mod discovery;
 mod error;
 mod events;
+mod impersonation;
 mod index;
 mod initial_list;
 mod leader;
@@ -79,6 +80,13 @@ async fn main() -> anyhow::Result<()> {
         timeouts.read = args.api_read_timeout.unwrap_or(timeouts.read);
     })
     .await?;
+    let copy_writer = choose_copy_writer(&client, &args).await?;
+    metrics
+        .copy_writer
+        .get_or_create(&metrics::WriterLabels {
+            writer: copy_writer.as_str(),
+        })
+        .set(1);
     let settings = context::Settings {
         source_mode: args.source_mode,
         requeue_cap: args.requeue_interval,
@@ -90,6 +98,7 @@ async fn main() -> anyhow::Result<()> {
         author_grant_ttl: args.author_grant_ttl,
         allowed_power_kinds: args.allow_power_kinds.clone(),
         recreate_on_immutable: args.recreate_on_immutable.clone(),
+        copy_writer,
     };
     // Every replica watches and indexes from the start; only the reconcilers wait for the lease.
     let replica = Replica::start(client.clone(), metrics, settings, readiness.clone());
@@ -131,4 +140,35 @@ async fn main() -> anyhow::Result<()> {
         server.await??;
     }
     result
+}
+
+/// Who writes the copies (`--write-copies-as`), probing the apiserver when that decides it; logged
+/// once. An error stops the start: copies asked to be written as their author cannot be.
+async fn choose_copy_writer(
+    client: &kube::Client,
+    args: &cli::Args,
+) -> anyhow::Result<shared::policy::write_as::CopyWriter> {
+    use shared::policy::write_as::{Probe, choose, needs_probe};
+    let enforced = args.author_access == author_access::AuthorAccessMode::Enforce;
+    let probe = if needs_probe(args.write_copies_as, enforced) {
+        Some(impersonation::probe(client).await)
+    } else {
+        None
+    };
+    let writer = choose(args.write_copies_as, enforced, probe.as_ref()).map_err(anyhow::Error::msg)?;
+    let refused = match &probe {
+        Some(Probe::Refused(why)) => Some(why.as_str()),
+        _ => None,
+    };
+    tracing::info!(
+        writer = %writer,
+        requested = ?args.write_copies_as,
+        impersonation_refused = refused,
+        "copies are written by {}",
+        match writer {
+            shared::policy::write_as::CopyWriter::Author => "their author, impersonated",
+            shared::policy::write_as::CopyWriter::Controller => "the controller's own account",
+        }
+    );
+    Ok(writer)
 }

@@ -68,6 +68,13 @@ pub struct RecheckLabels {
     pub result: &'static str,
 }
 
+/// Labels of `projection_copy_writer_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriterLabels {
+    /// `author` (impersonated) or `controller`.
+    pub writer: &'static str,
+}
+
 /// Every metric of the controller.
 pub struct Metrics {
     pub reconcile_total: Family<ReconcileLabels, Counter>,
@@ -76,6 +83,8 @@ pub struct Metrics {
     pub reconcile_errors_total: Family<ErrorLabels, Counter>,
     /// Author questions asked again by the periodic recheck, by answer.
     pub author_rechecks_total: Family<RecheckLabels, Counter>,
+    /// 1 for who creates and updates copies, as decided at start-up.
+    pub copy_writer: Family<WriterLabels, Gauge>,
     pub watched_gvks: Gauge,
     pub watched_dest_gvks: Gauge,
     /// The controller-runtime names the Go operator exposed.
@@ -98,6 +107,7 @@ impl Metrics {
             }),
             reconcile_errors_total: Family::default(),
             author_rechecks_total: Family::default(),
+            copy_writer: Family::default(),
             watched_gvks: Gauge::default(),
             watched_dest_gvks: Gauge::default(),
             queue: crate::queue_metrics::QueueMetrics::register(registry),
@@ -127,6 +137,11 @@ impl Metrics {
             "projection_author_rechecks",
             "Author access questions asked again by the periodic recheck, by answer",
             metrics.author_rechecks_total.clone(),
+        );
+        registry.register(
+            "projection_copy_writer_info",
+            "Who creates and updates copies, decided at start-up: the CR's author (impersonated) or the controller",
+            metrics.copy_writer.clone(),
         );
         registry.register(
             "projection_watched_gvks",
@@ -322,6 +337,10 @@ mod tests {
                 result: "allowed",
             })
             .inc();
+        metrics
+            .copy_writer
+            .get_or_create(&WriterLabels { writer: "author" })
+            .set(1);
         let served = runtime::metrics_doc::served_names(&registry);
         runtime::metrics_doc::assert_same_names(&documented, &served, "controller tables");
     }

@@ -56,6 +56,9 @@ pub enum WriteError {
     /// The apiserver refused an in-place update as immutable and the kind is not recreated: the copy
     /// was left as it is; the message names the field and the way out.
     Immutable(String),
+    /// The apiserver refused the write made as the CR's author (its RBAC, or an admission webhook
+    /// answering Forbidden): the message names the author and carries the apiserver's.
+    AuthorForbidden(String),
 }
 
 impl WriteError {
@@ -67,14 +70,51 @@ impl WriteError {
             Self::Create(_) => Reason::DestinationCreateFailed,
             Self::Update(_) => Reason::DestinationUpdateFailed,
             Self::Immutable(_) => Reason::DestinationImmutable,
+            Self::AuthorForbidden(_) => Reason::DestinationForbidden,
         }
     }
 
     /// The message for a person.
     pub fn message(&self) -> String {
         match self {
-            Self::Conflict(m) | Self::Immutable(m) => m.clone(),
+            Self::Conflict(m) | Self::Immutable(m) | Self::AuthorForbidden(m) => m.clone(),
             Self::Fetch(e) | Self::Create(e) | Self::Update(e) => crate::error::describe(e),
+        }
+    }
+}
+
+/// The copies of one namespace and kind, as the controller (reads, deletions, releases: its own
+/// acts on its own copies) and as their writer (creates and updates: the CR's author, impersonated,
+/// or the controller again; `shared::policy::write_as`).
+pub struct CopyApis {
+    /// As the controller.
+    pub own: Api<DynamicObject>,
+    /// As whoever writes the copies.
+    pub writer: Api<DynamicObject>,
+    /// The author's user name when `writer` is the author's.
+    pub author: Option<String>,
+}
+
+impl CopyApis {
+    /// Copies written by the controller itself.
+    pub fn own(api: Api<DynamicObject>) -> Self {
+        Self {
+            writer: api.clone(),
+            own: api,
+            author: None,
+        }
+    }
+
+    /// A failed create or update: `AuthorForbidden` when the apiserver refused the author, else
+    /// `other`.
+    fn refused(&self, error: kube::Error, other: fn(kube::Error) -> WriteError) -> WriteError {
+        match (&self.author, &error) {
+            (Some(author), kube::Error::Api(s)) if s.code == 403 => WriteError::AuthorForbidden(format!(
+                "the apiserver refused the copy written as its author {author} (the author is whoever \
+                 last created or changed the spec): {}",
+                s.message
+            )),
+            _ => other(error),
         }
     }
 }
@@ -85,7 +125,7 @@ impl WriteError {
 #[allow(clippy::too_many_arguments)]
 pub async fn write_copy(
     journal: &WriteJournal,
-    api: &Api<DynamicObject>,
+    apis: &CopyApis,
     group_kind: &GroupKind,
     copies: &CopyStore,
     desired: &Value,
@@ -116,24 +156,34 @@ pub async fn write_copy(
     let mut existing = match cached.map(|c| c.object()) {
         Some(Some(object)) => Some(Arc::new(object)),
         // Undecodable (never expected): read it instead.
-        Some(None) => api.get_opt(&name).await.map_err(WriteError::Fetch)?.map(Arc::new),
+        Some(None) => apis
+            .own
+            .get_opt(&name)
+            .await
+            .map_err(WriteError::Fetch)?
+            .map(Arc::new),
         None => None,
     };
     let mut last_error = None;
     // A stale cache costs one retry with a fresh read; a third round means someone keeps writing.
     for _ in 0..3 {
         let Some(current) = existing.take() else {
-            match create_copy(journal, api, &key, owner, &desired_object(desired)?).await {
+            match create_copy(journal, &apis.writer, &key, owner, &desired_object(desired)?).await {
                 Ok(created) => {
                     remember_if_current(journal, &key, &created, desired, fingerprint);
                     return Ok(Written::Created);
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
-                    existing = api.get_opt(&name).await.map_err(WriteError::Fetch)?.map(Arc::new);
+                    existing = apis
+                        .own
+                        .get_opt(&name)
+                        .await
+                        .map_err(WriteError::Fetch)?
+                        .map(Arc::new);
                     last_error = Some(kube::Error::Api(s));
                     continue;
                 }
-                Err(e) => return Err(WriteError::Create(e)),
+                Err(e) => return Err(apis.refused(e, WriteError::Create)),
             }
         };
         let adopting = !owner.owns(current.metadata.annotations.as_ref());
@@ -164,7 +214,7 @@ pub async fn write_copy(
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()
         };
-        let patched = api.patch(&name, &params, &Patch::Merge(&patch)).await;
+        let patched = apis.writer.patch(&name, &params, &Patch::Merge(&patch)).await;
         journal.finish_write(
             key.clone(),
             owner,
@@ -177,7 +227,12 @@ pub async fn write_copy(
                 return Ok(Written::Updated);
             }
             Err(kube::Error::Api(s)) if s.code == 409 => {
-                existing = api.get_opt(&name).await.map_err(WriteError::Fetch)?.map(Arc::new);
+                existing = apis
+                    .own
+                    .get_opt(&name)
+                    .await
+                    .map_err(WriteError::Fetch)?
+                    .map(Arc::new);
                 last_error = Some(kube::Error::Api(s));
             }
             Err(kube::Error::Api(s)) if is_immutable_refusal(&s) && !recreatable => {
@@ -190,11 +245,11 @@ pub async fn write_copy(
             Err(kube::Error::Api(s)) if is_immutable_refusal(&s) => {
                 // The first line: a PersistentVolumeClaim's refusal goes on with a diff of its spec.
                 let reason = s.message.lines().next().unwrap_or_default().to_owned();
-                return recreate(journal, api, &key, &current, &desired_object(desired)?, owner)
+                return recreate(journal, apis, &key, &current, &desired_object(desired)?, owner)
                     .await
                     .map(|()| Written::Recreated(reason));
             }
-            Err(e) => return Err(WriteError::Update(e)),
+            Err(e) => return Err(apis.refused(e, WriteError::Update)),
         }
     }
     Err(match last_error {
@@ -256,7 +311,7 @@ async fn create_copy(
 /// Replaces an owned copy whose update the apiserver refuses as immutable.
 async fn recreate(
     journal: &WriteJournal,
-    api: &Api<DynamicObject>,
+    apis: &CopyApis,
     key: &ObjectKey,
     current: &DynamicObject,
     desired: &DynamicObject,
@@ -271,7 +326,7 @@ async fn recreate(
         preconditions: Some(preconditions),
         ..Default::default()
     };
-    match api.delete(&key.name, &params).await {
+    match apis.own.delete(&key.name, &params).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.is_not_found() => {}
         Err(e) => return Err(WriteError::Update(e)),
@@ -282,7 +337,7 @@ async fn recreate(
     let while_deleting = ConstantBuilder::new()
         .with_delay(Duration::from_millis(100))
         .with_max_times(49);
-    match (|| create_copy(journal, api, key, owner, desired))
+    match (|| create_copy(journal, &apis.writer, key, owner, desired))
         .retry(while_deleting)
         .when(name_taken)
         .await
@@ -292,7 +347,7 @@ async fn recreate(
             "destination {}/{} is still being deleted; it will be recreated on the next attempt",
             key.namespace, key.name
         ))),
-        Err(e) => Err(WriteError::Create(e)),
+        Err(e) => Err(apis.refused(e, WriteError::Create)),
     }
 }
 

@@ -6,14 +6,18 @@
 
 mod common;
 
-use common::*;
+use common::{
+    account::{ControllerAccount, controller_rules, controller_rules_writing_as_author},
+    *,
+};
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Secret},
     rbac::v1::{Role, RoleBinding},
 };
 use kube::{Api, Client, api::PostParams};
 use projection_tests::{
-    ClusterScopedGuard, TestNamespace, chart, kubectl_ok, kubectl_stdin, test_config, wait_for,
+    ClusterScopedGuard, ServiceProcess, TestNamespace, chart, kubectl_ok, kubectl_stdin, metric_value,
+    test_config, wait_for,
 };
 use serde_json::{Value, json};
 use shared::{
@@ -765,5 +769,218 @@ async fn suspension_and_silence_never_freeze_a_copy_its_author_could_no_longer_m
         );
     }
     wait_condition(&env.projections(), "revoked", "Suspended", "True", None).await;
+    env.finish().await;
+}
+
+/// A ValidatingAdmissionPolicy that refuses ConfigMaps created or updated by `user` in `namespace`,
+/// applied under a name of this test's own and loaded (a ConfigMap `user` writes there by hand is
+/// refused). Deleted when dropped.
+struct RefuseWritesBy {
+    message: String,
+    _guards: [ClusterScopedGuard; 2],
+}
+
+impl RefuseWritesBy {
+    async fn apply(user: &str, namespace: &str) -> Self {
+        let name = format!("refuse-{namespace}");
+        let message = format!("{user} may not write ConfigMaps in {namespace} (the test's policy)");
+        let guards = [
+            ClusterScopedGuard::new("validatingadmissionpolicies", &name),
+            ClusterScopedGuard::new("validatingadmissionpolicybindings", &name),
+        ];
+        let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "List", "items": [
+            {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+             "metadata": {"name": name},
+             "spec": {"failurePolicy": "Fail",
+                      "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                          "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}]},
+                      "validations": [{"expression": format!("request.userInfo.username != '{user}'"),
+                                       "message": message}]}},
+            {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+             "metadata": {"name": name},
+             "spec": {"policyName": name, "validationActions": ["Deny"],
+                      "matchResources": {"namespaceSelector": {"matchLabels":
+                          {"kubernetes.io/metadata.name": namespace}}}}},
+        ]});
+        let applied = kubectl_stdin(&["apply", "-f", "-"], &policy.to_string());
+        assert!(
+            applied.status.success(),
+            "{}",
+            String::from_utf8_lossy(&applied.stderr)
+        );
+        // The apiserver loads a policy a moment after it is stored: wait until it refuses `user`.
+        let by_hand: Api<ConfigMap> = Api::namespaced(client_as(user, &[]).await, namespace);
+        let probe: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": "by-hand"}})).expect("json");
+        wait_for("the policy refusing the user's own write", TIMEOUT, || async {
+            match by_hand.create(&PostParams::default(), &probe).await {
+                Err(kube::Error::Api(s)) if s.message.contains(&message) => Ok(()),
+                Ok(_) => {
+                    let _ = by_hand.delete("by-hand", &Default::default()).await;
+                    Err("admitted".to_owned())
+                }
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await;
+        Self {
+            message,
+            _guards: guards,
+        }
+    }
+}
+
+/// Copies written as their author (`--write-copies-as=author`; this suite's controller runs as the
+/// admin, who may impersonate anyone): an admission policy keyed on the requesting user sees the
+/// author of each copy, not the controller. The same policy refuses alice's copy and lets bob's,
+/// of the same source into the same namespace, be written.
+#[tokio::test]
+async fn an_admission_policy_keyed_on_the_user_sees_the_author_of_each_copy() {
+    let env = env("as-author").await;
+    let (src, dst) = env.names();
+    let controller = controller(&["--author-access=enforce", "--write-copies-as=author"]).await;
+    assert_eq!(
+        metric_value(
+            &controller.metrics(),
+            "projection_copy_writer_info{writer=\"author\"}"
+        ),
+        Some(1.0)
+    );
+    source_configmap(&env.api(&src), "cfg", json!({"k": "v"})).await;
+    let (alice, bob) = (format!("alice-{dst}"), format!("bob-{dst}"));
+    for user in [&alice, &bob] {
+        tenant_of(&env.client, &dst, user).await;
+        grant(&env.client, &src, user, rule("", "configmaps", "get")).await;
+    }
+    let policy = RefuseWritesBy::apply(&alice, &dst).await;
+    for (user, name) in [(&alice, "from-alice"), (&bob, "from-bob")] {
+        let api: Api<Projection> = Api::namespaced(client_as(user, &[]).await, &dst);
+        let destination = json!({"destination": {"name": name}});
+        create(
+            &api,
+            projection_by(name, cm_source(&src, "cfg"), destination, &record(user, &[])),
+        )
+        .await;
+    }
+    wait_ready(&env.projections(), "from-bob").await;
+    let copy: ConfigMap = env.api(&dst).get("from-bob").await.expect("bob's copy");
+    assert_eq!(data_of(&copy)["k"], "v");
+    let refused = wait_not_ready(&env.projections(), "from-alice", "DestinationCreateFailed").await;
+    let message = refused["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&policy.message), "{message}");
+    assert!(
+        copy_absent(&env.api(&dst), "from-alice").await,
+        "alice's copy was written"
+    );
+    env.finish().await;
+}
+
+/// The controller as the chart runs it on Kubernetes v1.36 (`controller.writeCopiesAs: auto`): its
+/// ClusterRole has no `create` or `update` on ConfigMaps, only the impersonation verbs, and a
+/// tenant's copy is still created and updated, as the tenant.
+#[tokio::test]
+async fn a_controller_without_create_writes_copies_as_their_author() {
+    let env = env("no-create").await;
+    let (src, dst) = env.names();
+    let rules = controller_rules_writing_as_author(&["configmaps"]);
+    let account = ControllerAccount::create_with_rules(&env, "no-create-home", rules).await;
+    assert_eq!(account.can_i("create", "configmaps"), "no");
+    let mut controller = ServiceProcess::start_as(
+        binary(),
+        &[
+            "--write-copies-as=author",
+            "--requeue-interval",
+            "5m",
+            "--leader-elect=true",
+            "--leader-election-namespace",
+            account.namespace(),
+        ],
+        &account.kubeconfig,
+        &[],
+    );
+    controller.wait_ready().await;
+    assert_eq!(
+        metric_value(
+            &controller.metrics(),
+            "projection_copy_writer_info{writer=\"author\"}"
+        ),
+        Some(1.0)
+    );
+    let user = format!("tenant-{dst}");
+    tenant_of(&env.client, &dst, &user).await;
+    grant(&env.client, &src, &user, rule("", "configmaps", "get")).await;
+    source_configmap(&env.api(&src), "cfg", json!({"k": "v"})).await;
+    let api: Api<Projection> = Api::namespaced(client_as(&user, &[]).await, &dst);
+    create(
+        &api,
+        projection_by("p", cm_source(&src, "cfg"), json!({}), &record(&user, &[])),
+    )
+    .await;
+    wait_ready(&env.projections(), "p").await;
+    let copies: Api<ConfigMap> = env.api(&dst);
+    assert_eq!(data_of(&copies.get("cfg").await.expect("copy"))["k"], "v");
+    // An update of the copy is the author's write too.
+    merge(&env.api::<ConfigMap>(&src), "cfg", json!({"data": {"k": "w"}})).await;
+    wait_object(&copies, "cfg", "the edit in the copy", |copy| {
+        data_of(copy)["k"] == "w"
+    })
+    .await;
+    env.finish().await;
+}
+
+/// Where the apiserver does not let the controller impersonate (its ClusterRole lacks the verbs, as
+/// on a cluster without constrained impersonation): `auto` writes as the controller and says so in
+/// its metric; `author` refuses to start, saying why and what to set.
+#[tokio::test]
+async fn without_impersonation_auto_writes_as_the_controller_and_author_does_not_start() {
+    let env = env("no-impersonation").await;
+    let account =
+        ControllerAccount::create_with_rules(&env, "no-imp-home", controller_rules(&["configmaps"])).await;
+    let leader = [
+        "--leader-elect=true",
+        "--leader-election-namespace",
+        account.namespace(),
+    ];
+    let mut auto = ServiceProcess::start_as(binary(), &leader, &account.kubeconfig, &[]);
+    auto.wait_ready().await;
+    assert_eq!(
+        metric_value(
+            &auto.metrics(),
+            "projection_copy_writer_info{writer=\"controller\"}"
+        ),
+        Some(1.0)
+    );
+    drop(auto);
+    let refused = tokio::task::spawn_blocking({
+        let kubeconfig = account.kubeconfig.clone();
+        move || {
+            std::process::Command::new(binary())
+                .args([
+                    "--write-copies-as=author",
+                    "--metrics-bind-address=127.0.0.1:0",
+                    "--health-probe-bind-address=127.0.0.1:0",
+                ])
+                .env("KUBECONFIG", kubeconfig)
+                .output()
+                .expect("the controller runs")
+        }
+    });
+    let out = tokio::time::timeout(TIMEOUT, refused)
+        .await
+        .expect("the controller stops by itself")
+        .expect("joined");
+    assert!(!out.status.success(), "started without impersonation");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    for part in [
+        "--write-copies-as=author",
+        "impersonat",
+        "controller.writeCopiesAs: controller",
+    ] {
+        assert!(said.contains(part), "{part:?} not in {said}");
+    }
     env.finish().await;
 }

@@ -88,6 +88,27 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{/*
+Who creates and updates copies: "author" (impersonated) or "controller", from
+controller.writeCopiesAs, authorAccess and the cluster's version (constrained impersonation is beta
+and on by default from v1.36).
+*/}}
+{{- define "projection.copyWriter" -}}
+{{- $asked := .Values.controller.writeCopiesAs | default "auto" -}}
+{{- if not (has $asked (list "auto" "author" "controller")) -}}
+{{- fail (printf "controller.writeCopiesAs must be auto, author or controller, not %q" $asked) -}}
+{{- end -}}
+{{- if eq .Values.authorAccess "trusted" -}}
+controller
+{{- else if ne $asked "auto" -}}
+{{ $asked }}
+{{- else if semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version -}}
+author
+{{- else -}}
+controller
+{{- end -}}
+{{- end }}
+
+{{/*
 Rules for the kinds the operator may project, from supportedKinds. "*" in apiGroup or resources is
 kept as the wildcard; everything else is listed as given.
 */}}

@@ -9,7 +9,7 @@ use crate::{
     discovery::recorded_resource,
     events::Events,
     pass::{kind::ProjectionKind, read::Source},
-    writer::{WriteError, Written, release_copy, release_known, write_copy},
+    writer::{CopyApis, WriteError, Written, release_copy, release_known, write_copy},
 };
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -18,13 +18,14 @@ use kube::{
     api::{ApiResource, DynamicObject},
 };
 use shared::{
-    api::{crd::WrittenDestination, source::GroupKind},
+    api::{crd::WrittenDestination, reason::Reason, source::GroupKind},
     copy::{content::BuiltContent, destination::Target, ownership::Owner},
     pass::{
         lifecycle::{Release, stamp_request},
         plan::{CopyAt, CopyView, Destinations, Plan, Removed, removal_events, withdrawal},
         tally::CopyWrite,
     },
+    policy::write_as::CopyWriter,
 };
 use std::sync::Arc;
 
@@ -72,6 +73,20 @@ pub async fn write_all(
     requested: Option<&str>,
 ) -> Vec<(String, CopyWrite)> {
     let recreatable = cluster.recreate_on_immutable.allows(&read.group_kind);
+    // Written as the author where the controller impersonates authors (`CopyWriter::Author`).
+    let author = match (cluster.writer, read.author.as_ref()) {
+        (CopyWriter::Author, Some(grant)) => match cluster.author_clients.of(&grant.author) {
+            Ok(client) => Some((client, grant.author.username.clone())),
+            Err(message) => {
+                let failed = CopyWrite::Failed {
+                    reason: Reason::DestinationForbidden,
+                    message: format!("the copies cannot be written as their author: {message}"),
+                };
+                return plan.write.iter().map(|ns| (ns.clone(), failed.clone())).collect();
+            }
+        },
+        _ => None,
+    };
     futures::stream::iter(plan.write.iter().cloned())
         .map(|namespace| {
             let target = Target {
@@ -80,12 +95,20 @@ pub async fn write_all(
             };
             let mut desired = built.place(owner, &target);
             stamp_request(&mut desired, requested);
-            let api =
+            let own =
                 Api::<DynamicObject>::namespaced_with(cluster.client.clone(), &namespace, &read.resource);
+            let apis = match &author {
+                Some((client, username)) => CopyApis {
+                    own,
+                    writer: Api::namespaced_with(client.clone(), &namespace, &read.resource),
+                    author: Some(username.clone()),
+                },
+                None => CopyApis::own(own),
+            };
             async move {
                 let written = write_copy(
                     &cluster.journal,
-                    &api,
+                    &apis,
                     &read.group_kind,
                     &read.copies,
                     &desired,

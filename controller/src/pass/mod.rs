@@ -19,7 +19,7 @@ use crate::{
     pass::{
         apply::{existing_copies, views, withdraw, write_all},
         kind::{KindStatus, ProjectionKind},
-        read::{Problem, Source, forbidden_namespaces, read},
+        read::{Problem, Source, forbidden_namespaces, forget_refused_grants, read},
         report::{conclude, conclude_suspended, observe_first_copy, write_status},
     },
     queue_metrics::{ReconcileEnd, queue_key},
@@ -172,6 +172,7 @@ async fn run<K: ProjectionKind>(cr: &K, ctx: &Context, status: &K::Status, reque
         write_all(&ctx.copies, &read, &built, &owner, &plan, requested),
         remove_unwanted((&ctx.copies, &ctx.report.events), cr, &read, &plan),
     );
+    forget_refused_grants(&ctx.sources, &read, &writes);
     let from = format!("{}/{}", cr.source().namespace, cr.source().name);
     let concluded = plan.conclude(
         writes,

@@ -28,6 +28,7 @@ use shared::{
     pass::{
         not_found::{NotFound, classify_not_found, kind_not_served_message},
         status::{Copies, Stopped, StoppedAt},
+        tally::CopyWrite,
     },
     policy::{
         author::{AccessQuestion, Author, denial_message},
@@ -314,6 +315,31 @@ pub async fn forbidden_namespaces(
         })
         .buffer_unordered(sources.concurrency);
     answers.filter_map(|answer| async move { answer }).collect().await
+}
+
+/// Forgets the author's grants to create copies in the namespaces where the apiserver refused a
+/// copy written as the author (`writes`): the next pass asks the authorizer afresh, and withdraws
+/// the copy there if it says no.
+pub fn forget_refused_grants(sources: &SourceAccess, source: &Source, writes: &[(String, CopyWrite)]) {
+    let Some(grant) = source.author.as_ref() else {
+        return;
+    };
+    let resource = &source.resource;
+    let refused: Vec<AccessQuestion> = writes
+        .iter()
+        .filter(|(_, write)| {
+            matches!(write, CopyWrite::Failed { reason, .. } if *reason == Reason::DestinationForbidden)
+        })
+        .map(|(namespace, _)| AccessQuestion::create_copies(&resource.group, &resource.plural, namespace))
+        .collect();
+    if refused.is_empty() {
+        return;
+    }
+    // With the grant for every namespace at once, which a ClusterProjection asks first.
+    let everywhere = AccessQuestion::create_copies(&resource.group, &resource.plural, "");
+    sources
+        .author_access
+        .forget(&grant.author, &[refused, vec![everywhere]].concat());
 }
 
 /// Resolves the kind of the source of `cr`, checks its recorded author, then watches, reads and

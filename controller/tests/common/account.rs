@@ -36,6 +36,28 @@ pub fn controller_rules(kinds: &[&str]) -> Value {
     ])
 }
 
+/// The chart's controller ClusterRole with `controller.writeCopiesAs: author` (the default on
+/// Kubernetes v1.36): no `create` or `update` on `kinds`, only the constrained impersonation verbs
+/// for them, and the start-up probe's.
+pub fn controller_rules_writing_as_author(kinds: &[&str]) -> Value {
+    let mut rules = controller_rules(kinds);
+    let list = rules.as_array_mut().expect("a list of rules");
+    list[0] = json!({"apiGroups": [""], "resources": kinds,
+                     "verbs": ["get", "list", "watch", "patch", "delete"]});
+    list.extend([
+        json!({"apiGroups": [""], "resources": kinds,
+               "verbs": ["impersonate-on:user-info:create", "impersonate-on:user-info:patch",
+                         "impersonate-on:serviceaccount:create", "impersonate-on:serviceaccount:patch"]}),
+        json!({"apiGroups": ["authentication.k8s.io"], "resources": ["users", "groups"],
+               "verbs": ["impersonate:user-info"]}),
+        json!({"apiGroups": ["authentication.k8s.io"], "resources": ["serviceaccounts"],
+               "verbs": ["impersonate:serviceaccount"]}),
+        json!({"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"],
+               "verbs": ["impersonate-on:user-info:create"]}),
+    ]);
+    rules
+}
+
 /// A kubeconfig for the local cluster that authenticates with `token`.
 fn kubeconfig_with_token(token: &str, file: &str) -> PathBuf {
     let admin = kube::config::Kubeconfig::read_from(kubeconfig_path()).expect("admin kubeconfig");
@@ -76,6 +98,11 @@ pub struct ControllerAccount {
 impl ControllerAccount {
     /// Creates the account with `supportedKinds` = `kinds`.
     pub async fn create(env: &Env, name: &str, kinds: &[&str]) -> Self {
+        Self::create_with_rules(env, name, controller_rules(kinds)).await
+    }
+
+    /// Creates the account with `rules` as its ClusterRole.
+    pub async fn create_with_rules(env: &Env, name: &str, rules: Value) -> Self {
         let home = TestNamespace::create(&env.client, name).await;
         let namespace = home.name().to_owned();
         create(
@@ -92,7 +119,7 @@ impl ControllerAccount {
             json!([{"kind": "ServiceAccount", "name": "projection-controller", "namespace": namespace}]);
         create(
             &Api::<ClusterRole>::all(env.client.clone()),
-            json!({"metadata": {"name": role_name}, "rules": controller_rules(kinds)}),
+            json!({"metadata": {"name": role_name}, "rules": rules}),
         )
         .await;
         create(
@@ -157,11 +184,16 @@ impl ControllerAccount {
 
     /// Replaces `supportedKinds` with `kinds`.
     pub async fn grant(&self, kinds: &[&str]) {
+        self.set_rules(controller_rules(kinds)).await;
+    }
+
+    /// Replaces the ClusterRole's rules with `rules`.
+    pub async fn set_rules(&self, rules: Value) {
         Api::<ClusterRole>::all(self.client.clone())
             .patch(
                 &self.role_name,
                 &PatchParams::default(),
-                &Patch::Merge(json!({"rules": controller_rules(kinds)})),
+                &Patch::Merge(json!({"rules": rules})),
             )
             .await
             .expect("ClusterRole patched");

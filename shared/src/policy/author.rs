@@ -112,6 +112,23 @@ impl Author {
     }
 }
 
+impl Author {
+    /// The impersonation headers that make a request the author's (names in lower case, as HTTP/2
+    /// sends them): `Impersonate-User`, and one `Impersonate-Group` per recorded group. A ServiceAccount is impersonated by name alone: the
+    /// apiserver gives it its groups (the ones recorded: `system:serviceaccounts`, its namespace's,
+    /// `system:authenticated`), and constrained impersonation grants a ServiceAccount only that way.
+    pub fn impersonation_headers(&self) -> Vec<(&'static str, &str)> {
+        let mut headers = vec![("impersonate-user", self.username.as_str())];
+        if !self.username.starts_with(SERVICE_ACCOUNT_PREFIX) {
+            headers.extend(self.groups.iter().map(|g| ("impersonate-group", g.as_str())));
+        }
+        headers
+    }
+}
+
+/// How the apiserver names a ServiceAccount user.
+const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
+
 /// What a CR's author is asked, where each copy is made.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct AccessQuestion {
@@ -242,6 +259,31 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn an_author_is_impersonated_with_its_groups_and_a_service_account_by_name() {
+        let alice = Author::of("alice", &["team-a".to_owned(), "system:authenticated".to_owned()]).unwrap();
+        assert_eq!(
+            alice.impersonation_headers(),
+            [
+                ("impersonate-user", "alice"),
+                ("impersonate-group", "team-a"),
+                ("impersonate-group", "system:authenticated")
+            ]
+        );
+        let deployer = Author::of(
+            "system:serviceaccount:team-a:deployer",
+            &[
+                "system:serviceaccounts".to_owned(),
+                "system:authenticated".to_owned(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            deployer.impersonation_headers(),
+            [("impersonate-user", "system:serviceaccount:team-a:deployer")]
+        );
     }
 
     #[test]
