@@ -23,6 +23,7 @@ use shared::{
     copy::write_plan::{WriteDecision, WritePlan, decide, plan_update},
     pass::lifecycle::{AfterDeleteConflict, Release, after_delete_conflict, orphan_patch},
     pass::plan::{Existing, Removed},
+    policy::author::Author,
 };
 use std::{sync::Arc, time::Duration};
 
@@ -91,8 +92,8 @@ pub struct CopyApis {
     pub own: Api<DynamicObject>,
     /// As whoever writes the copies.
     pub writer: Api<DynamicObject>,
-    /// The author's user name when `writer` is the author's.
-    pub author: Option<String>,
+    /// The author when `writer` is the author's.
+    pub author: Option<Author>,
 }
 
 impl CopyApis {
@@ -109,11 +110,20 @@ impl CopyApis {
     /// `other`.
     fn refused(&self, error: kube::Error, other: fn(kube::Error) -> WriteError) -> WriteError {
         match (&self.author, &error) {
-            (Some(author), kube::Error::Api(s)) if s.code == 403 => WriteError::AuthorForbidden(format!(
-                "the apiserver refused the copy written as its author {author} (the author is whoever \
-                 last created or changed the spec): {}",
-                s.message
-            )),
+            (Some(author), kube::Error::Api(s)) if s.code == 403 => {
+                let masters = if author.is_master() {
+                    "; the apiserver lets nobody impersonate system:masters, so this author is \
+                     impersonated without that group: bind its user or another of its groups with RBAC, \
+                     or write the CR as a user whose rights RBAC grants"
+                } else {
+                    ""
+                };
+                WriteError::AuthorForbidden(format!(
+                    "the apiserver refused the copy written as its author {} (the author is whoever \
+                     last created or changed the spec): {}{masters}",
+                    author.username, s.message
+                ))
+            }
             _ => other(error),
         }
     }

@@ -12,8 +12,23 @@ api_ready() {
   curl -fsS --max-time 3 --cacert "$PKI/ca.crt" "https://127.0.0.1:$API_PORT/readyz" >/dev/null 2>&1
 }
 
+# The admin's certificate is in system:masters, which the apiserver lets nobody impersonate; like
+# kubeadm's admin since v1.29 (group kubeadm:cluster-admins), its user is also bound to cluster-admin
+# by RBAC, so a controller that writes copies as their author (impersonated without system:masters)
+# may write what the admin authored.
+bind_admin() {
+  "$bin/kubectl" --kubeconfig="$KUBECONFIG_FILE" apply -f - >/dev/null <<'YAML'
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: projection-testenv-admin}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: projection-testenv-admin}]
+YAML
+}
+
 if pid_alive kube-apiserver && pid_alive etcd && pid_alive kube-controller-manager && api_ready \
    && [ "$(readlink "$TESTENV_DIR/bin")" = "$bin" ]; then
+  bind_admin
   cp_log "already running (logs in $LOGS)"
   echo "export KUBECONFIG=$KUBECONFIG_FILE"
   exit 0
@@ -168,6 +183,7 @@ start_recorded kube-controller-manager "$bin/kube-controller-manager" \
 wait_for 120 "kube-controller-manager (default ServiceAccount)" "$LOGS/kube-controller-manager.log" \
   "$bin/kubectl" --kubeconfig="$KUBECONFIG_FILE" get serviceaccount default -n default -o name --request-timeout=3s >/dev/null 2>&1
 
+bind_admin
 ln -sfn "$bin" "$TESTENV_DIR/bin"
 cat > "$TESTENV_DIR/env" <<ENV
 export KUBECONFIG=$KUBECONFIG_FILE

@@ -76,7 +76,7 @@ pub async fn write_all(
     // Written as the author where the controller impersonates authors (`CopyWriter::Author`).
     let author = match (cluster.writer, read.author.as_ref()) {
         (CopyWriter::Author, Some(grant)) => match cluster.author_clients.of(&grant.author) {
-            Ok(client) => Some((client, grant.author.username.clone())),
+            Ok(client) => Some((client, &grant.author)),
             Err(message) => {
                 let failed = CopyWrite::Failed {
                     reason: Reason::DestinationForbidden,
@@ -98,10 +98,10 @@ pub async fn write_all(
             let own =
                 Api::<DynamicObject>::namespaced_with(cluster.client.clone(), &namespace, &read.resource);
             let apis = match &author {
-                Some((client, username)) => CopyApis {
+                Some((client, author)) => CopyApis {
                     own,
                     writer: Api::namespaced_with(client.clone(), &namespace, &read.resource),
-                    author: Some(username.clone()),
+                    author: Some((*author).clone()),
                 },
                 None => CopyApis::own(own),
             };

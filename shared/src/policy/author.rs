@@ -117,17 +117,27 @@ impl Author {
     /// sends them): `Impersonate-User`, and one `Impersonate-Group` per recorded group. A ServiceAccount is impersonated by name alone: the
     /// apiserver gives it its groups (the ones recorded: `system:serviceaccounts`, its namespace's,
     /// `system:authenticated`), and constrained impersonation grants a ServiceAccount only that way.
+    /// `system:masters` is left out: the apiserver refuses to impersonate it (see [`Author::is_master`]).
     pub fn impersonation_headers(&self) -> Vec<(&'static str, &str)> {
         let mut headers = vec![("impersonate-user", self.username.as_str())];
         if !self.username.starts_with(SERVICE_ACCOUNT_PREFIX) {
-            headers.extend(self.groups.iter().map(|g| ("impersonate-group", g.as_str())));
+            let impersonable = self.groups.iter().filter(|g| g.as_str() != MASTERS);
+            headers.extend(impersonable.map(|g| ("impersonate-group", g.as_str())));
         }
         headers
+    }
+
+    /// Whether the author is in `system:masters`, which the apiserver lets nobody impersonate: such
+    /// an author is impersonated without it, so only the RBAC of its name and other groups counts.
+    pub fn is_master(&self) -> bool {
+        self.groups.iter().any(|g| g == MASTERS)
     }
 }
 
 /// How the apiserver names a ServiceAccount user.
 const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
+/// The group that bypasses authorization, and that the apiserver refuses to impersonate.
+const MASTERS: &str = "system:masters";
 
 /// What a CR's author is asked, where each copy is made.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -269,6 +279,19 @@ mod tests {
             [
                 ("impersonate-user", "alice"),
                 ("impersonate-group", "team-a"),
+                ("impersonate-group", "system:authenticated")
+            ]
+        );
+        let admin = Author::of(
+            "admin",
+            &["system:masters".to_owned(), "system:authenticated".to_owned()],
+        )
+        .unwrap();
+        assert!(admin.is_master() && !alice.is_master());
+        assert_eq!(
+            admin.impersonation_headers(),
+            [
+                ("impersonate-user", "admin"),
                 ("impersonate-group", "system:authenticated")
             ]
         );
