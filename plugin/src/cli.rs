@@ -94,6 +94,10 @@ pub enum Command {
         #[arg(short = 'l', long, value_name = "SELECTOR")]
         selector: Option<String>,
     },
+    /// Every projection controller of the cluster: whether it is ready, and who writes its copies
+    /// (their author, impersonated, or the controller), as its flags, the cluster's version and its
+    /// RBAC predict its start-up probe.
+    Check,
     /// Sets spec.suspend: no copy is written or updated until resumed (a veto or a lost grant still withdraws them).
     Suspend(Select),
     /// Clears spec.suspend: a full reconcile follows.

@@ -2,6 +2,7 @@
 //! controller's and the webhook's own); this binary only reads the cluster around them, and writes
 //! only what `suspend`, `resume` and `sync` set on the CRs.
 
+mod check;
 mod cli;
 mod cluster;
 mod complete;
@@ -70,6 +71,7 @@ async fn run(cli: Cli) -> Result<Code, Failure> {
             preview::run(global, &files, &settings).await
         }
         Command::Status { selector } => status::run(global, selector.as_deref()).await,
+        Command::Check => check::run(global).await,
         Command::Suspend(select) => lifecycle::set_suspend(global, &select, true).await,
         Command::Resume(select) => lifecycle::set_suspend(global, &select, false).await,
         Command::Sync {

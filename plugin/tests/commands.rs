@@ -983,3 +983,71 @@ async fn status_tells_nothing_about_a_source_the_author_may_not_read() {
         );
     }
 }
+
+/// `check` finds each controller Deployment by the chart's labels and its flags, and tells who
+/// writes its copies from its flags, the cluster's version (v1.36 here) and its ServiceAccount's
+/// RBAC: the author where the impersonation verbs are granted, the controller under `trusted`, and
+/// a controller that will not start where `author` is asked for without them (exit code 4).
+#[tokio::test]
+async fn check_tells_who_writes_each_controllers_copies() {
+    use projection_tests::ClusterScopedGuard;
+    let client = client().await;
+    let home = TestNamespace::create(&client, "plugin-check").await;
+    let ns = home.name().to_owned();
+    let role = format!("plugin-check-{ns}");
+    let _guards = [
+        ClusterScopedGuard::new("clusterrolebindings", &role),
+        ClusterScopedGuard::new("clusterroles", &role),
+    ];
+    let deployment = |name: &str, account: &str, args: &[&str]| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": name, "namespace": ns,
+                            "labels": {"app.kubernetes.io/component": "controller"}},
+               "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}},
+                        "template": {"metadata": {"labels": {"app": name}},
+                                     "spec": {"serviceAccountName": account, "containers": [
+                                         {"name": "controller", "image": "projection-check:none", "args": args}]}}}})
+    };
+    let objects = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "impersonates", "namespace": ns}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "plain", "namespace": ns}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
+         "rules": [{"apiGroups": ["authentication.k8s.io"], "resources": ["users", "groups"],
+                    "verbs": ["impersonate:user-info"]},
+                   {"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"],
+                    "verbs": ["impersonate-on:user-info:create"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+         "subjects": [{"kind": "ServiceAccount", "name": "impersonates", "namespace": ns}]},
+        deployment("as-author", "impersonates", &["--author-access=enforce", "--write-copies-as=auto"]),
+        deployment("refused", "plain", &["--author-access=enforce", "--write-copies-as=author"]),
+        deployment("trusted", "plain", &["--author-access=trusted"]),
+    ]});
+    apply(&objects.to_string());
+    let run = plugin(&["check", "-o", "json"]);
+    assert_eq!(run.code, 4, "{run:?}");
+    let lines: Vec<Value> = serde_json::from_str(&run.stdout).expect("JSON");
+    let line = |name: &str| {
+        lines
+            .iter()
+            .find(|l| l["namespace"] == ns.as_str() && l["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not in {lines:?}"))
+            .clone()
+    };
+    assert_eq!(line("as-author")["copiesWrittenBy"], "author");
+    assert_eq!(line("as-author")["ready"], "0/0");
+    assert_eq!(line("trusted")["copiesWrittenBy"], "controller");
+    let refused = line("refused");
+    assert_eq!(refused["copiesWrittenBy"], "");
+    let note = refused["note"].as_str().unwrap_or_default();
+    assert!(note.contains("does not start"), "{note}");
+    let table = plugin(&["check", "-o", "wide"]);
+    assert!(
+        table
+            .stdout
+            .lines()
+            .next()
+            .is_some_and(|h| h.contains("COPIES WRITTEN BY") && h.contains("NOTE")),
+        "{table:?}"
+    );
+}

@@ -127,6 +127,82 @@ pub fn choose(
     }
 }
 
+/// What `kubectl projection check` can tell of a controller from outside: who will write its copies,
+/// from its flags, the cluster's version and whether RBAC grants it impersonation (`None`: the
+/// person asking may not ask that), and what to say about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Expected {
+    /// Who writes the copies, when that can be told.
+    pub writer: Option<CopyWriter>,
+    /// Why, for a person.
+    pub note: String,
+    /// Whether the controller cannot run as asked (it refuses to start).
+    pub broken: bool,
+}
+
+/// Who a controller started with `requested` (`authors_checked`: `--author-access=enforce`) writes
+/// copies as, on a cluster that serves constrained impersonation or not (`served`: v1.36 or later,
+/// where it is on by default), with RBAC granting it the impersonation verbs or not (`granted`).
+/// The controller's own probe decides for sure; this is what its inputs predict.
+pub fn expected(
+    requested: WriteCopiesAs,
+    authors_checked: bool,
+    served: bool,
+    granted: Option<bool>,
+) -> Expected {
+    let of = |writer, note: &str, broken| Expected {
+        writer,
+        note: note.to_owned(),
+        broken,
+    };
+    if !authors_checked {
+        return of(
+            Some(CopyWriter::Controller),
+            "authors are not checked (--author-access=trusted): the controller writes with its own account",
+            false,
+        );
+    }
+    if requested == WriteCopiesAs::Controller {
+        return of(
+            Some(CopyWriter::Controller),
+            "asked to: the controller writes after SubjectAccessReviews of each author",
+            false,
+        );
+    }
+    match (served, granted) {
+        (true, Some(true)) => of(
+            Some(CopyWriter::Author),
+            "constrained impersonation is served and granted: each copy is written as its author",
+            false,
+        ),
+        (true, None) => of(
+            None,
+            "constrained impersonation is served; whether the controller is granted it could not be asked (create subjectaccessreviews)",
+            false,
+        ),
+        (served, _) => {
+            let why = if served {
+                "its RBAC does not grant the impersonation verbs"
+            } else {
+                "the cluster is older than v1.36 (no constrained impersonation by default)"
+            };
+            if requested == WriteCopiesAs::Author {
+                of(
+                    None,
+                    &format!("--write-copies-as=author, but {why}: the controller does not start"),
+                    true,
+                )
+            } else {
+                of(
+                    Some(CopyWriter::Controller),
+                    &format!("{why}: the controller writes with its own account"),
+                    false,
+                )
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +250,25 @@ mod tests {
         assert_eq!(
             choose(WriteCopiesAs::Author, false, None),
             Ok(CopyWriter::Controller)
+        );
+    }
+
+    #[test]
+    fn check_predicts_the_probe_from_flags_version_and_rbac() {
+        let author = expected(WriteCopiesAs::Auto, true, true, Some(true));
+        assert_eq!((author.writer, author.broken), (Some(CopyWriter::Author), false));
+        let old = expected(WriteCopiesAs::Auto, true, false, Some(true));
+        assert_eq!(old.writer, Some(CopyWriter::Controller));
+        assert!(old.note.contains("older than v1.36"), "{}", old.note);
+        let ungranted = expected(WriteCopiesAs::Author, true, true, Some(false));
+        assert_eq!((ungranted.writer, ungranted.broken), (None, true));
+        assert!(ungranted.note.contains("does not start"), "{}", ungranted.note);
+        assert_eq!(expected(WriteCopiesAs::Auto, true, true, None).writer, None);
+        let trusted = expected(WriteCopiesAs::Author, false, true, Some(true));
+        assert_eq!(trusted.writer, Some(CopyWriter::Controller));
+        assert_eq!(
+            expected(WriteCopiesAs::Controller, true, true, Some(true)).writer,
+            Some(CopyWriter::Controller)
         );
     }
 
