@@ -203,6 +203,14 @@ impl FailureBackoff {
             .next_delay()
     }
 
+    /// Whether `uid` failed since its last success.
+    pub fn is_failing(&self, uid: &str) -> bool {
+        self.failing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(uid)
+    }
+
     /// Forgets the failures of `uid` after a success.
     pub fn reset(&self, uid: &str) {
         self.failing.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
@@ -236,7 +244,9 @@ mod tests {
         let cap = Duration::from_secs(3);
         let delays: Vec<_> = (0..5).map(|_| b.next_delay("u", cap)).collect();
         assert_eq!(delays, [500, 1000, 2000, 3000, 3000].map(Duration::from_millis));
+        assert!(b.is_failing("u"));
         b.reset("u");
+        assert!(!b.is_failing("u"));
         assert_eq!(b.next_delay("u", cap), Duration::from_millis(500));
     }
 }

@@ -136,6 +136,20 @@ async fn rbac_matrix_through_subject_access_reviews() {
     let services: Vec<ServiceAccess<'_>> = vec![
         (&controller, "patch", "", "configmaps", Some(b), true),
         (&controller, "delete", "", "configmaps", Some(b), true),
+        // On v1.36 copies are created and updated as their author: the controller itself may not
+        // create or update the projected kinds, only impersonate for those verbs on them.
+        (&controller, "create", "", "configmaps", Some(b), false),
+        (&controller, "update", "", "configmaps", Some(b), false),
+        (&controller, "impersonate-on:user-info:create", "", "configmaps", Some(b), true),
+        (&controller, "impersonate-on:user-info:patch", "", "configmaps", Some(b), true),
+        (&controller, "impersonate-on:serviceaccount:create", "", "configmaps", Some(b), true),
+        (&controller, "impersonate-on:user-info:create", "", "secrets", Some(b), false),
+        (&controller, "impersonate-on:user-info:delete", "", "configmaps", Some(b), false),
+        (&controller, "impersonate-on:user-info:get", "", "configmaps", Some(b), false),
+        (&controller, "impersonate:user-info", "authentication.k8s.io", "users", None, true),
+        (&controller, "impersonate:user-info", "authentication.k8s.io", "groups", None, true),
+        (&controller, "impersonate:serviceaccount", "authentication.k8s.io", "serviceaccounts", Some(b), true),
+        (&controller, "impersonate", "", "users", None, false),
         (&controller, "get", "", "secrets", Some(b), false),
         (&controller, "get", "apps", "deployments", Some(b), false),
         (&controller, "create", "events.k8s.io", "events", Some(b), true),

@@ -355,16 +355,19 @@ fn log_outcome(
     answer: &AdmissionResponse,
     verdict: Verdict,
 ) {
+    // The namespace as its name ("" for a ClusterProjection), not `Some("…")`; the answer's text
+    // as `detail`, since `message` is the log line's own key.
+    let namespace = request.namespace.as_deref().unwrap_or_default();
     if verdict == Verdict::Allowed {
-        tracing::debug!(endpoint = endpoint.label(), uid = %request.uid, namespace = ?request.namespace, name = %request.name, "admitted");
+        tracing::debug!(endpoint = endpoint.label(), uid = %request.uid, namespace, name = %request.name, "admitted");
     } else {
         tracing::info!(
             endpoint = endpoint.label(),
             uid = %request.uid,
-            namespace = ?request.namespace,
+            namespace,
             name = %request.name,
             verdict = verdict.label(),
-            message = %answer.result.message,
+            detail = %answer.result.message,
             "denied"
         );
     }

@@ -436,8 +436,15 @@ fn backoff_after(report: &Report, kind: &'static str, uid: &str, name: &str, err
             category: error.category(),
         })
         .inc();
+    // The first failure of a streak is a warning; its retries are not (one WARN per CR that starts
+    // failing, not one per retry).
+    let first = !report.backoff.is_failing(uid);
     let delay = report.backoff.next_delay(uid, report.requeue_cap);
-    tracing::info!(kind, name, error = %error, retry_in = ?delay, "reconcile failed");
+    if first {
+        tracing::warn!(kind, name, error = %error, retry_in = ?delay, "reconcile failed");
+    } else {
+        tracing::info!(kind, name, error = %error, retry_in = ?delay, "reconcile failed");
+    }
     Action::requeue(delay)
 }
 
