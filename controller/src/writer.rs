@@ -174,6 +174,11 @@ pub async fn write_copy(
             .map(Arc::new),
         None => None,
     };
+    // The object as it is now, read by the controller (a stale cache, or someone writing too).
+    let read_again = || async {
+        let object = apis.own.get_opt(&name).await.map_err(WriteError::Fetch)?;
+        Ok::<_, WriteError>(object.map(Arc::new))
+    };
     let mut last_error = None;
     // A stale cache costs one retry with a fresh read; a third round means someone keeps writing.
     for _ in 0..3 {
@@ -184,12 +189,7 @@ pub async fn write_copy(
                     return Ok(Written::Created);
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
-                    existing = apis
-                        .own
-                        .get_opt(&name)
-                        .await
-                        .map_err(WriteError::Fetch)?
-                        .map(Arc::new);
+                    existing = read_again().await?;
                     last_error = Some(kube::Error::Api(s));
                     continue;
                 }
@@ -237,12 +237,7 @@ pub async fn write_copy(
                 return Ok(Written::Updated);
             }
             Err(kube::Error::Api(s)) if s.code == 409 => {
-                existing = apis
-                    .own
-                    .get_opt(&name)
-                    .await
-                    .map_err(WriteError::Fetch)?
-                    .map(Arc::new);
+                existing = read_again().await?;
                 last_error = Some(kube::Error::Api(s));
             }
             Err(kube::Error::Api(s)) if is_immutable_refusal(&s) && !recreatable => {

@@ -492,21 +492,9 @@ async fn a_replica_that_cannot_list_the_crs_is_not_ready_and_stops_on_sigterm() 
 /// The controller as the account's ServiceAccount, leader-elected in its namespace, retrying every
 /// `requeue` at most; it trusts its own access (these tests are about its RBAC, not the author's).
 async fn leader_as(account: &ControllerAccount, requeue: &str) -> ServiceProcess {
-    let mut controller = ServiceProcess::start_as(
-        binary(),
-        &[
-            "--author-access=trusted",
-            "--requeue-interval",
-            requeue,
-            "--leader-elect=true",
-            "--leader-election-namespace",
-            account.namespace(),
-        ],
-        &account.kubeconfig,
-        &[],
-    );
-    controller.wait_ready().await;
-    controller
+    account
+        .start_controller(&["--author-access=trusted", "--requeue-interval", requeue])
+        .await
 }
 
 /// How many Projections and ClusterProjections the cluster holds before this test creates any:

@@ -16,8 +16,7 @@ use k8s_openapi::api::{
 };
 use kube::{Api, Client, api::PostParams};
 use projection_tests::{
-    ClusterScopedGuard, ServiceProcess, TestNamespace, chart, kubectl_ok, kubectl_stdin, metric_value,
-    test_config, wait_for,
+    ClusterScopedGuard, TestNamespace, chart, kubectl_ok, kubectl_stdin, metric_value, test_config, wait_for,
 };
 use serde_json::{Value, json};
 use shared::{
@@ -885,20 +884,9 @@ async fn a_controller_without_create_writes_copies_as_their_author() {
     let rules = controller_rules_writing_as_author(&["configmaps"]);
     let account = ControllerAccount::create_with_rules(&env, "no-create-home", rules).await;
     assert_eq!(account.can_i("create", "configmaps"), "no");
-    let mut controller = ServiceProcess::start_as(
-        binary(),
-        &[
-            "--write-copies-as=author",
-            "--requeue-interval",
-            "5m",
-            "--leader-elect=true",
-            "--leader-election-namespace",
-            account.namespace(),
-        ],
-        &account.kubeconfig,
-        &[],
-    );
-    controller.wait_ready().await;
+    let controller = account
+        .start_controller(&["--write-copies-as=author", "--requeue-interval", "5m"])
+        .await;
     assert_eq!(
         metric_value(
             &controller.metrics(),
@@ -936,13 +924,7 @@ async fn without_impersonation_auto_writes_as_the_controller_and_author_does_not
     let env = env("no-impersonation").await;
     let account =
         ControllerAccount::create_with_rules(&env, "no-imp-home", controller_rules(&["configmaps"])).await;
-    let leader = [
-        "--leader-elect=true",
-        "--leader-election-namespace",
-        account.namespace(),
-    ];
-    let mut auto = ServiceProcess::start_as(binary(), &leader, &account.kubeconfig, &[]);
-    auto.wait_ready().await;
+    let auto = account.start_controller(&[]).await;
     assert_eq!(
         metric_value(
             &auto.metrics(),

@@ -10,7 +10,9 @@ use kube::{
     Api, Client,
     api::{Patch, PatchParams},
 };
-use projection_tests::{ClusterScopedGuard, TestNamespace, kubeconfig_path, kubectl_ok, testenv_dir};
+use projection_tests::{
+    ClusterScopedGuard, ServiceProcess, TestNamespace, kubeconfig_path, kubectl_ok, testenv_dir,
+};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 
@@ -156,6 +158,20 @@ impl ControllerAccount {
             client: env.client.clone(),
             _guards: guards,
         }
+    }
+
+    /// A controller authenticated as the ServiceAccount, leader-elected in its namespace (as the
+    /// chart runs it), with `args`; ready.
+    pub async fn start_controller(&self, args: &[&str]) -> ServiceProcess {
+        let mut all = args.to_vec();
+        all.extend([
+            "--leader-elect=true",
+            "--leader-election-namespace",
+            self.namespace(),
+        ]);
+        let mut controller = ServiceProcess::start_as(super::binary(), &all, &self.kubeconfig, &[]);
+        controller.wait_ready().await;
+        controller
     }
 
     /// The namespace of the ServiceAccount.
