@@ -162,7 +162,7 @@ async fn choose_copy_writer(
     };
     tracing::info!(
         writer = %writer,
-        requested = ?args.write_copies_as,
+        requested = args.write_copies_as.as_str(),
         impersonation_refused = refused,
         "copies are written by {}",
         match writer {

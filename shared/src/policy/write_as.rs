@@ -36,6 +36,17 @@ pub enum WriteCopiesAs {
     Controller,
 }
 
+impl WriteCopiesAs {
+    /// The flag's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Author => "author",
+            Self::Controller => "controller",
+        }
+    }
+}
+
 impl FromStr for WriteCopiesAs {
     type Err = String;
 
@@ -212,6 +223,13 @@ mod tests {
         assert_eq!("auto".parse(), Ok(WriteCopiesAs::Auto));
         assert_eq!("author".parse(), Ok(WriteCopiesAs::Author));
         assert_eq!("controller".parse(), Ok(WriteCopiesAs::Controller));
+        for value in [
+            WriteCopiesAs::Auto,
+            WriteCopiesAs::Author,
+            WriteCopiesAs::Controller,
+        ] {
+            assert_eq!(value.as_str().parse(), Ok(value));
+        }
         let refused = "Author".parse::<WriteCopiesAs>().unwrap_err();
         assert!(refused.contains("--write-copies-as"), "{refused}");
     }
