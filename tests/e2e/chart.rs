@@ -8,7 +8,7 @@ mod chart_cluster;
 mod chart_node;
 
 use projection_tests::{
-    chart::{Rendered, args_of, container, flag_value, helm, render},
+    chart::{Rendered, args_of, container, flag_value, helm, render, render_for_version},
     repo_root,
 };
 use serde_json::{Value, json};
@@ -486,6 +486,13 @@ fn the_default_install_grants_no_cluster_scoped_kind_or_subresource() {
         ("apps", "deployments"),
         ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
         ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+        // Copies written as their author (v1.36): whom the controller may impersonate, names the
+        // apiserver checks rather than objects (it refuses system:masters whatever a rule says),
+        // and the start-up probe's SelfSubjectReview.
+        ("authentication.k8s.io", "users"),
+        ("authentication.k8s.io", "groups"),
+        ("authentication.k8s.io", "serviceaccounts"),
+        ("authentication.k8s.io", "selfsubjectreviews"),
     ]
     .into();
     for mode in MODES {
@@ -510,13 +517,76 @@ fn the_default_install_grants_no_cluster_scoped_kind_or_subresource() {
             }
         }
         let controller = r.get("ClusterRole", "projection-controller");
+        assert_eq!(verbs_on(controller, "", "secrets"), writes_as_author());
+        // Impersonation is for the projected kinds' writes only: never reads, deletes or other kinds.
+        assert!(verbs_on(controller, "", "pods").is_empty());
         assert_eq!(
-            verbs_on(controller, "", "secrets"),
-            set(&["get", "list", "watch", "create", "update", "patch", "delete"])
+            verbs_on(controller, "authentication.k8s.io", "users"),
+            set(&["impersonate:user-info"])
         );
         assert!(verbs_on(controller, "", "serviceaccounts/token").is_empty());
         assert!(verbs_on(controller, "", "pods/exec").is_empty());
         assert!(verbs_on(controller, "rbac.authorization.k8s.io", "rolebindings").is_empty());
+    }
+}
+
+/// The controller's verbs on a projected kind where copies are written as their author (the chart's
+/// default on v1.36, the version the tests render for): no create or update of its own.
+fn writes_as_author() -> BTreeSet<String> {
+    set(&[
+        "get",
+        "list",
+        "watch",
+        "patch",
+        "delete",
+        "impersonate-on:user-info:create",
+        "impersonate-on:user-info:patch",
+        "impersonate-on:serviceaccount:create",
+        "impersonate-on:serviceaccount:patch",
+    ])
+}
+
+/// `controller.writeCopiesAs` picks the controller's verbs on the projected kinds: `auto` on v1.36
+/// and `author` impersonate for writes; `controller`, `authorAccess: trusted` and `auto` before v1.36
+/// write as the controller; the flag follows.
+#[test]
+fn who_writes_copies_decides_the_controllers_verbs_and_flag() {
+    let own = set(&["get", "list", "watch", "create", "update", "patch", "delete"]);
+    let trusted = [
+        ("authorAccess", json!("trusted")),
+        (
+            "webhook.clientAuth.caBundle",
+            json!("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"),
+        ),
+    ];
+    for (values, version, verbs, flag) in [
+        (vec![], None, writes_as_author(), "author"),
+        (
+            vec![("controller.writeCopiesAs", json!("author"))],
+            Some("1.35.0"),
+            writes_as_author(),
+            "author",
+        ),
+        (
+            vec![("controller.writeCopiesAs", json!("controller"))],
+            None,
+            own.clone(),
+            "controller",
+        ),
+        (vec![], Some("1.35.0"), own.clone(), "controller"),
+        (trusted.to_vec(), None, own.clone(), "controller"),
+    ] {
+        let r = match version {
+            Some(v) => render_for_version("projection", NS, &values, v),
+            None => render("projection", NS, &values),
+        }
+        .unwrap_or_else(|e| panic!("helm template failed: {e}"));
+        let role = r.get("ClusterRole", "projection-controller");
+        assert_eq!(verbs_on(role, "", "configmaps"), verbs, "{values:?} {version:?}");
+        let args = strings(
+            &r.get("Deployment", "projection-controller")["spec"]["template"]["spec"]["containers"][0]["args"],
+        );
+        assert!(args.contains(&format!("--write-copies-as={flag}")), "{args:?}");
     }
 }
 
@@ -530,7 +600,7 @@ fn controller_rbac_follows_supported_kinds_and_keeps_what_it_needs() {
     ] {
         let r = rendered(&[("supportedKinds", kinds.clone())]);
         let role = r.get("ClusterRole", "projection-controller");
-        let write = set(&["get", "list", "watch", "create", "update", "patch", "delete"]);
+        let write = writes_as_author();
         // Always kept, whatever supportedKinds says.
         assert!(verbs_on(role, "events.k8s.io", "events").is_superset(&set(&["create", "patch"])));
         assert!(verbs_on(role, "", "namespaces").is_superset(&set(&["get", "list", "watch"])));

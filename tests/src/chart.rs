@@ -86,6 +86,25 @@ fn value_args(values: Values<'_>) -> Vec<String> {
 
 /// The objects `helm template` renders, or helm's error text.
 pub fn render(release: &str, namespace: &str, values: Values<'_>) -> Result<Rendered, String> {
+    render_with(release, namespace, values, &[])
+}
+
+/// Like [`render`], for a cluster of Kubernetes `version` (e.g. `1.35.0`).
+pub fn render_for_version(
+    release: &str,
+    namespace: &str,
+    values: Values<'_>,
+    version: &str,
+) -> Result<Rendered, String> {
+    render_with(release, namespace, values, &["--kube-version", version])
+}
+
+fn render_with(
+    release: &str,
+    namespace: &str,
+    values: Values<'_>,
+    extra: &[&str],
+) -> Result<Rendered, String> {
     let chart = chart_dir();
     let mut args = vec![
         "template".to_owned(),
@@ -95,6 +114,7 @@ pub fn render(release: &str, namespace: &str, values: Values<'_>) -> Result<Rend
         namespace.to_owned(),
     ];
     args.extend(value_args(values));
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = helm(&args);
     if !out.status.success() {
