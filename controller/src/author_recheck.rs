@@ -157,7 +157,8 @@ async fn ask(ctx: &Context, wake: &Wake, due: &Due) {
         Ok(Answer::Allowed) => ("allowed", false),
         Ok(Answer::Denied(_)) => ("denied", true),
         Err(e) => {
-            tracing::warn!(kind = first.kind, error = %e, "cannot recheck an author's access");
+            let error = crate::error::describe(&e);
+            tracing::warn!(kind = first.kind, error, "cannot recheck an author's access");
             ("error", false)
         }
     };

@@ -37,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 async fn main() -> anyhow::Result<()> {
     runtime::crypto::install_crypto_provider();
     let args = cli::Args::parse();
-    runtime::logs::init_json_logs();
+    runtime::logs::init_logs().map_err(anyhow::Error::msg)?;
     let metrics_addr = http::bind_address(&args.metrics_bind_address)?;
     let probe_addr = http::bind_address(&args.health_probe_bind_address)?;
     tracing::info!(
@@ -45,8 +45,8 @@ async fn main() -> anyhow::Result<()> {
         requeue_interval = ?args.requeue_interval,
         selector_write_concurrency = args.selector_write_concurrency,
         max_concurrent_reconciles = args.max_concurrent_reconciles,
-        metrics = ?metrics_addr,
-        health = ?probe_addr,
+        metrics = metrics_addr.map(|a| a.to_string()).unwrap_or_default(),
+        health = probe_addr.map(|a| a.to_string()).unwrap_or_default(),
         leader_elect = args.leader_elect,
         initial_list = %args.initial_list,
         "projection-controller starting"

@@ -8,6 +8,7 @@
 pub mod attack;
 pub mod black_hole;
 pub mod chart;
+pub mod log_lines;
 pub mod node;
 pub mod prometheus;
 
@@ -629,8 +630,21 @@ impl ServiceProcess {
 }
 
 impl Drop for ServiceProcess {
+    /// Stops the process, then holds its log to what log pipelines parse (`log_lines`): every test
+    /// that runs a service checks every JSON line it wrote. Not while the test is already failing.
     fn drop(&mut self) {
         self.terminate();
+        if std::thread::panicking() {
+            return;
+        }
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let problems = log_lines::problems(&log);
+        assert!(
+            problems.is_empty(),
+            "{} wrote log lines a pipeline cannot parse as one JSON object with unique keys:\n{}",
+            self.log.display(),
+            problems.join("\n")
+        );
     }
 }
 

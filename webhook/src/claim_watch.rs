@@ -284,7 +284,8 @@ fn ok_or_log<T>(event: Result<T, watcher::Error>, what: &str) -> Option<T> {
     match event {
         Ok(event) => Some(event),
         Err(e) => {
-            tracing::warn!(watch = what, error = %e, "watch of the CR index failed; retrying");
+            let error = runtime::api_error::describe_watch_error(&e);
+            tracing::warn!(watch = what, error, "watch of the CR index failed; retrying");
             None
         }
     }

@@ -12,7 +12,7 @@ async fn main() -> anyhow::Result<()> {
         return webhook::selftest::run(args).await;
     }
     let args = webhook::cli::Args::parse();
-    runtime::logs::init_json_logs();
+    runtime::logs::init_logs().map_err(anyhow::Error::msg)?;
     tracing::info!(
         bind_address = %args.bind_address,
         tls_cert_file = %args.tls_cert_file.display(),
