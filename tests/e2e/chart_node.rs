@@ -943,7 +943,8 @@ fn ready_of(namespace: &str, name: &str) -> String {
 
 /// Tenancy without the webhook: installed with `failurePolicy: Ignore` and the webhook scaled to
 /// zero, a tenant (`kubectl --as`) who may not read a Secret gets no copy of it, whatever it writes;
-/// the admission policy refuses a record naming someone else.
+/// the admission policy refuses a record naming someone else; and the copies are written as their
+/// author, so an admission policy keyed on the user refuses the tenant's copy and not another's.
 #[tokio::test]
 async fn the_controller_holds_tenancy_with_the_webhook_bypassed() {
     let (_serial, client, system) = on_the_node("node-bypass").await;
@@ -1080,15 +1081,116 @@ async fn the_controller_holds_tenancy_with_the_webhook_bypassed() {
     .await;
     no_copy();
 
+    // Copies are written as their author (the chart's default on v1.36): a ValidatingAdmissionPolicy
+    // that refuses Secrets written by the tenant in its namespace refuses the tenant's copy once the
+    // tenant may read the source, while the same copy for another tenant it allows is written.
+    let policy = format!("refuse-{dst}");
+    let _policy = [
+        ClusterScopedGuard::new("validatingadmissionpolicies", &policy),
+        ClusterScopedGuard::new("validatingadmissionpolicybindings", &policy),
+    ];
+    let refusal = format!("{user} may not write Secrets in {dst}");
+    let applied = apply(&format!(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\n\
+         metadata: {{name: {policy}}}\nspec:\n  failurePolicy: Fail\n  matchConstraints:\n    \
+         resourceRules: [{{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [secrets]}}]\n  \
+         validations:\n  - expression: \"request.userInfo.username != '{user}'\"\n    message: \"{refusal}\"\n\
+         ---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\n\
+         metadata: {{name: {policy}}}\nspec:\n  policyName: {policy}\n  validationActions: [Deny]\n  \
+         matchResources: {{namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {dst}}}}}}}\n"
+    ));
+    assert!(applied.status.success(), "{}", stderr(&applied));
+    wait_for("the policy refusing the tenant's own write", TIMEOUT, || async {
+        let out = kubectl(&[
+            &as_user,
+            "-n",
+            dst,
+            "create",
+            "secret",
+            "generic",
+            "by-hand",
+            "--from-literal=k=v",
+        ]);
+        if stderr(&out).contains(&refusal) {
+            Ok(())
+        } else {
+            let _ = kubectl(&["-n", dst, "delete", "secret", "by-hand", "--ignore-not-found"]);
+            Err(format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                stderr(&out)
+            ))
+        }
+    })
+    .await;
+    let other = format!("trent-{dst}");
     kubectl_ok(&[
         "-n",
         dst,
-        "delete",
-        "projection",
-        "db-password",
-        "--wait=true",
-        "--timeout=60s",
+        "create",
+        "rolebinding",
+        "tenant-other",
+        "--role=tenant",
+        &format!("--user={other}"),
     ]);
+    kubectl_ok(&[
+        "-n",
+        src,
+        "create",
+        "role",
+        "read-db",
+        "--verb=get",
+        "--resource=secrets",
+        "--resource-name=db-password",
+    ]);
+    kubectl_ok(&[
+        "-n",
+        src,
+        "create",
+        "rolebinding",
+        "read-db",
+        "--role=read-db",
+        &format!("--user={user}"),
+        &format!("--user={other}"),
+    ]);
+    let as_other = format!("--as={other}");
+    let record = format!(r#"{{"username":"{other}","groups":["system:authenticated"]}}"#);
+    let theirs = format!(
+        "apiVersion: projection.sh/v1\nkind: Projection\nmetadata:\n  name: for-other\n  namespace: {dst}\n  \
+         annotations: {{projection.sh/author: '{record}'}}\n\
+         spec:\n  source: {{version: v1, kind: Secret, namespace: {src}, name: db-password}}\n  \
+         destination: {{name: db-password-other}}\n"
+    );
+    let created = kubectl_stdin(&[&as_other, "apply", "-f", "-"], &theirs);
+    assert!(created.status.success(), "{}", stderr(&created));
+    wait_for("the other tenant's copy written", TIMEOUT, || async {
+        let ready = ready_of(dst, "for-other");
+        ready.starts_with("Projected").then_some(()).ok_or(ready)
+    })
+    .await;
+    kubectl_ok(&["-n", dst, "get", "secret", "db-password-other"]);
+    wait_for("the tenant's copy refused by the policy", TIMEOUT, || async {
+        let ready = ready_of(dst, "db-password");
+        if ready.starts_with("DestinationCreateFailed") && ready.contains(&refusal) {
+            Ok(())
+        } else {
+            Err(ready)
+        }
+    })
+    .await;
+    no_copy();
+
+    for name in ["db-password", "for-other"] {
+        kubectl_ok(&[
+            "-n",
+            dst,
+            "delete",
+            "projection",
+            name,
+            "--wait=true",
+            "--timeout=60s",
+        ]);
+    }
     for ns in [team, source] {
         ns.delete_and_wait(&client).await;
     }
