@@ -966,3 +966,34 @@ async fn without_impersonation_auto_writes_as_the_controller_and_author_does_not
     }
     env.finish().await;
 }
+
+/// The apiserver lets nobody impersonate `system:masters`: an author in that group is impersonated
+/// without it, so its copy is written only where the RBAC of its name and other groups allows, and
+/// the refusal says why and what to do. (Written as the controller, the admin running this suite,
+/// the copy would have been made.)
+#[tokio::test]
+async fn an_author_in_system_masters_is_impersonated_without_it() {
+    let env = env("masters").await;
+    let (src, dst) = env.names();
+    let _controller = controller(&["--author-access=enforce", "--write-copies-as=author"]).await;
+    source_configmap(&env.api(&src), "cfg", json!({"k": "v"})).await;
+    let root = format!("root-{dst}");
+    let record = record(&root, &["system:masters"]);
+    create(
+        &env.projections(),
+        projection_by("p", cm_source(&src, "cfg"), json!({}), &record),
+    )
+    .await;
+    let refused = wait_not_ready(&env.projections(), "p", "DestinationForbidden").await;
+    let message = refused["message"].as_str().unwrap_or_default();
+    let parts = [
+        format!("the apiserver refused the copy written as its author {root}"),
+        format!("User \"{root}\" cannot create resource \"configmaps\""),
+        "lets nobody impersonate system:masters".to_owned(),
+    ];
+    for part in parts {
+        assert!(message.contains(&part), "{part:?} not in {message}");
+    }
+    assert!(copy_absent(&env.api(&dst), "cfg").await, "a copy was made");
+    env.finish().await;
+}
