@@ -74,6 +74,7 @@ mod tests {
         assert_eq!(
             all,
             [
+                "check",
                 "completion",
                 "preview",
                 "resume",
