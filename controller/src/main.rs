@@ -165,10 +165,7 @@ async fn choose_copy_writer(
         requested = args.write_copies_as.as_str(),
         impersonation_refused = refused,
         "copies are written by {}",
-        match writer {
-            shared::policy::write_as::CopyWriter::Author => "their author, impersonated",
-            shared::policy::write_as::CopyWriter::Controller => "the controller's own account",
-        }
+        writer.describe()
     );
     Ok(writer)
 }

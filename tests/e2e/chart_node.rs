@@ -60,6 +60,19 @@ fn decoded_ca_bundles(name: &str) -> Vec<String> {
         .collect()
 }
 
+/// Waits until the webhook `name` has set the caBundle of both its configurations.
+async fn wait_ca_bundles_set(name: &str) {
+    wait_for("the webhook to set both caBundles", TIMEOUT, || async {
+        let bundles = webhook_ca_bundles(name);
+        if bundles.iter().all(|b| !b.is_empty()) {
+            Ok(())
+        } else {
+            Err(format!("{bundles:?}"))
+        }
+    })
+    .await;
+}
+
 fn webhook_ca_bundles(name: &str) -> Vec<String> {
     ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"]
         .iter()
@@ -256,15 +269,7 @@ async fn self_managed_install_serves_users_and_survives_disruptions() {
     let rendered = render(&release.name, &release.namespace, &values).expect("renders");
     assert_running_from_local_images(&release);
     assert_hardened_at_runtime(&release);
-    wait_for("the webhook to set both caBundles", TIMEOUT, || async {
-        let bundles = webhook_ca_bundles("projection-sm-webhook");
-        if bundles.iter().all(|b| !b.is_empty()) {
-            Ok(())
-        } else {
-            Err(format!("{bundles:?}"))
-        }
-    })
-    .await;
+    wait_ca_bundles_set("projection-sm-webhook").await;
 
     let team = TestNamespace::create(&client, "node-sm-team").await;
     assert_webhook_refuses_bad_spec(team.name());
@@ -1298,15 +1303,7 @@ async fn webhook_pod_under_attack_stays_under_its_memory_limit_and_answers_the_a
     ];
     let release = Release::install_and_wait("projection-ex", system.name(), &values);
     let name = format!("{}-webhook", release.name);
-    wait_for("the webhook to set both caBundles", TIMEOUT, || async {
-        let bundles = webhook_ca_bundles(&name);
-        if bundles.iter().all(|b| !b.is_empty()) {
-            Ok(())
-        } else {
-            Err(format!("{bundles:?}"))
-        }
-    })
-    .await;
+    wait_ca_bundles_set(&name).await;
     let ca_file = testenv_dir().join(format!("exhaust-{}.crt", system.name()));
     std::fs::write(&ca_file, &decoded_ca_bundles(&name)[0]).expect("write the webhook's CA");
     let webhook = pods(&release.namespace, &selector(&release.name, "webhook"));
@@ -1515,15 +1512,7 @@ async fn webhook_pod_under_slow_body_and_idle_attacks_admits_twenty_spec_changes
     ];
     let release = Release::install_and_wait("projection-st", system.name(), &values);
     let name = format!("{}-webhook", release.name);
-    wait_for("the webhook to set both caBundles", TIMEOUT, || async {
-        let bundles = webhook_ca_bundles(&name);
-        if bundles.iter().all(|b| !b.is_empty()) {
-            Ok(())
-        } else {
-            Err(format!("{bundles:?}"))
-        }
-    })
-    .await;
+    wait_ca_bundles_set(&name).await;
     let webhook = pods(&release.namespace, &selector(&release.name, "webhook"));
     assert_eq!(webhook.len(), 1, "one webhook pod");
     let webhook = &webhook[0];

@@ -325,7 +325,7 @@ pub fn forget_refused_grants(sources: &SourceAccess, source: &Source, writes: &[
         return;
     };
     let resource = &source.resource;
-    let refused: Vec<AccessQuestion> = writes
+    let mut refused: Vec<AccessQuestion> = writes
         .iter()
         .filter(|(_, write)| {
             matches!(write, CopyWrite::Failed { reason, .. } if *reason == Reason::DestinationForbidden)
@@ -336,10 +336,12 @@ pub fn forget_refused_grants(sources: &SourceAccess, source: &Source, writes: &[
         return;
     }
     // With the grant for every namespace at once, which a ClusterProjection asks first.
-    let everywhere = AccessQuestion::create_copies(&resource.group, &resource.plural, "");
-    sources
-        .author_access
-        .forget(&grant.author, &[refused, vec![everywhere]].concat());
+    refused.push(AccessQuestion::create_copies(
+        &resource.group,
+        &resource.plural,
+        "",
+    ));
+    sources.author_access.forget(&grant.author, &refused);
 }
 
 /// Resolves the kind of the source of `cr`, checks its recorded author, then watches, reads and

@@ -81,6 +81,16 @@ impl CopyWriter {
     }
 }
 
+impl CopyWriter {
+    /// Who writes, for the start-up log line.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Author => "their author, impersonated",
+            Self::Controller => "the controller's own account",
+        }
+    }
+}
+
 impl fmt::Display for CopyWriter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
