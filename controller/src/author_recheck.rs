@@ -8,13 +8,8 @@
 //! and does not yet report it, which withdraws their copies; nothing else is read or written here.
 
 use crate::{
-    author_access::Answer,
-    cache::stored_cr::StoredCr,
-    context::Context,
-    index::CrRef,
-    metrics::RecheckLabels,
-    pass::kind::{KindStatus, ProjectionKind},
-    wake::Wake,
+    author_access::Answer, cache::stored_cr::StoredCr, context::Context, index::CrRef,
+    metrics::RecheckLabels, pass::kind::ProjectionKind, wake::Wake,
 };
 use futures::StreamExt;
 use kube::runtime::reflector::Store;
@@ -116,27 +111,26 @@ pub async fn run(
 /// What a round needs of a stored CR; `None` for a CR being deleted or without a readable author
 /// record (a pass reports that one, and nothing it could be allowed is there to revoke).
 fn recheck_of<K: ProjectionKind>(stored: &Arc<StoredCr<K>>) -> Option<Recheck> {
-    let cr = stored.expand().ok()?;
-    let meta = cr.meta();
+    let expanded = stored.expand().ok()?;
+    let cr = expanded.view();
+    let meta = cr.meta;
     if meta.deletion_timestamp.is_some() {
         return None;
     }
     let author = Author::recorded_in(meta.annotations.as_ref()).ok()?;
     let ready_reason = cr
-        .status()
-        .conditions()
-        .iter()
-        .find(|c| c.r#type == "Ready")
+        .status
+        .and_then(|s| s.conditions.iter().find(|c| c.r#type == "Ready"))
         .map(|c| c.reason.clone());
     Some(Recheck {
-        kind: K::KIND,
-        cr: cr.waker(),
+        kind: K::SCOPE.kind(),
+        cr: CrRef::named(&cr.name()),
         name: crate::queue_metrics::queue_key(
             meta.namespace.as_deref(),
             meta.name.as_deref().unwrap_or_default(),
         ),
         author,
-        source: cr.source().clone(),
+        source: cr.source.clone(),
         copies_in: meta.namespace.clone().unwrap_or_default(),
         ready_reason,
     })

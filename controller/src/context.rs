@@ -49,7 +49,7 @@ pub struct Settings {
 /// the whole.
 pub struct Context {
     /// Where sources are resolved, read and checked (the read step).
-    pub sources: SourceAccess,
+    pub sources: Arc<SourceAccess>,
     /// Where copies are written and removed (the apply step).
     pub copies: CopyCluster,
     /// Status, events, metrics and the retry backoff (the report step).
@@ -71,7 +71,7 @@ impl Context {
         metrics: Arc<Metrics>,
     ) -> Self {
         Self {
-            sources: SourceAccess {
+            sources: Arc::new(SourceAccess {
                 client: client.clone(),
                 discovery: Discovery::new(client.clone()),
                 watches: watches.clone(),
@@ -79,7 +79,7 @@ impl Context {
                 allowed_power_kinds: settings.allowed_power_kinds.clone(),
                 author_access: AuthorAccess::new(settings.author_access, settings.author_grant_ttl),
                 concurrency: settings.write_concurrency.max(1),
-            },
+            }),
             copies: CopyCluster {
                 client: client.clone(),
                 journal: watches.journal(),

@@ -24,7 +24,6 @@ mod warm;
 mod watch_errors;
 mod watches;
 mod write_journal;
-mod writer;
 
 use clap::Parser;
 use prometheus_client::registry::Registry;

@@ -237,6 +237,14 @@ pub struct QueueMetrics {
 }
 
 impl QueueMetrics {
+    /// The queue metrics of the controller of `scope`'s CRs.
+    pub fn of(&self, scope: shared::api::kind::Scope) -> &ControllerMetrics {
+        match scope {
+            shared::api::kind::Scope::OwnNamespace => &self.projection,
+            shared::api::kind::Scope::Namespaces => &self.cluster,
+        }
+    }
+
     /// Creates the metrics and registers them into `registry`.
     pub fn register(registry: &mut Registry) -> Self {
         let families = Families {

@@ -246,7 +246,7 @@ impl Replica {
         )));
 
         let (warm_tx, warm_rx) = tokio::sync::mpsc::unbounded_channel();
-        tasks.push(tokio::spawn(warm::warm_up(ctx.clone(), warm_rx)));
+        tasks.push(tokio::spawn(warm::warm_up(ctx.sources.clone(), warm_rx)));
         let (projections, projection_writer) = reflector::store::<StoredCr<Projection>>();
         let (clusters, cluster_writer) = reflector::store::<StoredCr<ClusterProjection>>();
         ctx.report

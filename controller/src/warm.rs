@@ -3,10 +3,10 @@
 //! wait for the lease. A standby that takes over thus starts with synced caches: its first
 //! reconciles find the source kinds resolved and the copies' stores listed.
 
-use crate::{cache::stored_cr::StoredCr, context::Context, pass::kind::ProjectionKind, watches::Tier};
+use crate::{cache::stored_cr::StoredCr, context::SourceAccess, pass::kind::ProjectionKind};
 use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
-use shared::api::{crd::SourceRef, source::GroupKind};
+use shared::api::{crd::SourceRef, kind::Scope, source::GroupKind};
 use std::{
     collections::HashSet,
     sync::{
@@ -18,14 +18,14 @@ use tokio::sync::mpsc::UnboundedSender;
 
 /// A CR (as the store keeps it) whose source kind a standby prepares watches for.
 pub trait Warmable {
-    /// Its source and the tier of its copies; `None` if the CR does not decode (reported by its
+    /// Its source and the scope of its copies; `None` if the CR does not decode (reported by its
     /// reconcile once this replica leads).
-    fn warm_up(&self) -> Option<(SourceRef, Tier)>;
+    fn warm_up(&self) -> Option<(SourceRef, Scope)>;
 }
 
 impl<K: ProjectionKind> Warmable for StoredCr<K> {
-    fn warm_up(&self) -> Option<(SourceRef, Tier)> {
-        Some((self.expand().ok()?.source().clone(), K::TIER))
+    fn warm_up(&self) -> Option<(SourceRef, Scope)> {
+        Some((self.expand().ok()?.view().source.clone(), K::SCOPE))
     }
 }
 
@@ -34,7 +34,7 @@ impl<K: ProjectionKind> Warmable for StoredCr<K> {
 pub async fn feed<K: Warmable>(
     changes: impl Stream<Item = Result<K, watcher::Error>>,
     reconcile: UnboundedSender<K>,
-    warm: UnboundedSender<(SourceRef, Tier)>,
+    warm: UnboundedSender<(SourceRef, Scope)>,
     leading: Arc<AtomicBool>,
 ) {
     changes
@@ -56,25 +56,29 @@ pub async fn feed<K: Warmable>(
         .await;
 }
 
-/// Starts the watches of every source kind the CRs of a standby name (once per kind and tier), so
+/// Starts the watches of every source kind the CRs of a standby name (once per kind and scope), so
 /// they have synced when it takes over. Read-only: discovery and the watches.
 pub async fn warm_up(
-    ctx: Arc<Context>,
-    mut sources: tokio::sync::mpsc::UnboundedReceiver<(SourceRef, Tier)>,
+    access: Arc<SourceAccess>,
+    mut sources: tokio::sync::mpsc::UnboundedReceiver<(SourceRef, Scope)>,
 ) {
-    let mut warmed: HashSet<(GroupKind, String, Tier)> = HashSet::new();
-    while let Some((source, tier)) = sources.recv().await {
+    let mut warmed: HashSet<(GroupKind, String, Scope)> = HashSet::new();
+    while let Some((source, scope)) = sources.recv().await {
         let group_kind = source.group_kind();
-        let key = (group_kind.clone(), source.version.clone(), tier);
+        let key = (group_kind.clone(), source.version.clone(), scope);
         if warmed.contains(&key) {
             continue;
         }
-        let Ok(resolved) = ctx.sources.discovery.resolve(&source).await else {
+        let Ok(resolved) = access.discovery.resolve(&source).await else {
             // Unknown kinds are resolved by the reconcile once this replica leads.
             continue;
         };
-        match ctx.watches.ensure(&group_kind, &resolved.resource, tier).await {
-            Ok(_) => tracing::debug!(kind = %group_kind, ?tier, "standby: watches warm"),
+        match access
+            .watches
+            .ensure(&group_kind, &resolved.resource, scope)
+            .await
+        {
+            Ok(_) => tracing::debug!(kind = %group_kind, ?scope, "standby: watches warm"),
             Err(e) => tracing::debug!(kind = %group_kind, error = %e, "standby: could not warm the watches"),
         }
         warmed.insert(key);

@@ -41,7 +41,10 @@ use kube::{
         watcher::{self, Event},
     },
 };
-use shared::api::source::{GroupKind, SourceKey};
+use shared::api::{
+    kind::Scope,
+    source::{GroupKind, SourceKey},
+};
 use std::{
     collections::HashMap,
     sync::{
@@ -52,21 +55,12 @@ use std::{
 };
 use tokio::task::JoinHandle;
 
-/// Which CRs' copies a copies-watch follows (they carry different ownership labels).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Tier {
-    /// Copies of Projections.
-    Projection,
-    /// Copies of ClusterProjections.
-    Cluster,
-}
-
-impl Tier {
-    fn uid_label(self) -> &'static str {
-        match self {
-            Self::Projection => shared::api::keys::OWNED_BY_PROJECTION_UID,
-            Self::Cluster => shared::api::keys::OWNED_BY_CLUSTER_PROJECTION_UID,
-        }
+/// The UID label a copies-watch of `scope`'s copies filters on (the two kinds' copies carry
+/// different ownership labels).
+fn uid_label(scope: Scope) -> &'static str {
+    match scope {
+        Scope::OwnNamespace => shared::api::keys::OWNED_BY_PROJECTION_UID,
+        Scope::Namespaces => shared::api::keys::OWNED_BY_CLUSTER_PROJECTION_UID,
     }
 }
 
@@ -75,7 +69,7 @@ const SYNC_LIMIT: Duration = Duration::from_secs(30);
 
 struct KindWatch {
     resource: ApiResource,
-    copies: HashMap<Tier, CopyStore>,
+    copies: HashMap<Scope, CopyStore>,
     tasks: Vec<JoinHandle<()>>,
     /// The apiserver's refusal when one of this kind's watches was refused (HTTP 403: the
     /// controller's RBAC does not let it list or watch the kind; HTTP 404: the kind is not served).
@@ -165,7 +159,7 @@ impl WatchRegistry {
         &self,
         group_kind: &GroupKind,
         resource: &ApiResource,
-        tier: Tier,
+        tier: Scope,
     ) -> Result<CopyStore, WatchError> {
         let (store, refused) = {
             let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
@@ -324,13 +318,13 @@ impl WatchRegistry {
         &self,
         group_kind: &GroupKind,
         resource: &ApiResource,
-        tier: Tier,
+        tier: Scope,
         refused: &Refusal,
         failing: &Arc<AtomicBool>,
     ) -> (CopyStore, JoinHandle<()>) {
         let (copies, writer) = copy_store(shared::api::keys::FIELD_MANAGER);
         let ours = Api::<DynamicObject>::all_with(self.client.clone(), resource);
-        let config = watcher::Config::default().labels(tier.uid_label()).any_semantic();
+        let config = watcher::Config::default().labels(uid_label(tier)).any_semantic();
         let stream = watch_backoff(crate::initial_list::watch(ours, config, self.initial_list));
         let gk = group_kind.clone();
         let recorder = refused.clone();

@@ -35,7 +35,7 @@ where
         TIMEOUT,
         || async {
             let p = projections.get(projection).await.map_err(|e| e.to_string())?;
-            let reported = p.status.and_then(|s| s.source_hash);
+            let reported = p.status.and_then(|s| s.copy.source_hash);
             let carried = copies
                 .get_opt(copy)
                 .await
@@ -400,9 +400,9 @@ async fn a_cluster_projection_reports_the_one_hash_all_its_copies_carry() {
     let hash = wait_for("the ClusterProjection's hash", TIMEOUT, || async {
         let cp = cps.get(&name).await.map_err(|e| e.to_string())?;
         let status = cp.status.unwrap_or_default();
-        match status.source_hash {
-            Some(h) if status.namespaces_written == 2 => Ok(h),
-            other => Err(format!("{other:?}, written {}", status.namespaces_written)),
+        match status.copy.source_hash {
+            Some(h) if status.counts.namespaces_written == 2 => Ok(h),
+            other => Err(format!("{other:?}, written {}", status.counts.namespaces_written)),
         }
     })
     .await;

@@ -87,10 +87,11 @@ impl World {
             let cp = api.get(name).await.map_err(|e| e.to_string())?;
             let status = cp.status.clone().unwrap_or_default();
             let current = status
+                .copy
                 .conditions
                 .iter()
                 .all(|c| c.observed_generation == cp.metadata.generation);
-            if current && !status.conditions.is_empty() && check(&status) {
+            if current && !status.copy.conditions.is_empty() && check(&status) {
                 Ok(status)
             } else {
                 Err(format!("{status:?}"))
@@ -102,8 +103,8 @@ impl World {
     async fn wait_ready(&self, name: &str, written: i32) -> ClusterProjectionStatus {
         self.wait_status(name, &format!("Ready with {written} written"), |s| {
             ready(s) == Some(("True", "Projected"))
-                && s.namespaces_written == written
-                && s.namespaces_failed == 0
+                && s.counts.namespaces_written == written
+                && s.counts.namespaces_failed == 0
         })
         .await
     }
@@ -139,7 +140,7 @@ impl World {
 }
 
 fn ready(status: &ClusterProjectionStatus) -> Option<(&str, &str)> {
-    condition(&status.conditions, "Ready").map(|c| (c.status.as_str(), c.reason.as_str()))
+    condition(&status.copy.conditions, "Ready").map(|c| (c.status.as_str(), c.reason.as_str()))
 }
 
 #[tokio::test]
@@ -156,7 +157,7 @@ async fn a_list_of_three_namespaces_gets_three_copies() {
         .cluster_projection("three", "cfg", json!({"namespaces": names}))
         .await;
     let status = w.wait_ready(&cp, 3).await;
-    assert_eq!(status.destination_name.as_deref(), Some("cfg"));
+    assert_eq!(status.copy.destination_name.as_deref(), Some("cfg"));
     for ns in &names {
         assert_eq!(
             w.data_in(ns, "cfg").await,
@@ -362,7 +363,7 @@ async fn pending_terminating_and_source_namespaces_are_not_failures() {
         .cluster_projection("pending", "cfg", json!({"namespaces": listed}))
         .await;
     let status = w.wait_ready(&cp, 0).await;
-    let written = condition_message(&status.conditions, "DestinationWritten");
+    let written = condition_message(&status.copy.conditions, "DestinationWritten");
     assert!(
         written.contains(&format!("pending until created: {later}")),
         "{written}"
@@ -416,14 +417,14 @@ async fn a_stranger_fails_one_namespace_and_the_others_are_written() {
         .await;
     let status = w
         .wait_status(&cp, "partial failure", |s| {
-            s.namespaces_written == 1 && s.namespaces_failed == 1
+            s.counts.namespaces_written == 1 && s.counts.namespaces_failed == 1
         })
         .await;
     assert_eq!(ready(&status), Some(("False", "DestinationConflict")));
-    assert_eq!(status.failed_namespaces.len(), 1);
-    assert_eq!(status.failed_namespaces[0].namespace, b);
-    assert_eq!(status.failed_namespaces[0].reason, "DestinationConflict");
-    let message = condition_message(&status.conditions, "Ready");
+    assert_eq!(status.counts.failed_namespaces.len(), 1);
+    assert_eq!(status.counts.failed_namespaces[0].namespace, b);
+    assert_eq!(status.counts.failed_namespaces[0].reason, "DestinationConflict");
+    let message = condition_message(&status.copy.conditions, "Ready");
     assert!(
         message.contains(&format!("{b} (DestinationConflict)")),
         "{message}"
@@ -461,7 +462,7 @@ async fn source_deletion_veto_and_cluster_projection_deletion_clean_up() {
         })
         .await;
     assert_eq!(
-        (status.namespaces_written, status.namespaces_failed),
+        (status.counts.namespaces_written, status.counts.namespaces_failed),
         (0, 0),
         "counts are honest after withdrawal"
     );
@@ -531,7 +532,7 @@ async fn coexistence_and_chains_stay_stable() {
         .cluster_projection("third", "cfg", json!({"namespaces": [b]}))
         .await;
     let status = w
-        .wait_status(&third, "conflict", |s| s.namespaces_failed == 1)
+        .wait_status(&third, "conflict", |s| s.counts.namespaces_failed == 1)
         .await;
     assert_eq!(ready(&status), Some(("False", "DestinationConflict")));
     // A Projection on the same source, and a ClusterProjection whose source is a copy.
@@ -613,7 +614,7 @@ async fn a_fan_out_to_200_namespaces_is_complete() {
         )
         .await;
     w.wait_status(&cp, "200 written", |s| {
-        s.namespaces_written == 200 && ready(s) == Some(("True", "Projected"))
+        s.counts.namespaces_written == 200 && ready(s) == Some(("True", "Projected"))
     })
     .await;
     merge(&w.configmaps(&w.source), "cfg", json!({"data": {"k": "v2"}})).await;

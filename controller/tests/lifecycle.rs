@@ -146,7 +146,7 @@ async fn a_suspended_projection_writes_nothing_and_resumes_with_one_write() {
         "{suspended}"
     );
     let status = projection_status(&env.projections(), "p").await;
-    let ready = condition(&status.conditions, "Ready").expect("Ready");
+    let ready = condition(&status.copy.conditions, "Ready").expect("Ready");
     assert_eq!(
         (
             ready.status.as_str(),
@@ -180,9 +180,9 @@ async fn a_suspended_projection_writes_nothing_and_resumes_with_one_write() {
     .await;
     let status = projection_status(&env.projections(), "p").await;
     assert!(
-        condition(&status.conditions, "Suspended").is_none(),
+        condition(&status.copy.conditions, "Suspended").is_none(),
         "Suspended is gone once resumed: {:?}",
-        status.conditions
+        status.copy.conditions
     );
     let rv = before.resource_version().expect("resourceVersion");
     assert_eq!(
@@ -218,7 +218,7 @@ async fn a_suspended_cluster_projection_ignores_deleted_copies_and_new_namespace
     merge(&cps, &name, json!({"spec": {"suspend": true}})).await;
     wait_cluster(&cps, &name, "Suspended", |cp| {
         let status = cp.status.clone().unwrap_or_default();
-        condition(&status.conditions, "Suspended")
+        condition(&status.copy.conditions, "Suspended")
             .is_some_and(|c| c.status == "True" && c.observed_generation == cp.metadata.generation)
     })
     .await;
@@ -240,11 +240,14 @@ async fn a_suspended_cluster_projection_ignores_deleted_copies_and_new_namespace
         "not written while suspended"
     );
     let held = cps.get(&name).await.expect("cp").status.unwrap_or_default();
-    assert_eq!(held.namespaces_written, 1, "the counts of the last pass stay");
+    assert_eq!(
+        held.counts.namespaces_written, 1,
+        "the counts of the last pass stay"
+    );
 
     merge(&cps, &name, json!({"spec": {"suspend": false}})).await;
     let status = wait_cluster(&cps, &name, "Ready with 2 copies", |s| ready_with(s, 2)).await;
-    assert!(condition(&status.conditions, "Suspended").is_none());
+    assert!(condition(&status.copy.conditions, "Suspended").is_none());
     for ns in [&first, &second] {
         let copy = cm(ns).get("cfg").await.expect("copy after resume");
         assert_eq!(data_of(&copy), json!({"a": "1"}));
@@ -273,7 +276,7 @@ async fn a_requested_reconcile_rewrites_unchanged_copies_once_and_is_echoed() {
     .await;
     wait_for("lastHandledReconcileAt echoed", TIMEOUT, || async {
         let status = projection_status(&env.projections(), "p").await;
-        match status.last_handled_reconcile_at.as_deref() {
+        match status.copy.last_handled_reconcile_at.as_deref() {
             Some("2026-11-23T16:00:00Z") => Ok(()),
             other => Err(format!("{other:?}")),
         }
@@ -340,7 +343,7 @@ async fn a_requested_reconcile_rewrites_every_copy_of_a_cluster_projection() {
     wait_cluster(&cps, &name, "request echoed", |cp| {
         cp.status
             .as_ref()
-            .and_then(|s| s.last_handled_reconcile_at.as_deref())
+            .and_then(|s| s.copy.last_handled_reconcile_at.as_deref())
             == Some("first")
             && ready_with(cp, 2)
     })
@@ -472,7 +475,7 @@ async fn a_deleted_source_with_orphan_keeps_the_copies_but_a_veto_retracts_them(
     assert_eq!(note, format!("{dst}/gone left in place, no longer managed"));
     wait_cluster(&cps, &name, "SourceDeleted", |cp| {
         let status = cp.status.clone().unwrap_or_default();
-        condition(&status.conditions, "SourceResolved").is_some_and(|c| c.reason == "SourceDeleted")
+        condition(&status.copy.conditions, "SourceResolved").is_some_and(|c| c.reason == "SourceDeleted")
     })
     .await;
     let cluster_copy = Api::<ConfigMap>::namespaced(client.clone(), &target)
@@ -612,14 +615,15 @@ async fn adoption_needs_the_exact_cr_named_by_the_owner() {
 /// `written` namespaces hold a copy.
 fn ready_with(cp: &ClusterProjection, written: i32) -> bool {
     let status = cp.status.clone().unwrap_or_default();
-    !status.conditions.is_empty()
+    !status.copy.conditions.is_empty()
         && status
+            .copy
             .conditions
             .iter()
             .all(|c| c.observed_generation == cp.metadata.generation)
-        && condition(&status.conditions, "Ready").is_some_and(|c| c.status == "True")
-        && status.namespaces_written == written
-        && status.namespaces_failed == 0
+        && condition(&status.copy.conditions, "Ready").is_some_and(|c| c.status == "True")
+        && status.counts.namespaces_written == written
+        && status.counts.namespaces_failed == 0
 }
 
 /// Waits until the ClusterProjection satisfies `check`; returns its status.
@@ -667,7 +671,7 @@ async fn apply_once_creates_each_copy_once_and_reconcile_takes_them_over_again()
     .await;
     let cm = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
     let status = wait_cluster(&cps, &name, "Ready with 2 copies", |cp| ready_with(cp, 2)).await;
-    let record = status.applied_once.expect("the record of created copies");
+    let record = status.copy.applied_once.expect("the record of created copies");
     assert_eq!(record.count, 2);
 
     // A hand edit stays, a deleted copy is not created again, a source edit reaches no copy.
@@ -687,13 +691,13 @@ async fn apply_once_creates_each_copy_once_and_reconcile_takes_them_over_again()
     let status = wait_cluster(&cps, &name, "one copy held, the deleted one named", |cp| {
         let status = cp.status.clone().unwrap_or_default();
         ready_with(cp, 1)
-            && condition(&status.conditions, "DestinationWritten").is_some_and(|c| {
+            && condition(&status.copy.conditions, "DestinationWritten").is_some_and(|c| {
                 c.message
                     .contains(&format!("deleted since, not created again: {deleted}"))
             })
     })
     .await;
-    assert_eq!(status.applied_once.map(|r| r.count), Some(2));
+    assert_eq!(status.copy.applied_once.map(|r| r.count), Some(2));
 
     // A namespace that starts matching gets its copy once, with the source as it is now.
     let later = namespaces
@@ -711,7 +715,7 @@ async fn apply_once_creates_each_copy_once_and_reconcile_takes_them_over_again()
     // Back to Reconcile: every copy is taken over again.
     merge(&cps, &name, json!({"spec": {"syncPolicy": "Reconcile"}})).await;
     let status = wait_cluster(&cps, &name, "Ready with 3 copies", |cp| ready_with(cp, 3)).await;
-    assert!(status.applied_once.is_none(), "Reconcile keeps no record");
+    assert!(status.copy.applied_once.is_none(), "Reconcile keeps no record");
     for ns in [&edited, &deleted, &later] {
         wait_object(&cm(ns), "cfg", "the copy follows the source again", |c| {
             data_of(c) == json!({"a": "2"})
@@ -743,7 +747,7 @@ async fn an_apply_once_projection_leaves_its_copy_alone() {
     let message = written["message"].as_str().unwrap_or_default().to_owned();
     wait_for("the deleted copy reported", TIMEOUT, || async {
         let status = projection_status(&env.projections(), "p").await;
-        let message = condition_message(&status.conditions, "DestinationWritten");
+        let message = condition_message(&status.copy.conditions, "DestinationWritten");
         if message.contains(&format!("deleted since, not created again: {dst}")) {
             Ok(())
         } else {

@@ -93,7 +93,7 @@ async fn configmap_and_secret_are_mirrored_with_overlay() {
 
     let p = env.projections().get("settings").await.expect("projection");
     assert_eq!(
-        p.status.as_ref().and_then(|s| s.destination_name.as_deref()),
+        p.status.as_ref().and_then(|s| s.copy.destination_name.as_deref()),
         Some("copied")
     );
     let resolved = wait_condition(

@@ -287,7 +287,7 @@ async fn a_cluster_projection_whose_copies_cannot_be_removed_says_so() {
         async move {
             wait_for(&format!("{name} Ready={status} {reason}"), TIMEOUT, || async {
                 let cp = cps.get(&name).await.map_err(|e| e.to_string())?;
-                let conditions = cp.status.map(|s| s.conditions).unwrap_or_default();
+                let conditions = cp.status.map(|s| s.copy.conditions).unwrap_or_default();
                 match condition(&conditions, "Ready") {
                     Some(c) if c.status == status && c.reason == reason => Ok(c.message.clone()),
                     other => Err(format!("{other:?}")),

@@ -37,9 +37,24 @@ pub struct Global {
     /// Every namespace.
     #[arg(short = 'A', long, global = true)]
     pub all_namespaces: bool,
+    /// The user to impersonate (kubectl's --as).
+    #[arg(long = "as", global = true, value_name = "USER")]
+    pub impersonate: Option<String>,
+    /// A group to impersonate, repeatable (kubectl's --as-group).
+    #[arg(long = "as-group", global = true, value_name = "GROUP")]
+    pub impersonate_groups: Vec<String>,
     /// Output format.
     #[arg(short = 'o', long, global = true, value_enum, default_value = "table")]
     pub output: Output,
+}
+
+/// The controller's `--author-access`, as `preview` takes it.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthorAccess {
+    /// The CR's author must be allowed to read the source and create the copies.
+    Enforce,
+    /// No author checks.
+    Trusted,
 }
 
 /// `-o`.
@@ -86,6 +101,10 @@ pub enum Command {
         /// The controller's --allow-power-kinds.
         #[arg(long, default_value = "", value_parser = |s: &str| s.parse::<AllowedPowerKinds>())]
         allow_power_kinds: AllowedPowerKinds,
+        /// The controller's --author-access: enforce asks the author checks as you (or as --as),
+        /// who become the CR's author by applying it; trusted asks none.
+        #[arg(long, value_enum, default_value = "enforce")]
+        author_access: AuthorAccess,
     },
     /// Every Projection (in the namespace, or all with -A) and ClusterProjection with its outcome,
     /// copies written and failed, suspension and last change.

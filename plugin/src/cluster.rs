@@ -97,6 +97,13 @@ impl Cluster {
                     .map_err(|_| anyhow::Error::new(e).context("no kubeconfig, and not in a cluster"))?,
             },
         };
+        let mut config = config;
+        if global.impersonate.is_some() {
+            config.auth_info.impersonate = global.impersonate.clone();
+        }
+        if !global.impersonate_groups.is_empty() {
+            config.auth_info.impersonate_groups = Some(global.impersonate_groups.clone());
+        }
         let namespace = global
             .namespace
             .clone()

@@ -4,10 +4,14 @@ use crate::{cluster::Cluster, crs::AnyCr, exit::Failure};
 use anyhow::Context as _;
 use kube::api::{ApiResource, DynamicObject};
 use serde_json::Value;
+use shared::api::kind::ProjectionCr;
+use shared::copy::content::CopyRules;
+use shared::copy::ownership::Owner;
+use shared::pass::targets::targets_of;
 use shared::{
     copy::content::BuiltContent,
-    inspect::copy_of::{CopyState, copy_state, owner_of},
-    pass::targets::{NamespaceInfo, TargetRule, Targets},
+    inspect::copy_of::{CopyState, copy_state},
+    pass::targets::NamespaceInfo,
 };
 
 /// What a CR's source builds now.
@@ -21,7 +25,7 @@ pub struct Built {
 /// Reads `cr`'s source and builds its content under the CR's rules, exactly as the controller's
 /// pass does (`BuiltContent::build` on the source as read).
 pub async fn build_now(cluster: &Cluster, cr: &AnyCr) -> Result<Built, Failure> {
-    let source = cr.source();
+    let source = cr.view().source;
     let Some((resource, _)) = cluster.resolve_source(source).await? else {
         return Ok(Built {
             resource: None,
@@ -37,7 +41,7 @@ pub async fn build_now(cluster: &Cluster, cr: &AnyCr) -> Result<Built, Failure> 
         None => Err(format!("source {}/{} not found", source.namespace, source.name)),
         Some(object) => {
             let value = serde_json::to_value(&object).context("encoding the source")?;
-            BuiltContent::build(&value, &cr.rules())
+            BuiltContent::build(&value, &CopyRules::of(cr.view().controls))
                 .map(|built| built.hash().to_owned())
                 .map_err(|refused| format!("no valid copy can be built: {}", refused.message))
         }
@@ -51,14 +55,7 @@ pub async fn build_now(cluster: &Cluster, cr: &AnyCr) -> Result<Built, Failure> 
 /// The namespaces where `cr` keeps a copy now (written, or kept while terminating), as the
 /// controller resolves them.
 pub fn placements(cr: &AnyCr, namespaces: &[NamespaceInfo]) -> Result<Vec<String>, String> {
-    let targets = match cr {
-        AnyCr::Projection(_) => Targets::own_namespace(&cr.namespace(), cr.source(), &cr.copy_name()),
-        AnyCr::Cluster(c) => TargetRule::of(&c.spec.destination).map_err(|e| e.0)?.resolve(
-            namespaces,
-            cr.source(),
-            &cr.copy_name(),
-        ),
-    };
+    let targets = targets_of(&cr.view(), namespaces)?;
     Ok(targets.keep().into_iter().collect())
 }
 
@@ -91,8 +88,8 @@ pub async fn state_in(
             why: built.hash.clone().err().unwrap_or_default(),
         });
     };
-    let object = read_copy(cluster, resource, namespace, &cr.copy_name()).await?;
-    let owner = owner_of(&cr.name(), cr.meta().uid.as_deref().unwrap_or_default());
+    let object = read_copy(cluster, resource, namespace, cr.view().copy_name).await?;
+    let owner = Owner::of_cr(&cr.view());
     Ok(copy_state(
         object.as_ref(),
         &owner,

@@ -1,16 +1,16 @@
-//! Either CR kind, as the plugin reads it: its name, source, rules, copies' name, status and events.
+//! Either CR kind, as the plugin reads it: seen alike through `shared::api::kind` (its name,
+//! source, rules, copies' name and status), read and listed with its events.
 
 use crate::{cluster::Cluster, exit::Failure};
 use anyhow::Context as _;
 use k8s_openapi::api::events::v1::Event;
-use kube::{Api, ResourceExt, api::ListParams};
+use kube::{Api, api::ListParams};
 use shared::{
-    api::crd::{ClusterProjection, Condition, Projection, SourceRef},
-    copy::content::CopyRules,
-    inspect::{
-        copy_of::{CrName, kubectl_name},
-        summary::{Summary, of_cluster, of_projection},
+    api::{
+        crd::{ClusterProjection, Projection},
+        kind::{CrName, CrView, ProjectionCr},
     },
+    inspect::copy_of::kubectl_name,
 };
 
 /// A Projection or a ClusterProjection.
@@ -20,106 +20,29 @@ pub enum AnyCr {
     Cluster(ClusterProjection),
 }
 
+impl ProjectionCr for AnyCr {
+    fn view(&self) -> CrView<'_> {
+        match self {
+            Self::Projection(p) => p.view(),
+            Self::Cluster(c) => c.view(),
+        }
+    }
+}
+
 impl AnyCr {
-    /// Its kind and name.
-    pub fn name(&self) -> CrName {
-        match self {
-            Self::Projection(p) => CrName::Projection {
-                namespace: p.namespace().unwrap_or_default(),
-                name: p.name_any(),
-            },
-            Self::Cluster(c) => CrName::ClusterProjection { name: c.name_any() },
-        }
-    }
-
-    /// `Projection` or `ClusterProjection`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Projection(_) => "Projection",
-            Self::Cluster(_) => "ClusterProjection",
-        }
-    }
-
-    /// Its namespace (empty for a ClusterProjection).
-    pub fn namespace(&self) -> String {
-        match self {
-            Self::Projection(p) => p.namespace().unwrap_or_default(),
-            Self::Cluster(_) => String::new(),
-        }
-    }
-
-    /// Its metadata.
-    pub fn meta(&self) -> &kube::api::ObjectMeta {
-        match self {
-            Self::Projection(p) => &p.metadata,
-            Self::Cluster(c) => &c.metadata,
-        }
-    }
-
-    /// `spec.source`.
-    pub fn source(&self) -> &SourceRef {
-        match self {
-            Self::Projection(p) => &p.spec.source,
-            Self::Cluster(c) => &c.spec.source,
-        }
-    }
-
-    /// What its copies carry.
-    pub fn rules(&self) -> CopyRules<'_> {
-        match self {
-            Self::Projection(p) => CopyRules::of_projection(&p.spec),
-            Self::Cluster(c) => CopyRules::of_cluster_projection(&c.spec),
-        }
-    }
-
-    /// The name of its copies.
-    pub fn copy_name(&self) -> String {
-        match self {
-            Self::Projection(p) => p
-                .spec
-                .destination
-                .as_ref()
-                .and_then(|d| d.name.clone())
-                .unwrap_or_else(|| p.spec.source.name.clone()),
-            Self::Cluster(c) => c
-                .spec
-                .destination
-                .name
-                .clone()
-                .unwrap_or_else(|| c.spec.source.name.clone()),
-        }
-    }
-
-    /// Its conditions.
-    pub fn conditions(&self) -> &[Condition] {
-        match self {
-            Self::Projection(p) => p.status.as_ref().map(|s| s.conditions.as_slice()),
-            Self::Cluster(c) => c.status.as_ref().map(|s| s.conditions.as_slice()),
-        }
-        .unwrap_or_default()
-    }
-
-    /// Its status summed up.
-    pub fn summary(&self) -> Summary {
-        match self {
-            Self::Projection(p) => of_projection(p.spec.controls.suspend, p.status.as_ref()),
-            Self::Cluster(c) => of_cluster(c.spec.controls.suspend, c.status.as_ref()),
-        }
-    }
-
-    /// `status.lastHandledReconcileAt`.
-    pub fn last_handled(&self) -> Option<&str> {
-        match self {
-            Self::Projection(p) => p.status.as_ref()?.last_handled_reconcile_at.as_deref(),
-            Self::Cluster(c) => c.status.as_ref()?.last_handled_reconcile_at.as_deref(),
-        }
-    }
-
-    /// The namespace its events are in (the controller puts a ClusterProjection's in `default`).
-    pub fn events_namespace(&self) -> String {
-        match self {
-            Self::Projection(p) => p.namespace().unwrap_or_default(),
-            Self::Cluster(_) => "default".to_owned(),
+    /// Takes the UID and the status of `stored`, the CR of the same kind and name in the cluster: a
+    /// pass over this spec then finds that CR's copies and records, as the controller's next would.
+    pub fn take_state_of(&mut self, stored: &AnyCr) {
+        match (self, stored) {
+            (Self::Projection(p), Self::Projection(s)) => {
+                p.metadata.uid = s.metadata.uid.clone();
+                p.status = s.status.clone();
+            }
+            (Self::Cluster(c), Self::Cluster(s)) => {
+                c.metadata.uid = s.metadata.uid.clone();
+                c.status = s.status.clone();
+            }
+            _ => {}
         }
     }
 
@@ -142,8 +65,10 @@ impl AnyCr {
 
     /// Its latest `count` events, oldest first.
     pub async fn events(&self, cluster: &Cluster, count: usize) -> Result<Vec<Event>, Failure> {
-        let api = Api::<Event>::namespaced(cluster.client.clone(), &self.events_namespace());
-        let uid = self.meta().uid.clone().unwrap_or_default();
+        // The controller puts a ClusterProjection's events in `default`.
+        let namespace = self.view().home().unwrap_or("default").to_owned();
+        let api = Api::<Event>::namespaced(cluster.client.clone(), &namespace);
+        let uid = self.view().uid().to_owned();
         let mut events: Vec<Event> = api
             .list(&ListParams::default())
             .await

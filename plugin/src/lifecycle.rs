@@ -14,6 +14,8 @@ use kube::{
     api::{ListParams, Patch, PatchParams},
 };
 use serde_json::{Value, json};
+use shared::api::kind::ProjectionCr;
+use shared::inspect::summary::of_cr;
 use shared::{
     api::{
         crd::{ClusterProjection, Projection},
@@ -107,18 +109,20 @@ async fn selected(cluster: &Cluster, select: &Select) -> Result<Vec<AnyCr>, Fail
 
 async fn patch(cluster: &Cluster, cr: &AnyCr, body: &Value) -> Result<AnyCr, Failure> {
     let params = PatchParams::default();
-    let name = cr.meta().name.clone().unwrap_or_default();
+    let name = cr.view().meta.name.clone().unwrap_or_default();
     let patched = match cr {
-        AnyCr::Projection(_) => Api::<Projection>::namespaced(cluster.client.clone(), &cr.namespace())
-            .patch(&name, &params, &Patch::Merge(body))
-            .await
-            .map(AnyCr::Projection),
+        AnyCr::Projection(_) => {
+            Api::<Projection>::namespaced(cluster.client.clone(), cr.view().home().unwrap_or_default())
+                .patch(&name, &params, &Patch::Merge(body))
+                .await
+                .map(AnyCr::Projection)
+        }
         AnyCr::Cluster(_) => Api::<ClusterProjection>::all(cluster.client.clone())
             .patch(&name, &params, &Patch::Merge(body))
             .await
             .map(AnyCr::Cluster),
     };
-    Ok(patched.with_context(|| format!("patching {}", kubectl_name(&cr.name())))?)
+    Ok(patched.with_context(|| format!("patching {}", kubectl_name(&cr.view().name())))?)
 }
 
 /// `projection.projection.sh/NAME`, as kubectl prints what it changed.
@@ -160,7 +164,7 @@ pub async fn sync(global: &Global, select: &Select, wait: bool, timeout: Duratio
     for cr in crs {
         patch(&cluster, &cr, &body).await?;
         println!("{} reconcile requested at {requested}", resource_name(&cr));
-        pending.push(cr.name());
+        pending.push(cr.view().name());
     }
     if !wait {
         return Ok(Code::Ok);
@@ -172,8 +176,9 @@ pub async fn sync(global: &Global, select: &Select, wait: bool, timeout: Duratio
         let cr = AnyCr::get(&cluster, &name)
             .await?
             .ok_or_else(|| Failure::NotFound(format!("{} was deleted while waiting", kubectl_name(&name))))?;
-        if cr.last_handled() == Some(requested.as_str()) {
-            let summary = cr.summary();
+        let view = cr.view();
+        if view.status.and_then(|s| s.last_handled_reconcile_at.as_deref()) == Some(requested.as_str()) {
+            let summary = of_cr(&view);
             println!(
                 "{} reconciled: Ready={} {}",
                 resource_name(&cr),

@@ -2,6 +2,7 @@
 //! controller's and the webhook's own); this binary only reads the cluster around them, and writes
 //! only what `suspend`, `resume` and `sync` set on the CRs.
 
+mod access;
 mod check;
 mod cli;
 mod cluster;
@@ -63,10 +64,12 @@ async fn run(cli: Cli) -> Result<Code, Failure> {
             files,
             source_mode,
             allow_power_kinds,
+            author_access,
         } => {
             let settings = preview::Settings {
                 source_mode,
                 allow_power_kinds,
+                author_checked: author_access == cli::AuthorAccess::Enforce,
             };
             preview::run(global, &files, &settings).await
         }

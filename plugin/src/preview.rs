@@ -1,9 +1,12 @@
 //! `kubectl projection preview -f FILE`: what a Projection or ClusterProjection would write now, per
-//! namespace, made by the controller's own decisions (`shared::pass::plan::plan` and
-//! `shared::copy::write_plan::decide`) on what the cluster holds. Nothing is written. A manifest the
-//! webhook would refuse is refused with the webhook's message (`shared::admission::validation`).
+//! namespace: the controller's pass over what the cluster holds, with the controller's own
+//! decisions (`shared::pass::source`, `shared::pass::plan::PassInput::of` and `plan`,
+//! `shared::copy::write_plan::decide`) and the author checks asked as the user who runs it, and a
+//! writer that only describes. Nothing is written. A manifest the webhook would refuse is refused
+//! with the webhook's message (`shared::admission::validation`).
 
 use crate::{
+    access::Asker,
     cli::{Global, Output},
     cluster::Cluster,
     crs::AnyCr,
@@ -21,21 +24,31 @@ use shared::{
             ClusterProjection, ClusterProjectionSpec, Projection, ProjectionSpec, SourceRef,
             WrittenDestination,
         },
+        kind::{CrName, CrView, ProjectionCr},
+        reason::Reason,
         source::cluster_scoped_message,
     },
-    copy::{content::BuiltContent, destination::Target, write_plan::decide},
+    copy::{
+        content::{BuiltContent, CopyRules},
+        destination::Target,
+        ownership::Owner,
+        write_plan::{WriteDecision, decide},
+    },
     inspect::{
-        copy_of::{CrName, kubectl_name, owner_of},
+        copy_of::kubectl_name,
         preview::{Row, action_word, needs_attention, refused, rows},
     },
     pass::{
         lifecycle::{is_suspended, requested_at, stamp_request},
-        plan::{CopyView, Destinations, PassInput, plan},
-        targets::{TargetRule, Targets},
+        plan::{CopyView, PassInput, Plan, plan},
+        source::{author_questions, check_read, missing, read_denied},
+        status::Stop,
+        targets::targets_of,
     },
     policy::{
-        kind_policy::{AllowedPowerKinds, check_kind, check_object},
-        projectable::{SourceMode, check_projectable},
+        author::{AccessQuestion, denial_message},
+        kind_policy::{AllowedPowerKinds, check_kind},
+        projectable::SourceMode,
     },
 };
 use std::{io::Read as _, path::PathBuf};
@@ -44,6 +57,8 @@ use std::{io::Read as _, path::PathBuf};
 pub struct Settings {
     pub source_mode: SourceMode,
     pub allow_power_kinds: AllowedPowerKinds,
+    /// Whether the controller checks the CR's author (`--author-access=enforce`).
+    pub author_checked: bool,
 }
 
 /// A manifest that passed validation.
@@ -84,9 +99,13 @@ pub async fn run(global: &Global, files: &[PathBuf], settings: &Settings) -> Res
         .into_iter()
         .map(|doc| check(doc, &cluster.namespace, settings))
         .collect::<Result<Vec<_>, _>>()?;
+    let asker = match settings.author_checked {
+        true => Some(Asker::whoami(&cluster.client).await?),
+        false => None,
+    };
     let mut previews = Vec::new();
     for manifest in &manifests {
-        previews.push(preview(&cluster, manifest, settings).await?);
+        previews.push(preview(&cluster, manifest, (settings, asker.as_ref())).await?);
     }
     let attention = previews
         .iter()
@@ -172,50 +191,93 @@ fn check(document: Value, default_namespace: &str, settings: &Settings) -> Resul
         cr.status = None;
         AnyCr::Cluster(cr)
     };
-    check_kind(&cr.source().group_kind(), &settings.allow_power_kinds).map_err(denied)?;
+    check_kind(&cr.view().source.group_kind(), &settings.allow_power_kinds).map_err(denied)?;
     Ok(Manifest { cr })
 }
 
-async fn preview(cluster: &Cluster, manifest: &Manifest, settings: &Settings) -> Result<Preview, Failure> {
-    let cr = &manifest.cr;
-    let source = cr.source().clone();
-    let in_cluster = AnyCr::get(cluster, &cr.name()).await?;
-    let controls = match cr {
-        AnyCr::Projection(p) => &p.spec.controls,
-        AnyCr::Cluster(c) => &c.spec.controls,
-    };
+/// The preview of one manifest: the controller's pass over it (the manifest's spec, with the status
+/// and UID of the CR in the cluster, if it exists), whose writer only describes.
+async fn preview(
+    cluster: &Cluster,
+    manifest: &Manifest,
+    (settings, asker): (&Settings, Option<&Asker>),
+) -> Result<Preview, Failure> {
+    let mut cr = manifest.cr.clone();
+    let stored = AnyCr::get(cluster, &cr.view().name()).await?;
+    if let Some(stored) = &stored {
+        cr.take_state_of(stored);
+    }
+    let view = cr.view();
+    let suspended = is_suspended(view.controls.suspend);
     let mut out = Preview {
-        cr: cr.name(),
-        source: source.clone(),
-        exists: in_cluster.is_some(),
-        suspended: is_suspended(controls.suspend),
+        cr: view.name(),
+        source: view.source.clone(),
+        exists: stored.is_some(),
+        suspended,
         stopped: None,
         rows: Vec::new(),
     };
-    let stop = |mut out: Preview, reason: &str, message: String| {
-        out.stopped = Some(Stopped {
-            reason: reason.to_owned(),
+    match pass(cluster, &view, (settings, asker)).await? {
+        Ok((plan, decisions)) => out.rows = rows(&plan, &decisions, suspended),
+        // A Projection onto its own source: the whole pass is refused, shown as its one row.
+        Err(Stop::Destination {
+            reason: Reason::DestinationConflict,
             message,
-        });
-        Ok(out)
+            ..
+        }) => out.rows = refused(view.home().unwrap_or_default(), view.copy_name, &message),
+        Err(stop) => {
+            out.stopped = Some(Stopped {
+                reason: stop.reason().as_str().to_owned(),
+                message: stop.message().to_owned(),
+            })
+        }
+    }
+    Ok(out)
+}
+
+/// The controller's pass over `cr`, reading what it reads and deciding with the same functions
+/// (`shared::pass::source`, `shared::pass::targets`, `shared::pass::plan`, `write_plan::decide`):
+/// its plan and, per namespace it writes, what its writer would do; or why it stops. The author
+/// checks are asked as the user who runs the plugin (`asker`; none with `--author-access trusted`).
+async fn pass(
+    cluster: &Cluster,
+    cr: &CrView<'_>,
+    (settings, asker): (&Settings, Option<&Asker>),
+) -> Result<Result<(Plan, Vec<(String, WriteDecision)>), Stop>, Failure> {
+    let source = cr.source;
+    let not_served = |message| Stop::Source {
+        reason: Reason::SourceResolutionFailed,
+        message,
+        transient: false,
     };
-    let (resource, namespaced) = match cluster.resolve_source(&source).await? {
+    let (resource, namespaced) = match cluster.resolve_source(source).await? {
         Some(found) => found,
         None => {
-            return stop(
-                out,
-                "SourceResolutionFailed",
-                format!("the source's kind {} is not served", source.group_kind()),
-            );
+            let message = format!("the source's kind {} is not served", source.group_kind());
+            return Ok(Err(not_served(message)));
         }
     };
     if !namespaced {
         return Err(Failure::Invalid(format!(
             "{} {} would be denied: {}",
-            cr.kind(),
+            cr.scope.kind(),
             cr.name(),
-            cluster_scoped_message(&source)
+            cluster_scoped_message(source)
         )));
+    }
+    // The author first: nothing of the source is read for an author who may not read it.
+    let (read_question, create_question) = author_questions(cr, &resource);
+    let mut everywhere = true;
+    if let Some(asker) = asker {
+        if let Some(why) = asker.denied(&read_question).await? {
+            return Ok(Err(read_denied(
+                &asker.author,
+                &read_question,
+                why.as_deref(),
+                &resource,
+            )));
+        }
+        everywhere = asker.denied(&create_question).await?.is_none();
     }
     let object = cluster
         .objects(&resource, &source.namespace)
@@ -223,120 +285,89 @@ async fn preview(cluster: &Cluster, manifest: &Manifest, settings: &Settings) ->
         .await
         .context("reading the source")?;
     let Some(object) = object else {
-        return stop(
-            out,
-            "SourceNotFound",
-            format!(
-                "source {}/{} not found: nothing is written",
-                source.namespace, source.name
-            ),
-        );
+        return Ok(Err(missing(source, resource, cr.ever_projected())));
     };
-    if let Err(blocked) = check_projectable(
-        settings.source_mode,
-        object.metadata.annotations.as_ref(),
-        &source.namespace,
-        &source.name,
-    ) {
-        return stop(out, blocked.reason.as_str(), blocked.message);
+    let rules = (settings.source_mode, &settings.allow_power_kinds);
+    if let Err(stop) = check_read(source, (&object, &resource), rules) {
+        return Ok(Err(stop));
     }
-    let secret_type = object.data.get("type").and_then(Value::as_str);
-    if let Err(message) = check_object(&source.group_kind(), secret_type, &settings.allow_power_kinds) {
-        return stop(out, "SourceNotProjectable", message);
+    let resolved = String::new();
+    let targets = match targets_of(cr, &cluster.namespaces().await?) {
+        Ok(targets) => targets,
+        Err(message) => {
+            return Ok(Err(Stop::Destination {
+                reason: Reason::TargetResolutionFailed,
+                message,
+                resolved,
+            }));
+        }
+    };
+    let mut forbidden = Vec::new();
+    if let Some(asker) = asker.filter(|_| !everywhere) {
+        for namespace in &targets.write {
+            let question = AccessQuestion::create_copies(&resource.group, &resource.plural, namespace);
+            if let Some(why) = asker.denied(&question).await? {
+                let message = denial_message(&asker.author, &question, why.as_deref());
+                forbidden.push((namespace.clone(), message));
+            }
+        }
     }
-    // The CR as stored (if it is) gives the status and the UID its copies carry.
-    let uid = in_cluster
-        .as_ref()
-        .and_then(|c| c.meta().uid.clone())
-        .unwrap_or_default();
-    let owner = owner_of(&cr.name(), &uid);
-    let copy_name = cr.copy_name();
-    let (scope, targets) = match cr {
-        AnyCr::Projection(_) => (
-            Destinations::OwnNamespace,
-            Targets::own_namespace(&cr.namespace(), &source, &copy_name),
-        ),
-        AnyCr::Cluster(c) => match TargetRule::of(&c.spec.destination) {
-            Ok(rule) => (
-                Destinations::Namespaces,
-                rule.resolve(&cluster.namespaces().await?, &source, &copy_name),
-            ),
-            Err(e) => return stop(out, "TargetResolutionFailed", e.0),
-        },
-    };
-    let (recorded, applied_once) = match &in_cluster {
-        Some(AnyCr::Projection(p)) => p.status.as_ref().map_or((None, None), |s| {
-            (s.written_destination.clone(), s.applied_once.clone())
-        }),
-        Some(AnyCr::Cluster(c)) => c.status.as_ref().map_or((None, None), |s| {
-            (s.written_destination.clone(), s.applied_once.clone())
-        }),
-        None => (None, None),
-    };
     // Our copies of the kind, found as the controller finds them: by the CR's UID label, then
     // trusted only by the ownership annotation.
-    let labelled: Vec<DynamicObject> = if uid.is_empty() {
+    let owner = Owner::of_cr(cr);
+    let labelled: Vec<DynamicObject> = if cr.uid().is_empty() {
         Vec::new()
     } else {
-        let api: Api<DynamicObject> = match cr {
-            AnyCr::Projection(_) => cluster.objects(&resource, &cr.namespace()),
-            AnyCr::Cluster(_) => Api::all_with(cluster.client.clone(), &resource),
+        let api: Api<DynamicObject> = match cr.home() {
+            Some(home) => cluster.objects(&resource, home),
+            None => Api::all_with(cluster.client.clone(), &resource),
         };
-        let params = ListParams::default().labels(&format!("{}={uid}", owner.uid_label_key()));
+        let params = ListParams::default().labels(&format!("{}={}", owner.uid_label_key(), cr.uid()));
         api.list(&params).await.context("listing the copies")?.items
     };
-    let ours: Vec<&DynamicObject> = labelled
+    let existing: Vec<CopyView<'_>> = labelled
         .iter()
         .filter(|o| owner.owns(o.metadata.annotations.as_ref()))
-        .collect();
-    let existing: Vec<CopyView<'_>> = ours
-        .iter()
         .map(|o| CopyView {
             namespace: o.metadata.namespace.as_deref().unwrap_or_default(),
             name: o.metadata.name.as_deref().unwrap_or_default(),
             ours: true,
         })
         .collect();
-    let copies = WrittenDestination::of(&resource, &copy_name);
-    let input = PassInput {
-        scope,
-        copies: &copies,
-        recorded: recorded.as_ref(),
-        targets: &targets,
-        forbidden: &[],
-        existing: &existing,
-        sync_policy: controls.sync_policy,
-        applied_once: applied_once.as_ref(),
-    };
+    let copies = WrittenDestination::of(&resource, cr.copy_name);
+    let input = PassInput::of(cr, (&resolved, &copies), &targets, &forbidden, &existing);
     let plan = match plan(&input) {
         Ok(plan) => plan,
-        Err(refusal) => {
-            out.rows = refused(&cr.namespace(), &copy_name, &refusal.message);
-            return Ok(out);
-        }
+        Err(stop) => return Ok(Err(stop)),
     };
     let source_value = serde_json::to_value(&object).context("encoding the source")?;
-    let built = match BuiltContent::build(&source_value, &cr.rules()) {
+    let built = match BuiltContent::build(&source_value, &CopyRules::of(cr.controls)) {
         Ok(built) => built,
-        Err(refused) => return stop(out, "DestinationInvalid", refused.message),
+        Err(refused) => {
+            return Ok(Err(Stop::Destination {
+                reason: Reason::DestinationInvalid,
+                message: refused.message,
+                resolved,
+            }));
+        }
     };
-    let requested = requested_at(cr.meta().annotations.as_ref());
+    // The writer, dry: what it would decide for each copy, as it is now.
+    let requested = requested_at(cr.meta.annotations.as_ref());
     let mut decisions = Vec::new();
     for namespace in &plan.write {
         let target = Target {
             namespace: namespace.clone(),
-            name: copy_name.clone(),
+            name: cr.copy_name.to_owned(),
         };
         let mut desired = built.place(&owner, &target);
         stamp_request(&mut desired, requested);
-        let current = crate::copies::read_copy(cluster, &resource, namespace, &copy_name).await?;
+        let current = crate::copies::read_copy(cluster, &resource, namespace, cr.copy_name).await?;
         decisions.push((
             namespace.clone(),
             decide(current.as_ref(), &desired, &owner, plan.existing),
         ));
     }
-    out.rows = rows(&plan, &decisions, out.suspended);
-    Ok(out)
+    Ok(Ok((plan, decisions)))
 }
 
 fn render(previews: &[Preview], wide: bool) -> String {

@@ -10,7 +10,9 @@ use crate::{
     output::{structured, table},
 };
 use serde::Serialize;
+use shared::api::kind::ProjectionCr;
 use shared::inspect::copy_of::{CopyState, CrName, reads};
+use shared::inspect::summary::of_cr;
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -52,7 +54,7 @@ pub async fn run(global: &Global, reference: &str) -> Result<Code, Failure> {
     let namespaces = cluster.namespaces().await?;
     let mut readers = Vec::new();
     for cr in every_cr(cluster).await? {
-        if !reads(cr.source(), &named.group_kind, namespace, name) {
+        if !reads(cr.view().source, &named.group_kind, namespace, name) {
             continue;
         }
         let built = build_now(cluster, &cr).await?;
@@ -65,12 +67,12 @@ pub async fn run(global: &Global, reference: &str) -> Result<Code, Failure> {
             copies.push(Copy {
                 state: state_in(cluster, &cr, &built, &place).await?,
                 namespace: place,
-                name: cr.copy_name(),
+                name: cr.view().copy_name.to_owned(),
             });
         }
         readers.push(Reader {
-            cr: cr.name(),
-            ready: cr.summary().ready,
+            cr: cr.view().name(),
+            ready: of_cr(&cr.view()).ready,
             copies,
             targets_error,
         });

@@ -10,6 +10,8 @@ use crate::{
 use anyhow::Context as _;
 use kube::{Api, api::ListParams};
 use serde::Serialize;
+use shared::api::kind::ProjectionCr;
+use shared::inspect::summary::of_cr;
 use shared::{
     api::crd::{ClusterProjection, Projection},
     inspect::{copy_of::CrName, summary::Summary},
@@ -56,8 +58,8 @@ pub async fn run(global: &Global, selector: Option<&str>) -> Result<Code, Failur
     let mut lines: Vec<Line> = crs
         .iter()
         .map(|cr| Line {
-            cr: cr.name(),
-            summary: cr.summary(),
+            cr: cr.view().name(),
+            summary: of_cr(&cr.view()),
         })
         .collect();
     lines.sort_by(|a, b| a.cr.cmp(&b.cr));

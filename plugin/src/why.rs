@@ -13,6 +13,9 @@ use k8s_openapi::api::{core::v1::Namespace, events::v1::Event};
 use kube::{Api, api::ListParams};
 use serde::Serialize;
 use serde_json::Value;
+use shared::api::kind::ProjectionCr;
+use shared::copy::ownership::Owner;
+use shared::inspect::summary::of_cr;
 use shared::{
     api::{
         crd::{Condition, SourceRef},
@@ -21,10 +24,7 @@ use shared::{
     },
     copy::adoption::adoption_value,
     inspect::{
-        copy_of::{
-            CopyState, CrName, kubectl_name, left_by_event, named_owners, owner_of, would_write,
-            written_by_us,
-        },
+        copy_of::{CopyState, CrName, kubectl_name, left_by_event, named_owners, would_write, written_by_us},
         summary::Summary,
     },
     pass::targets::TargetRule,
@@ -171,7 +171,7 @@ async fn owned(
     };
     // The copy's kind and name must be the CR's: an annotation copied onto another object names a
     // CR that does not write it.
-    let copy = if cr.source().group_kind() == *group_kind && cr.copy_name() == name {
+    let copy = if cr.view().source.group_kind() == *group_kind && cr.view().copy_name == name {
         let built: Built = build_now(cluster, &cr).await?;
         state_in(cluster, &cr, &built, namespace).await?
     } else {
@@ -179,8 +179,8 @@ async fn owned(
             why: format!(
                 "{} writes {} copies named {}, not this object",
                 kubectl_name(owner),
-                cr.source().kind,
-                cr.copy_name()
+                cr.view().source.kind,
+                cr.view().copy_name.to_owned()
             ),
         }
     };
@@ -188,10 +188,10 @@ async fn owned(
     Ok(Owned {
         cr: owner.clone(),
         exists: true,
-        source: Some(cr.source().clone()),
+        source: Some(cr.view().source.clone()),
         copy: Some(copy),
-        summary: Some(cr.summary()),
-        conditions: cr.conditions().to_vec(),
+        summary: Some(of_cr(&cr.view())),
+        conditions: cr.view().status.map(|s| s.conditions.clone()).unwrap_or_default(),
         events: events.iter().map(EventLine::of).collect(),
     })
 }
@@ -211,16 +211,18 @@ async fn not_owned(
         .unwrap_or_default();
     let mut would = Vec::new();
     for cr in every_cr(cluster).await? {
-        if !would_write(cr.source(), &cr.copy_name(), group_kind, name) {
+        if !would_write(cr.view().source, cr.view().copy_name, group_kind, name) {
             continue;
         }
-        let here = match &cr {
-            AnyCr::Projection(_) => cr.namespace() == namespace,
-            AnyCr::Cluster(c) => TargetRule::of(&c.spec.destination)
-                .is_ok_and(|rule| rule.selects(namespace, &namespace_labels)),
+        let view = cr.view();
+        let here = match view.namespaces {
+            None => view.home() == Some(namespace),
+            Some(destination) => {
+                TargetRule::of(destination).is_ok_and(|rule| rule.selects(namespace, &namespace_labels))
+            }
         };
         if here {
-            would.push(cr.name());
+            would.push(cr.view().name());
         }
     }
     let path = format!("{namespace}/{name}");
@@ -283,7 +285,7 @@ fn render(report: &Report, wide: bool) -> String {
             out.push_str(&format!(
                 "Conflict:    {} would write it, and leaves it alone (DestinationConflict); to let it, annotate the object projection.sh/adopt-by={}\n",
                 kubectl_name(cr),
-                adoption_value(&owner_of(cr, ""))
+                adoption_value(&Owner::of(cr, ""))
             ));
         }
         if not.would_write.is_empty() && not.left_by.is_empty() {

@@ -305,7 +305,7 @@ async fn why_sources_status_and_lifecycle_follow_a_copy_made_stale_on_purpose() 
     let mirror = projections.get("mirror").await.expect("mirror");
     let requested = mirror.metadata.annotations.unwrap_or_default()[REQUESTED_AT].clone();
     assert_eq!(
-        mirror.status.and_then(|s| s.last_handled_reconcile_at),
+        mirror.status.and_then(|s| s.copy.last_handled_reconcile_at),
         Some(requested)
     );
     plugin(&["why", "cm/settings", "-n", &dst])

@@ -1207,7 +1207,8 @@ async fn reconcile_errors_fire_while_the_finalizer_cannot_be_added_and_resolve_a
         || async {
             let p = projections.get("probe").await.map_err(|e| e.to_string())?;
             let ready = p.status.as_ref().is_some_and(|s| {
-                s.conditions
+                s.copy
+                    .conditions
                     .iter()
                     .any(|c| c.r#type == "Ready" && c.status == "True")
             });

@@ -758,7 +758,7 @@ async fn measure(
             let ready = list
                 .items
                 .iter()
-                .filter(|p| is_ready(p.status.as_ref().map(|s| &s.conditions[..])))
+                .filter(|p| is_ready(p.status.as_ref().map(|s| &s.copy.conditions[..])))
                 .count();
             Ok(ready == plan.projections)
         })
@@ -907,7 +907,7 @@ async fn measure_fan_out(
     let expected = plan.fan_out as i32;
     wait_until("the fan-out to complete", Duration::from_secs(600), || async {
         let cp = cps.get(run).await?;
-        Ok(cp.status.is_some_and(|s| s.namespaces_written == expected))
+        Ok(cp.status.is_some_and(|s| s.counts.namespaces_written == expected))
     })
     .await?;
     report["fan_out_initial_seconds"] = json!(t.elapsed().as_secs_f64());

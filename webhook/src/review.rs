@@ -262,8 +262,8 @@ pub async fn review<C: ClusterView>(
 impl Checked {
     fn copy_rules(&self) -> CopyRules<'_> {
         match self {
-            Self::Projection(spec) => CopyRules::of_projection(spec),
-            Self::Cluster(spec) => CopyRules::of_cluster_projection(spec),
+            Self::Projection(spec) => CopyRules::of(&spec.controls),
+            Self::Cluster(spec) => CopyRules::of(&spec.controls),
         }
     }
 }

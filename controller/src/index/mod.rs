@@ -36,6 +36,17 @@ pub enum CrRef {
 }
 
 impl CrRef {
+    /// The CR named `name`: how the watch indexes name it (its name and namespace only: the indexes
+    /// keep one per CR, and a uid or resourceVersion carried along would be two more strings each).
+    pub fn named(name: &shared::api::kind::CrName) -> Self {
+        match name {
+            shared::api::kind::CrName::Projection { namespace, name } => {
+                Self::Projection(ObjectRef::new(name).within(namespace))
+            }
+            shared::api::kind::CrName::ClusterProjection { name } => Self::Cluster(ObjectRef::new(name)),
+        }
+    }
+
     /// The CR that owns copies stamped for `owner`.
     pub fn of(owner: &Owner) -> Self {
         match owner {

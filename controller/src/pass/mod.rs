@@ -8,176 +8,112 @@ pub mod kind;
 pub mod read;
 pub mod report;
 
-use crate::cache::stored_cr::StoredCr;
 use crate::{
+    cache::stored_cr::StoredCr,
     context::{Context, CopyCluster, Report},
     discovery::Discovery,
     error::Error,
-    events::Events,
-    index::ObjectKey,
+    index::{CrRef, ObjectKey},
     metrics::KindLabels,
+    namespace_watch::Namespaces,
     pass::{
         apply::{existing_copies, views, withdraw, write_all},
-        kind::{KindStatus, ProjectionKind},
-        read::{Problem, Source, forbidden_namespaces, forget_refused_grants, read},
-        report::{conclude, conclude_suspended, observe_first_copy, write_status},
+        kind::ProjectionKind,
+        read::{Source, forbidden_namespaces, forget_refused_grants, read, targets},
     },
     queue_metrics::{ReconcileEnd, queue_key},
+    watches::WatchRegistry,
 };
-use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::{
     Resource, ResourceExt,
     api::ApiResource,
     runtime::{
         controller::Action,
         finalizer::{Event as Finalizer, finalizer},
+        reflector::ObjectRef,
     },
 };
 use shared::{
     api::{
         crd::{SourceRef, WrittenDestination},
+        kind::{CrName, CrView},
         reason::Reason,
         source::GroupKind,
     },
-    copy::content::BuiltContent,
+    copy::{
+        content::{BuiltContent, CopyRules},
+        ownership::Owner,
+    },
     pass::{
         lifecycle::{
-            Release, deletion_blocked_conditions, deletion_blocked_message, handled_request, is_suspended,
-            on_cr_deletion, on_source_loss, requested_at, suspended_conditions, withdraws_while_suspended,
+            Release, is_suspended, on_cr_deletion, on_source_loss, requested_at, withdraws_while_suspended,
         },
-        plan::{Cleaned, Concluded, PassInput, plan},
-        status::{Failure, Reached, Stopped, StoppedAt},
+        plan::{PassInput, Plan, plan},
+        status::{PassEnd, Stop},
+        tally::Removal,
     },
 };
 use std::{sync::Arc, time::Instant};
 
-/// How a pass ended.
-enum Ended {
-    /// The plan was applied; `hash` is the source hash every copy carries.
-    Applied { concluded: Box<Concluded>, hash: String },
-    /// The pass stopped before writing.
-    Stopped(Failure),
-}
-
 /// The reconcile proper: put the copies in place and report, one status built once, whichever step
 /// the pass stopped at.
 async fn apply<K: ProjectionKind>(cr: &K, ctx: &Context) -> Result<Action, Error> {
-    let status = cr.status();
-    let suspended = is_suspended(cr.controls().suspend);
+    let view = cr.view();
+    let suspended = is_suspended(view.controls.suspend);
     // A suspended CR handles no reconcile request: it does on resume.
-    let requested = requested_at(cr.meta().annotations.as_ref()).filter(|_| !suspended);
-    let ended = if suspended {
-        match withdraw_if_suspended_and_lost(cr, ctx, &status).await {
-            Some(ended) => ended,
-            None => return hold(cr, &ctx.report, &status).await,
+    let requested = requested_at(view.meta.annotations.as_ref()).filter(|_| !suspended);
+    let end = if suspended {
+        match withdraw_if_suspended_and_lost(&view, ctx).await {
+            Some(stop) => Err(stop),
+            None => return report::hold(cr, &ctx.report).await,
         }
     } else {
-        run(cr, ctx, &status, requested).await
+        run(&view, ctx, requested).await
     };
-    let (outcome, retry, reached) = match &ended {
-        Ended::Applied { concluded, hash } => (
-            concluded.outcome.clone(),
-            concluded.retry,
-            Reached::Applied {
-                record: &concluded.record,
-                holding: concluded.holding,
-                failures: &concluded.tally.failures,
-                hash,
-                applied_once: concluded.applied_once.as_ref(),
-            },
-        ),
-        Ended::Stopped(failure) => (
-            failure.outcome.clone(),
-            failure.retry,
-            Reached::Stopped {
-                written: failure.written.as_ref(),
-            },
-        ),
-    };
-    let now = Time(Timestamp::now());
-    let mut next = status.after(&outcome, reached, cr.meta().generation, &now);
-    next.set_handled_request(handled_request(requested, status.handled_request()));
-    if suspended {
-        *next.conditions_mut() = suspended_conditions(next.conditions(), cr.meta().generation, &now);
-    }
-    write_status(cr, &ctx.report, &status, &next).await?;
-    let name = queue_key(cr.meta().namespace.as_deref(), &cr.name_any());
-    conclude(
-        &ctx.report,
-        K::KIND,
-        (&name, &cr.uid().unwrap_or_default()),
-        &outcome,
-        retry,
-    )
+    report::report(cr, &ctx.report, &end, (requested, suspended)).await
 }
 
 /// One pass: read the source and the targets, plan, build and write a copy per target namespace
 /// (stamped with the `requested` reconcile, if any) while removing the copies no longer wanted,
 /// and conclude. Every decision on the way is `shared`'s.
-async fn run<K: ProjectionKind>(cr: &K, ctx: &Context, status: &K::Status, requested: Option<&str>) -> Ended {
-    let read = match read(&ctx.sources, cr, status).await {
+async fn run(cr: &CrView<'_>, ctx: &Context, requested: Option<&str>) -> PassEnd {
+    let read = match read(&ctx.sources, cr).await {
         Ok(read) => read,
-        Err(problem) => {
-            let stopped = withdraw_if_lost(ctx, cr, status, problem).await;
-            return stop(&ctx.report.events, cr, stopped, status.recorded()).await;
-        }
+        Err(stop) => return Err(withdraw_if_lost(&ctx.copies, cr, stop).await),
     };
-    let recorded = status.recorded();
-    let stopped = |reason: Reason, message: String| {
-        let at = StoppedAt::Destination {
-            resolved: read.resolved_message.clone(),
-        };
-        let stopped = Stopped { reason, message, at };
-        stop(&ctx.report.events, cr, stopped, recorded)
+    let resolved = read.resolved_message.as_str();
+    let stopped = |reason: Reason, message: String| Stop::Destination {
+        reason,
+        message,
+        resolved: resolved.to_owned(),
     };
-    let targets = match cr.targets(&ctx.namespaces).await {
-        Ok(targets) => targets,
-        Err(message) => {
-            return stopped(Reason::TargetResolutionFailed, message).await;
-        }
-    };
+    let targets = targets(&ctx.namespaces, cr)
+        .await
+        .map_err(|message| stopped(Reason::TargetResolutionFailed, message))?;
     // Namespaces where the author may not create the kind get no copy, and lose the one they had;
     // they stay targets, counted as failed.
     let forbidden = forbidden_namespaces(&ctx.sources, &read, &targets.write).await;
-    let owner = cr.owner();
-    let copies = WrittenDestination::of(&read.resource, &cr.copy_name());
-    let home = cr.home();
+    let owner = Owner::of_cr(cr);
+    let copies = WrittenDestination::of(&read.resource, cr.copy_name);
     let known: Vec<&str> = std::iter::once(copies.name.as_str())
-        .chain(recorded.map(|r| r.name.as_str()))
+        .chain(cr.recorded().map(|r| r.name.as_str()))
         .collect();
-    let cached = existing_copies(&read.copies, &owner, K::DESTINATIONS, home.as_deref(), &known);
+    let cached = existing_copies(&read.copies, &owner, cr.scope, cr.home(), &known);
     let existing = views(&cached);
-    let input = PassInput {
-        scope: K::DESTINATIONS,
-        copies: &copies,
-        recorded,
-        targets: &targets,
-        forbidden: &forbidden,
-        existing: &existing,
-        sync_policy: cr.controls().sync_policy,
-        applied_once: status.applied_once(),
-    };
-    let plan = match plan(&input) {
-        Ok(plan) => plan,
-        Err(refused) => {
-            return stopped(refused.reason, refused.message).await;
-        }
-    };
+    let input = PassInput::of(cr, (resolved, &copies), &targets, &forbidden, &existing);
+    let plan = plan(&input)?;
     // The content is the same in every namespace: built (and refused) once.
-    let built = match build(&read, cr) {
-        Ok(built) => built,
-        Err((reason, message)) => return stopped(reason, message).await,
-    };
-    let (writes, cleaned) = futures::join!(
-        write_all(&ctx.copies, &read, &built, &owner, &plan, requested),
-        remove_unwanted((&ctx.copies, &ctx.report.events), cr, &read, &plan),
+    let built = build(&read, cr).map_err(|(reason, message)| stopped(reason, message))?;
+    let (writes, removed) = futures::join!(
+        write_all(&ctx.copies, &read, &owner, &plan, (&built, requested)),
+        remove_unwanted(&ctx.copies, cr, &read, &plan),
     );
     forget_refused_grants(&ctx.sources, &read, &writes);
-    let from = format!("{}/{}", cr.source().namespace, cr.source().name);
+    let from = format!("{}/{}", cr.source.namespace, cr.source.name);
     let concluded = plan.conclude(
         writes,
-        cleaned,
-        read.resolved_message.clone(),
+        removed,
+        built.hash().to_owned(),
         (&gvk_display(&read.resource), &from),
     );
     let waiting = concluded
@@ -189,182 +125,91 @@ async fn run<K: ProjectionKind>(cr: &K, ctx: &Context, status: &K::Status, reque
             name: copies.name.clone(),
         })
         .collect();
-    ctx.watches.set_waiting(&cr.waker(), waiting);
-    if concluded.tally.first_copy(status.ever_projected()) {
-        observe_first_copy(cr, &ctx.report.metrics);
-    }
-    ctx.report
-        .events
-        .publish_all(&cr.object_ref(&()), concluded.events.clone())
-        .await;
-    Ended::Applied {
-        concluded: Box::new(concluded),
-        hash: built.hash().to_owned(),
-    }
+    ctx.watches.set_waiting(&CrRef::named(&cr.name()), waiting);
+    Ok(concluded)
 }
 
-/// A source that cannot be projected: its copies are withdrawn (deleted or orphaned, as
-/// `sourceDeletionPolicy` and the problem's reason decide) when the problem calls for it.
-async fn withdraw_if_lost<K: ProjectionKind>(
-    ctx: &Context,
-    cr: &K,
-    status: &K::Status,
-    problem: Problem,
-) -> Stopped {
-    let withdrawn = match &problem {
-        Problem::Withdraw { resource, reason, .. } => {
-            let release = on_source_loss(cr.controls().source_deletion_policy, *reason);
-            let current = (cr.source().group_kind(), resource.clone());
-            withdraw(
-                (&ctx.copies, &ctx.report.events),
-                cr,
-                status.recorded(),
-                Some(current),
-                release,
-            )
-            .await
-            .is_ok()
-        }
-        Problem::Report { .. } => false,
-    };
-    problem.stopped(withdrawn)
-}
-
-/// Ends a pass that stopped: its reason published as a Warning event, and the failure its status
-/// reports (`recorded`: the copies the status recorded before the pass).
-async fn stop<K: ProjectionKind>(
-    events: &Events,
-    cr: &K,
-    stopped: Stopped,
-    recorded: Option<&WrittenDestination>,
-) -> Ended {
-    events
-        .publish(&cr.object_ref(&()), stopped.reason, stopped.message.clone())
-        .await;
-    Ended::Stopped(stopped.failure(recorded.cloned()))
+/// A pass stopped at its source: when the stop withdraws the copies, they are released (deleted or
+/// orphaned, as `sourceDeletionPolicy` and the reason decide) and the stop carries what that did.
+async fn withdraw_if_lost(cluster: &CopyCluster, cr: &CrView<'_>, mut stop: Stop) -> Stop {
+    if let Stop::Withdraw {
+        reason,
+        resource,
+        removal,
+        ..
+    } = &mut stop
+    {
+        let release = on_source_loss(cr.controls.source_deletion_policy, *reason);
+        let current = (cr.source.group_kind(), (**resource).clone());
+        *removal = Some(withdraw(cluster, cr, (cr.recorded(), Some(current)), release).await);
+    }
+    stop
 }
 
 /// Builds the content of the copies of the source under the CR's rules; a spec that cannot make a
 /// valid copy of this source is `DestinationInvalid`.
-fn build<K: ProjectionKind>(read: &Source, cr: &K) -> Result<BuiltContent, (Reason, String)> {
+fn build(read: &Source, cr: &CrView<'_>) -> Result<BuiltContent, (Reason, String)> {
     let source =
         serde_json::to_value(&read.object).map_err(|e| (Reason::DestinationCreateFailed, e.to_string()))?;
-    BuiltContent::build(&source, &cr.rules()).map_err(|refused| (Reason::DestinationInvalid, refused.message))
+    BuiltContent::build(&source, &CopyRules::of(cr.controls))
+        .map_err(|refused| (Reason::DestinationInvalid, refused.message))
 }
 
-/// Removes the copies the plan no longer wants, of the current kind and of an earlier one.
-async fn remove_unwanted<K: ProjectionKind>(
-    (cluster, events): (&CopyCluster, &Events),
-    cr: &K,
+/// Removes the copies the plan no longer wants: of the current kind, and of an earlier one.
+async fn remove_unwanted(
+    cluster: &CopyCluster,
+    cr: &CrView<'_>,
     read: &Source,
-    plan: &shared::pass::plan::Plan,
-) -> Cleaned {
-    let owner = cr.owner();
-    let about = cr.object_ref(&());
-    let kind = apply::KindCopies {
-        group_kind: &read.group_kind,
-        resource: &read.resource,
-        store: Some(&read.copies),
+    plan: &Plan,
+) -> (Removal, Removal) {
+    let owner = Owner::of_cr(cr);
+    let kind = (&read.group_kind, &read.resource, Some(&read.copies));
+    let current = async {
+        if plan.remove.is_empty() {
+            return Removal::default();
+        }
+        apply::remove(cluster, &owner, kind, &plan.remove, Release::Delete).await
     };
-    let current = plan.remove.is_empty()
-        || apply::remove(
-            (cluster, events),
-            (&owner, &about),
-            kind,
-            &plan.remove,
-            Release::Delete,
-        )
-        .await
-        .is_ok();
-    let earlier = match &plan.earlier {
-        None => true,
-        Some(old) => withdraw((cluster, events), cr, Some(old), None, Release::Delete)
-            .await
-            .is_ok(),
+    let earlier = async {
+        match &plan.earlier {
+            None => Removal::default(),
+            Some(old) => withdraw(cluster, cr, (Some(old), None), Release::Delete).await,
+        }
     };
-    Cleaned { current, earlier }
+    futures::join!(current, earlier)
 }
 
 /// A suspended CR still reads its source and asks its author, since suspension stops updates but
 /// never a withdrawal that consent or access requires (`withdraws_while_suspended`): the copies go
 /// as they would unsuspended, and the pass ends there (`Some`). `None` when there is nothing to
 /// withdraw: the CR is held.
-async fn withdraw_if_suspended_and_lost<K: ProjectionKind>(
-    cr: &K,
-    ctx: &Context,
-    status: &K::Status,
-) -> Option<Ended> {
-    let problem = match read(&ctx.sources, cr, status).await {
-        Err(problem @ Problem::Withdraw { reason, .. }) if withdraws_while_suspended(reason) => problem,
+async fn withdraw_if_suspended_and_lost(cr: &CrView<'_>, ctx: &Context) -> Option<Stop> {
+    let stop = match read(&ctx.sources, cr).await {
+        Err(stop @ Stop::Withdraw { .. }) if withdraws_while_suspended(stop.reason()) => stop,
         _ => return None,
     };
-    let stopped = withdraw_if_lost(ctx, cr, status, problem).await;
-    Some(stop(&ctx.report.events, cr, stopped, status.recorded()).await)
-}
-
-/// While `spec.suspend` is true and nothing must be withdrawn, nothing is written or deleted: the
-/// status keeps the last pass's conditions and counts, with `Suspended`.
-async fn hold<K: ProjectionKind>(cr: &K, report: &Report, current: &K::Status) -> Result<Action, Error> {
-    let mut next = current.clone();
-    let now = Time(Timestamp::now());
-    *next.conditions_mut() = suspended_conditions(current.conditions(), cr.meta().generation, &now);
-    write_status(cr, report, current, &next).await?;
-    let uid = cr.uid().unwrap_or_default();
-    let name = queue_key(cr.meta().namespace.as_deref(), &cr.name_any());
-    Ok(conclude_suspended(report, K::KIND, (&name, &uid)))
+    Some(withdraw_if_lost(&ctx.copies, cr, stop).await)
 }
 
 /// Deletion of a CR: its copies go first, or are orphaned with `deletionPolicy: Orphan` (the
 /// finalizer holds the CR until then; a suspended CR follows its policy too).
 async fn cleanup<K: ProjectionKind>(cr: &K, ctx: &Context) -> Result<Action, Error> {
-    let current = resolved_kind(&ctx.sources.discovery, cr.source()).await;
-    let release = on_cr_deletion(cr.controls().deletion_policy);
-    let status = cr.status();
-    if let Err(cause) = withdraw(
-        (&ctx.copies, &ctx.report.events),
-        cr,
-        status.recorded(),
-        current,
-        release,
-    )
-    .await
-    {
-        return Err(block_deletion(cr, &ctx.report, &cause).await);
-    }
-    cr.forget(&ctx.watches, &ctx.namespaces);
+    let view = cr.view();
+    let current = resolved_kind(&ctx.sources.discovery, view.source).await;
+    let release = on_cr_deletion(view.controls.deletion_policy);
+    let removal = withdraw(&ctx.copies, &view, (view.recorded(), current), release).await;
+    report::withdrawn_for_deletion(cr, &ctx.report, removal).await?;
+    forget(&view.name(), &ctx.watches, &ctx.namespaces);
     // The backoff is reset by `reconcile` once the finalizer is removed too.
     Ok(Action::await_change())
 }
 
-/// The finalizer holds a CR whose copies cannot be removed (`cause`): never silently. Its `Ready`
-/// condition and a Warning event say what blocks the deletion and how to release it; retried with
-/// backoff, since access given back to the controller wakes no watch.
-async fn block_deletion<K: ProjectionKind>(cr: &K, report: &Report, cause: &str) -> Error {
-    let kubectl_name = match cr.meta().namespace.as_deref() {
-        Some(namespace) => format!("{} {} -n {namespace}", K::KIND.to_lowercase(), cr.name_any()),
-        None => format!("{} {}", K::KIND.to_lowercase(), cr.name_any()),
-    };
-    let finalizers = cr.meta().finalizers.clone().unwrap_or_default();
-    let message = deletion_blocked_message(&kubectl_name, &finalizers, K::FINALIZER, cause);
-    report
-        .events
-        .publish(&cr.object_ref(&()), Reason::DeletionBlocked, message.clone())
-        .await;
-    let current = cr.status();
-    let mut next = current.clone();
-    *next.conditions_mut() = deletion_blocked_conditions(
-        current.conditions(),
-        &message,
-        cr.meta().generation,
-        &Time(Timestamp::now()),
-    );
-    if let Err(e) = write_status(cr, report, &current, &next).await {
-        tracing::warn!(error = %e, "could not report the blocked deletion in status");
+/// Drops what the indexes keep about the CR `name`, once its copies are gone.
+fn forget(name: &CrName, watches: &WatchRegistry, namespaces: &Namespaces) {
+    if let CrName::ClusterProjection { name } = name {
+        namespaces.forget(&ObjectRef::new(name));
     }
-    Error::Retry {
-        reason: Reason::DeletionBlocked,
-        message,
-    }
+    watches.forget(&CrRef::named(name));
 }
 
 /// Reconciles one CR (the entry point handed to the kube controller runtime): decoded back from
@@ -375,12 +220,12 @@ pub async fn reconcile<K: ProjectionKind>(
 ) -> Result<Action, Error> {
     let object = Arc::new(stored.expand().map_err(Error::Cache)?);
     let started = Instant::now();
-    let queue = K::queue(&ctx.report.metrics.queue);
+    let queue = ctx.report.metrics.queue.of(K::SCOPE);
     queue.started(&queue_key(object.meta().namespace.as_deref(), &object.name_any()));
     let api = object.api(ctx.report.client.clone());
     let deleting = object.meta().deletion_timestamp.is_some();
     let uid = object.uid().unwrap_or_default();
-    let result = finalizer(&api, K::FINALIZER, object, |event| async {
+    let result = finalizer(&api, K::SCOPE.finalizer(), object, |event| async {
         match event {
             Finalizer::Apply(o) => apply(o.as_ref(), &ctx).await,
             Finalizer::Cleanup(o) => cleanup(o.as_ref(), &ctx).await,
@@ -398,7 +243,9 @@ pub async fn reconcile<K: ProjectionKind>(
     ctx.report
         .metrics
         .reconcile_duration_seconds
-        .get_or_create(&KindLabels { kind: K::KIND })
+        .get_or_create(&KindLabels {
+            kind: K::SCOPE.kind(),
+        })
         .observe(started.elapsed().as_secs_f64());
     queue.finished(
         started,
@@ -419,7 +266,7 @@ pub fn error_policy<K: ProjectionKind>(object: Arc<StoredCr<K>>, error: &Error, 
     };
     backoff_after(
         &ctx.report,
-        K::KIND,
+        K::SCOPE.kind(),
         &object.uid().unwrap_or_default(),
         &name,
         error,
@@ -456,7 +303,7 @@ pub fn forget_deleted<K: ProjectionKind>(ctx: &Context, stored: &StoredCr<K>) {
     ctx.report.statuses.forget(uid);
     ctx.report.backoff.reset(uid);
     if let Ok(cr) = stored.expand() {
-        cr.forget(&ctx.watches, &ctx.namespaces);
+        forget(&cr.view().name(), &ctx.watches, &ctx.namespaces);
     }
 }
 /// The kind of a CR's source as it resolves now, so a cleanup removes the copies of that kind too

@@ -10,32 +10,35 @@ use crate::{
     discovery::Resolved,
     error::{describe_status, forbidden_message, resource_name},
     index::CrRef,
-    pass::kind::{KindStatus, ProjectionKind},
-    watches::{Tier, WatchError},
+    namespace_watch::Namespaces,
+    watches::WatchError,
 };
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
     Api,
     api::{ApiResource, DynamicObject},
+    runtime::reflector::ObjectRef,
 };
 use shared::{
     api::{
-        crd::SourceRef,
+        crd::{ClusterProjection, SourceRef},
+        kind::{CrView, Scope},
         reason::Reason,
         source::{GroupKind, SourceKey},
     },
     pass::{
         not_found::{NotFound, classify_not_found, kind_not_served_message},
-        status::{Copies, Stopped, StoppedAt},
+        source::{author_questions, check_read, missing, read_denied},
+        status::Stop,
         tally::CopyWrite,
+        targets::{TargetRule, Targets},
     },
     policy::{
         author::{AccessQuestion, Author, denial_message},
-        kind_policy::{check_kind, check_object},
-        projectable::check_projectable,
+        kind_policy::check_kind,
     },
 };
+use std::sync::Arc;
 
 /// A source that may be projected, with what is needed to write its copies.
 pub struct Source {
@@ -62,24 +65,8 @@ pub struct AuthorGrant {
     pub everywhere: bool,
 }
 
-/// Why there is nothing to project.
-pub enum Problem {
-    /// Report and retry; copies stay as they are. `transient` when an API call failed.
-    Report {
-        reason: Reason,
-        message: String,
-        transient: bool,
-    },
-    /// The source is gone or vetoes projection: every copy must go.
-    Withdraw {
-        reason: Reason,
-        message: String,
-        resource: ApiResource,
-    },
-}
-
 /// Resolves the kind of the source of `waker` and checks the platform allows it.
-async fn resolve(sources: &SourceAccess, source: &SourceRef, waker: &CrRef) -> Result<Resolved, Problem> {
+async fn resolve(sources: &SourceAccess, source: &SourceRef, waker: &CrRef) -> Result<Resolved, Stop> {
     let resolved = match sources.discovery.resolve(source).await {
         Ok(r) => {
             // An unpinned source follows its group's preferred version as discovery changes.
@@ -89,14 +76,14 @@ async fn resolve(sources: &SourceAccess, source: &SourceRef, waker: &CrRef) -> R
         }
         Err(crate::discovery::ResolveError::Unusable(message)) => {
             sources.watches.follow_discovery(waker, Some(&source.group));
-            return Err(Problem::Report {
+            return Err(Stop::Source {
                 reason: Reason::SourceResolutionFailed,
                 message,
                 transient: false,
             });
         }
         Err(crate::discovery::ResolveError::Api(e)) => {
-            return Err(Problem::Report {
+            return Err(Stop::Source {
                 reason: Reason::SourceResolutionFailed,
                 message: format!("discovery failed: {}", crate::error::describe(&e)),
                 transient: true,
@@ -106,42 +93,44 @@ async fn resolve(sources: &SourceAccess, source: &SourceRef, waker: &CrRef) -> R
     // Kinds that are never copied, or only when the platform allows them: refused before any
     // watch of the kind starts; copies made before the refusal go.
     if let Err(message) = check_kind(&source.group_kind(), &sources.allowed_power_kinds) {
-        return Err(Problem::Withdraw {
+        return Err(Stop::Withdraw {
             reason: Reason::SourceNotProjectable,
             message,
-            resource: resolved.resource,
+            resource: Box::new(resolved.resource),
+            removal: None,
         });
     }
     Ok(resolved)
 }
 
-/// Watches, reads and checks the source of `waker` (a CR of `tier`), of the `resolved` kind.
+/// Watches, reads and checks the source of `waker` (a CR of `scope`), of the `resolved` kind.
 /// `ever_projected` tells `SourceDeleted` from `SourceNotFound`.
 async fn fetch(
     sources: &SourceAccess,
     (source, resolved): (&SourceRef, Resolved),
-    (waker, tier): (&CrRef, Tier),
+    (waker, scope): (&CrRef, Scope),
     ever_projected: bool,
-) -> Result<Source, Problem> {
+) -> Result<Source, Stop> {
     let resource = resolved.resource;
     let group_kind = source.group_kind();
     sources.watches.set_reads(waker, SourceKey::of(source));
     let copies = sources
         .watches
-        .ensure(&group_kind, &resource, tier)
+        .ensure(&group_kind, &resource, scope)
         .await
+        // The one place a failed watch becomes the reason a pass stops.
         .map_err(|e| match e {
-            WatchError::Forbidden(refusal) => Problem::Report {
+            WatchError::Forbidden(refusal) => Stop::Source {
                 reason: Reason::SourceForbidden,
                 message: forbidden_message("list and watch", &resource, None, &refusal),
                 transient: true,
             },
-            WatchError::NotServed(message) => Problem::Report {
+            WatchError::NotServed(message) => Stop::Source {
                 reason: Reason::SourceResolutionFailed,
                 message,
                 transient: true,
             },
-            WatchError::NotSynced(message) => Problem::Report {
+            WatchError::NotSynced(message) => Stop::Source {
                 reason: Reason::SourceFetchFailed,
                 message,
                 transient: true,
@@ -153,28 +142,13 @@ async fn fetch(
         Ok(o) => o,
         // Only a 404 that names the object says it is gone (`shared::pass::not_found`).
         Err(kube::Error::Api(s)) if classify_not_found(&s, &source.name) == Some(NotFound::Object) => {
-            let (reason, message) = if ever_projected {
-                (
-                    Reason::SourceDeleted,
-                    format!("source {}/{} has been deleted", source.namespace, source.name),
-                )
-            } else {
-                (
-                    Reason::SourceNotFound,
-                    format!("source {}/{} not found", source.namespace, source.name),
-                )
-            };
-            return Err(Problem::Withdraw {
-                reason,
-                message,
-                resource,
-            });
+            return Err(missing(source, resource, ever_projected));
         }
         Err(kube::Error::Api(s)) if s.code == 404 => {
             // The kind is not served (any more): the copies stay, and the kind is resolved afresh.
             sources.discovery.forget(source);
             let object = format!("{}/{}", source.namespace, source.name);
-            return Err(Problem::Report {
+            return Err(Stop::Source {
                 reason: Reason::SourceResolutionFailed,
                 message: kind_not_served_message(&resource_name(&resource), &object, &describe_status(&s)),
                 transient: true,
@@ -182,40 +156,25 @@ async fn fetch(
         }
         Err(kube::Error::Api(s)) if s.code == 403 => {
             let object = format!("{}/{}", source.namespace, source.name);
-            return Err(Problem::Report {
+            return Err(Stop::Source {
                 reason: Reason::SourceForbidden,
                 message: forbidden_message("get", &resource, Some(&object), &describe_status(&s)),
                 transient: true,
             });
         }
         Err(e) => {
-            return Err(Problem::Report {
+            return Err(Stop::Source {
                 reason: Reason::SourceFetchFailed,
                 message: crate::error::describe(&e),
                 transient: true,
             });
         }
     };
-    if let Err(blocked) = check_projectable(
-        sources.source_mode,
-        object.metadata.annotations.as_ref(),
-        &source.namespace,
-        &source.name,
-    ) {
-        return Err(Problem::Withdraw {
-            reason: blocked.reason,
-            message: blocked.message,
-            resource,
-        });
-    }
-    let secret_type = object.data.get("type").and_then(|t| t.as_str());
-    if let Err(message) = check_object(&group_kind, secret_type, &sources.allowed_power_kinds) {
-        return Err(Problem::Withdraw {
-            reason: Reason::SourceNotProjectable,
-            message,
-            resource,
-        });
-    }
+    check_read(
+        source,
+        (&object, &resource),
+        (sources.source_mode, &sources.allowed_power_kinds),
+    )?;
     Ok(Source {
         resource,
         group_kind,
@@ -237,28 +196,21 @@ async fn fetch(
 /// The two questions are asked at once; [`read`] asks them before it reads the source.
 async fn check_author(
     sources: &SourceAccess,
-    meta: &ObjectMeta,
-    source: &SourceRef,
+    cr: &CrView<'_>,
     resource: &ApiResource,
-) -> Result<Option<AuthorGrant>, Problem> {
+) -> Result<Option<AuthorGrant>, Stop> {
     if !sources.author_access.enforced() {
         return Ok(None);
     }
-    let author = Author::recorded_in(meta.annotations.as_ref()).map_err(|problem| Problem::Report {
+    let author = Author::recorded_in(cr.meta.annotations.as_ref()).map_err(|problem| Stop::Source {
         reason: Reason::SourceForbidden,
         message: problem.to_string(),
         transient: false,
     })?;
-    let read =
-        AccessQuestion::read_source(&resource.group, &resource.plural, &source.namespace, &source.name);
-    let create = AccessQuestion::create_copies(
-        &resource.group,
-        &resource.plural,
-        meta.namespace.as_deref().unwrap_or_default(),
-    );
+    let (read, create) = author_questions(cr, resource);
     let ask = |question| sources.author_access.ask(&sources.client, &author, question);
     let (may_read, may_create) = futures::join!(ask(&read), ask(&create));
-    let failed = |e: kube::Error| Problem::Report {
+    let failed = |e: kube::Error| Stop::Source {
         reason: Reason::SourceForbidden,
         message: format!(
             "cannot check the author's access ({}); retrying",
@@ -267,17 +219,13 @@ async fn check_author(
         transient: true,
     };
     if let Answer::Denied(why) = may_read.map_err(failed)? {
-        return Err(Problem::Withdraw {
-            reason: Reason::SourceForbidden,
-            message: denial_message(&author, &read, why.as_deref()),
-            resource: resource.clone(),
-        });
+        return Err(read_denied(&author, &read, why.as_deref(), resource));
     }
     let everywhere = match may_create {
         Ok(answer) => answer == Answer::Allowed,
         // A ClusterProjection's question must be answered; a Projection's namespace is asked
         // again, and a failure reported as its target's.
-        Err(e) if meta.namespace.is_none() => return Err(failed(e)),
+        Err(e) if cr.home().is_none() => return Err(failed(e)),
         Err(_) => false,
     };
     Ok(Some(AuthorGrant { author, everywhere }))
@@ -352,51 +300,40 @@ pub fn forget_refused_grants(sources: &SourceAccess, source: &Source, writes: &[
 /// A grant is cached (`--author-grant-ttl`), so a source edit reaches its
 /// copies without a round trip to the authorizer; an uncached one costs that round trip before
 /// the read.
-pub async fn read<K: ProjectionKind>(
-    sources: &SourceAccess,
-    cr: &K,
-    status: &K::Status,
-) -> Result<Source, Problem> {
-    let source = cr.source();
-    let waker = cr.waker();
+pub async fn read(sources: &SourceAccess, cr: &CrView<'_>) -> Result<Source, Stop> {
+    let source = cr.source;
+    let waker = CrRef::named(&cr.name());
     let resolved = resolve(sources, source, &waker).await?;
-    let author = check_author(sources, cr.meta(), source, &resolved.resource).await?;
+    let author = check_author(sources, cr, &resolved.resource).await?;
     let mut read = fetch(
         sources,
         (source, resolved),
-        (&waker, K::TIER),
-        status.ever_projected(),
+        (&waker, cr.scope),
+        cr.ever_projected(),
     )
     .await?;
     read.author = author;
     Ok(read)
 }
 
-impl Problem {
-    /// Where the pass stopped, for the report; `withdrawn` says whether every copy could be removed
-    /// (only asked of a withdrawal).
-    pub fn stopped(self, withdrawn: bool) -> Stopped {
-        match self {
-            Self::Report {
-                reason,
-                message,
-                transient,
-            } => Stopped {
-                reason,
-                message,
-                at: StoppedAt::Source {
-                    transient,
-                    copies: Copies::Kept,
-                },
-            },
-            Self::Withdraw { reason, message, .. } => Stopped {
-                reason,
-                message,
-                at: StoppedAt::Source {
-                    transient: false,
-                    copies: Copies::Withdrawn { all_gone: withdrawn },
-                },
-            },
+/// Where the copies of `cr` go now: a Projection's own namespace, or the namespaces a
+/// ClusterProjection's destination names or selects, as the namespace watch knows them (its rule is
+/// registered first, so that namespace events wake it, as `read` registers the source's watch
+/// before it reads). `Err` is the `TargetResolutionFailed` message.
+pub async fn targets(namespaces: &Namespaces, cr: &CrView<'_>) -> Result<Targets, String> {
+    let Some(destination) = cr.namespaces else {
+        let home = cr.home().unwrap_or_default();
+        return Ok(Targets::own_namespace(home, cr.source, cr.copy_name));
+    };
+    let name = ObjectRef::<ClusterProjection>::new(cr.meta.name.as_deref().unwrap_or_default());
+    let rule = match TargetRule::of(destination) {
+        Ok(rule) => Arc::new(rule),
+        Err(e) => {
+            namespaces.forget(&name);
+            return Err(e.0);
         }
-    }
+    };
+    namespaces.set_rule(&name, rule.clone());
+    namespaces.synced().await;
+    Ok(namespaces.resolve(&rule, cr.source, cr.copy_name))
 }

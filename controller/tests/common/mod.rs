@@ -234,7 +234,7 @@ pub async fn wait_condition(
             let conditions = p
                 .status
                 .as_ref()
-                .map(|s| s.conditions.clone())
+                .map(|s| s.copy.conditions.clone())
                 .unwrap_or_default();
             let found = condition(&conditions, type_).cloned();
             match found {

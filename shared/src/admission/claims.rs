@@ -57,33 +57,8 @@ impl fmt::Display for Coordinates {
     }
 }
 
-/// A CR that claims objects (also how `kubectl projection` names a CR; serialized as
-/// `{kind, namespace, name}`).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(tag = "kind")]
-pub enum Claimant {
-    /// A Projection.
-    Projection {
-        /// Its namespace.
-        namespace: String,
-        /// Its name.
-        name: String,
-    },
-    /// A ClusterProjection.
-    ClusterProjection {
-        /// Its name.
-        name: String,
-    },
-}
-
-impl fmt::Display for Claimant {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Projection { namespace, name } => write!(f, "Projection {namespace}/{name}"),
-            Self::ClusterProjection { name } => write!(f, "ClusterProjection {name}"),
-        }
-    }
-}
+/// A CR that claims objects (also how `kubectl projection` names a CR).
+pub use crate::api::kind::CrName as Claimant;
 
 /// One CR's footprint: the object it reads and the objects its copies occupy.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -251,7 +251,7 @@ pub fn validate_projection(namespace: &str, spec: &ProjectionSpec) -> Vec<FieldE
         errors.push(FieldError::new(path, found.projection_message()));
     }
     validate_overlay(&mut errors, spec.controls.overlay.as_deref());
-    validate_copy_rules(&mut errors, &CopyRules::of_projection(spec));
+    validate_copy_rules(&mut errors, &CopyRules::of(&spec.controls));
     errors
 }
 
@@ -282,7 +282,7 @@ pub fn validate_cluster_projection(spec: &ClusterProjectionSpec) -> Vec<FieldErr
         validate_selector(&mut errors, "spec.destination.namespaceSelector", selector);
     }
     validate_overlay(&mut errors, spec.controls.overlay.as_deref());
-    validate_copy_rules(&mut errors, &CopyRules::of_cluster_projection(spec));
+    validate_copy_rules(&mut errors, &CopyRules::of(&spec.controls));
     errors
 }
 

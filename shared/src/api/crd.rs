@@ -355,21 +355,22 @@ impl WrittenDestination {
     }
 }
 
-/// Observed state of a `Projection`.
+/// What a pass last reported about the copies, the same for both kinds: flattened into each
+/// status, so on the wire its fields stay top-level `status` fields.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ProjectionStatus {
+pub struct CopyStatus {
     /// `SourceResolved`, `DestinationWritten` and `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
-    /// Name of the copy once it has been written.
+    /// Name of the copies once written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination_name: Option<String>,
-    /// The copy as last written.
+    /// The copies as last written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_destination: Option<WrittenDestination>,
-    /// `projection.sh/source-hash` of the copy as last built: a copy carrying another value is not
-    /// current.
+    /// `projection.sh/source-hash` of the copies as last built (the same in every namespace): a
+    /// copy carrying another value is not current.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_hash: Option<String>,
     /// The last `projection.sh/requested-at` value a reconcile handled.
@@ -378,6 +379,22 @@ pub struct ProjectionStatus {
     /// With `syncPolicy: ApplyOnce`: where the copy was created once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_once: Option<AppliedOnce>,
+}
+
+impl CopyStatus {
+    /// Whether a pass ever wrote a copy (tells `SourceDeleted` from `SourceNotFound`).
+    pub fn ever_projected(&self) -> bool {
+        self.destination_name.is_some() || self.written_destination.is_some()
+    }
+}
+
+/// Observed state of a `Projection`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectionStatus {
+    /// What the last pass reported.
+    #[serde(flatten)]
+    pub copy: CopyStatus,
 }
 
 /// One namespace a `ClusterProjection` could not write, and why.
@@ -392,16 +409,10 @@ pub struct NamespaceFailure {
     pub message: String,
 }
 
-/// Observed state of a `ClusterProjection`.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+/// How many target namespaces of a `ClusterProjection` hold a copy, and which could not.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ClusterProjectionStatus {
-    /// `SourceResolved`, `DestinationWritten` and `Ready`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-    /// Name of the copies once written.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub destination_name: Option<String>,
+pub struct NamespaceCounts {
     /// Namespaces holding an up-to-date copy (always present, 0 included).
     #[serde(default)]
     pub namespaces_written: i32,
@@ -412,17 +423,16 @@ pub struct ClusterProjectionStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20))]
     pub failed_namespaces: Vec<NamespaceFailure>,
-    /// The copies as last written.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub written_destination: Option<WrittenDestination>,
-    /// `projection.sh/source-hash` of the copies as last built (the same in every namespace): a copy carrying another value is not
-    /// current.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source_hash: Option<String>,
-    /// The last `projection.sh/requested-at` value a reconcile handled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_handled_reconcile_at: Option<String>,
-    /// With `syncPolicy: ApplyOnce`: where the copy was created once.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub applied_once: Option<AppliedOnce>,
+}
+
+/// Observed state of a `ClusterProjection`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterProjectionStatus {
+    /// What the last pass reported.
+    #[serde(flatten)]
+    pub copy: CopyStatus,
+    /// Where the copies are.
+    #[serde(flatten)]
+    pub counts: NamespaceCounts,
 }

@@ -5,7 +5,7 @@
 
 use crate::{
     api::copy_spec::{FieldExclusion, KeySelection, MetadataFilter},
-    api::crd::{ClusterProjectionSpec, Overlay, ProjectionSpec},
+    api::crd::{CopyControls, Overlay},
     api::keys::SOURCE_HASH,
     copy::destination::{Target, build_content, metadata_map, stamp_owner},
     copy::field_exclusion::exclude_fields,
@@ -30,23 +30,13 @@ pub struct CopyRules<'a> {
 }
 
 impl<'a> CopyRules<'a> {
-    /// The rules of a `Projection`.
-    pub fn of_projection(spec: &'a ProjectionSpec) -> Self {
+    /// The rules of a spec, either kind's.
+    pub fn of(controls: &'a CopyControls) -> Self {
         Self {
-            overlay: spec.controls.overlay.as_deref(),
-            metadata: spec.controls.metadata.as_deref(),
-            keys: spec.controls.keys.as_deref(),
-            fields: spec.controls.fields.as_deref(),
-        }
-    }
-
-    /// The rules of a `ClusterProjection`.
-    pub fn of_cluster_projection(spec: &'a ClusterProjectionSpec) -> Self {
-        Self {
-            overlay: spec.controls.overlay.as_deref(),
-            metadata: spec.controls.metadata.as_deref(),
-            keys: spec.controls.keys.as_deref(),
-            fields: spec.controls.fields.as_deref(),
+            overlay: controls.overlay.as_deref(),
+            metadata: controls.metadata.as_deref(),
+            keys: controls.keys.as_deref(),
+            fields: controls.fields.as_deref(),
         }
     }
 }

@@ -5,6 +5,7 @@ use crate::api::keys::{
     OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_CLUSTER_PROJECTION_UID, OWNED_BY_PROJECTION,
     OWNED_BY_PROJECTION_UID,
 };
+use crate::api::kind::{CrName, CrView};
 use std::collections::BTreeMap;
 
 /// The CR a copy belongs to. Deserializable (`{projection: {namespace, name, uid}}` or
@@ -31,6 +32,26 @@ pub enum Owner {
 }
 
 impl Owner {
+    /// The owner stamped on the copies of the CR `cr`, whose UID is `uid`.
+    pub fn of(cr: &CrName, uid: &str) -> Self {
+        match cr {
+            CrName::Projection { namespace, name } => Self::Projection {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                uid: uid.to_owned(),
+            },
+            CrName::ClusterProjection { name } => Self::ClusterProjection {
+                name: name.clone(),
+                uid: uid.to_owned(),
+            },
+        }
+    }
+
+    /// The owner stamped on the copies of `cr`.
+    pub fn of_cr(cr: &CrView<'_>) -> Self {
+        Self::of(&cr.name(), cr.uid())
+    }
+
     /// The authoritative annotation key of this owner's tier.
     pub fn annotation_key(&self) -> &'static str {
         match self {

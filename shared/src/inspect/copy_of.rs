@@ -13,23 +13,7 @@ use crate::{
 use serde::Serialize;
 use serde_json::Value;
 
-/// A CR, by kind and name: the webhook's [`Claimant`].
-pub use crate::admission::claims::Claimant as CrName;
-
-/// The owner stamped on the copies of `cr`, whose UID is `uid`.
-pub fn owner_of(cr: &CrName, uid: &str) -> Owner {
-    match cr {
-        CrName::Projection { namespace, name } => Owner::Projection {
-            namespace: namespace.clone(),
-            name: name.clone(),
-            uid: uid.to_owned(),
-        },
-        CrName::ClusterProjection { name } => Owner::ClusterProjection {
-            name: name.clone(),
-            uid: uid.to_owned(),
-        },
-    }
-}
+pub use crate::api::kind::CrName;
 
 /// How kubectl names `cr`: `projection NAME -n NAMESPACE`, `clusterprojection NAME`.
 pub fn kubectl_name(cr: &CrName) -> String {
@@ -220,7 +204,7 @@ mod tests {
             namespace: "team".into(),
             name: "p".into(),
         };
-        assert!(owner_of(&owner, "u").owns(Some(
+        assert!(Owner::of(&owner, "u").owns(Some(
             &[(OWNED_BY_PROJECTION.to_owned(), "team/p".to_owned())].into()
         )));
         assert_eq!(kubectl_name(&owner), "projection p -n team");
@@ -289,7 +273,7 @@ mod tests {
 
     #[test]
     fn a_copy_state_is_read_from_what_is_at_its_coordinates() {
-        let owner = owner_of(&CrName::ClusterProjection { name: "fan".into() }, "u");
+        let owner = Owner::of(&CrName::ClusterProjection { name: "fan".into() }, "u");
         let ours = object(json!({OWNED_BY_CLUSTER_PROJECTION: "fan", SOURCE_HASH: "h1"}));
         let stranger = object(json!({OWNED_BY_CLUSTER_PROJECTION: "other", SOURCE_HASH: "h1"}));
         let unstamped = object(json!({OWNED_BY_CLUSTER_PROJECTION: "fan"}));

@@ -2,10 +2,7 @@
 //! controller makes (`pass::plan`) and the decision its writer makes for each copy
 //! (`copy::write_plan::decide`). Nothing here writes.
 
-use crate::{
-    copy::write_plan::WriteDecision,
-    pass::plan::{Destinations, Plan},
-};
+use crate::{api::kind::Scope, copy::write_plan::WriteDecision, pass::plan::Plan};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -123,7 +120,7 @@ pub fn rows(plan: &Plan, decisions: &[(String, WriteDecision)], suspended: bool)
             "namespace does not exist: written when it is created",
         )
     }));
-    if let (Destinations::Namespaces, Some(own)) = (plan.scope, &targets.skipped_source) {
+    if let (Scope::Namespaces, Some(own)) = (plan.scope, &targets.skipped_source) {
         rows.push(Row::new(
             &own.namespace,
             name,
@@ -226,7 +223,8 @@ mod tests {
 
     fn plan_of(targets: Targets) -> Plan {
         Plan {
-            scope: Destinations::Namespaces,
+            scope: Scope::Namespaces,
+            resolved: String::new(),
             write: targets.write.clone(),
             existing: Existing::Update,
             remove: Vec::new(),

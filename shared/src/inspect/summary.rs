@@ -2,7 +2,10 @@
 //! failed, whether it is suspended, and when its conditions last changed.
 
 use crate::{
-    api::crd::{ClusterProjectionStatus, Condition, NamespaceFailure, ProjectionStatus},
+    api::{
+        crd::{Condition, CopyStatus, NamespaceCounts, NamespaceFailure},
+        kind::{CrView, Scope},
+    },
     pass::{
         lifecycle::is_suspended,
         status::{DESTINATION_WRITTEN, READY},
@@ -87,24 +90,35 @@ fn summarize(
     }
 }
 
-/// The summary of a Projection from its `spec.suspend` and its status (`None` before its first pass).
-pub fn of_projection(suspend: Option<bool>, status: Option<&ProjectionStatus>) -> Summary {
-    let conditions = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
-    let written = find(conditions, DESTINATION_WRITTEN);
-    let counts = (
-        i32::from(written.is_some_and(|c| c.status == "True")),
-        i32::from(written.is_some_and(|c| c.status == "False")),
-    );
-    summarize(suspend, conditions, counts, Vec::new())
+/// The summary of a CR from its `spec.suspend` and its status.
+pub fn of_cr(cr: &CrView<'_>) -> Summary {
+    of_parts(cr.scope, cr.controls.suspend, cr.status, cr.counts)
 }
 
-/// The summary of a ClusterProjection from its `spec.suspend` and its status (`None` before its first
-/// pass).
-pub fn of_cluster(suspend: Option<bool>, status: Option<&ClusterProjectionStatus>) -> Summary {
+/// The summary from `spec.suspend`, the status both kinds report (`None` before the first pass)
+/// and a ClusterProjection's counts: a Projection's are its one copy, read from its conditions.
+fn of_parts(
+    scope: Scope,
+    suspend: Option<bool>,
+    status: Option<&CopyStatus>,
+    counts: Option<&NamespaceCounts>,
+) -> Summary {
     let conditions = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
-    let counts = status.map_or((0, 0), |s| (s.namespaces_written, s.namespaces_failed));
-    let failures = status.map(|s| s.failed_namespaces.clone()).unwrap_or_default();
-    summarize(suspend, conditions, counts, failures)
+    let (counted, failures) = match scope {
+        Scope::OwnNamespace => {
+            let written = find(conditions, DESTINATION_WRITTEN);
+            let counted = (
+                i32::from(written.is_some_and(|c| c.status == "True")),
+                i32::from(written.is_some_and(|c| c.status == "False")),
+            );
+            (counted, Vec::new())
+        }
+        Scope::Namespaces => (
+            counts.map_or((0, 0), |c| (c.namespaces_written, c.namespaces_failed)),
+            counts.map(|c| c.failed_namespaces.clone()).unwrap_or_default(),
+        ),
+    };
+    summarize(suspend, conditions, counted, failures)
 }
 
 #[cfg(test)]
@@ -125,59 +139,62 @@ mod tests {
 
     #[test]
     fn a_projection_sums_up_from_its_conditions() {
-        let ready = ProjectionStatus {
+        let ready = CopyStatus {
             conditions: vec![
                 condition("SourceResolved", "True", "Resolved", 10),
                 condition("DestinationWritten", "True", "Projected", 20),
                 condition("Ready", "True", "Projected", 20),
             ],
-            ..ProjectionStatus::default()
+            ..CopyStatus::default()
         };
-        let summary = of_projection(None, Some(&ready));
+        let summary = of_parts(Scope::OwnNamespace, None, Some(&ready), None);
         assert_eq!((summary.written, summary.failed), (1, 0));
         assert_eq!(summary.reason, "Projected");
         assert_eq!(summary.last_change.as_deref(), Some("1970-01-01T00:00:20Z"));
         assert!(!summary.needs_attention() && !summary.suspended);
 
-        let conflict = ProjectionStatus {
+        let conflict = CopyStatus {
             conditions: vec![
                 condition("DestinationWritten", "False", "DestinationConflict", 30),
                 condition("Ready", "False", "DestinationConflict", 30),
                 condition("Suspended", "True", "Suspended", 40),
             ],
-            ..ProjectionStatus::default()
+            ..CopyStatus::default()
         };
-        let summary = of_projection(None, Some(&conflict));
+        let summary = of_parts(Scope::OwnNamespace, None, Some(&conflict), None);
         assert_eq!((summary.written, summary.failed), (0, 1));
         assert_eq!(summary.message, "DestinationConflict message");
         // Resumed: the last pass's conflict needs a person again, although the controller has not
         // yet cleared its Suspended condition.
         assert!(summary.needs_attention() && !summary.suspended);
         // Suspended: the user holds it on purpose.
-        let summary = of_projection(Some(true), Some(&conflict));
+        let summary = of_parts(Scope::OwnNamespace, Some(true), Some(&conflict), None);
         assert!(!summary.needs_attention() && summary.suspended);
         assert_eq!(summary.ready, "False");
 
-        let none = of_projection(None, None);
+        let none = of_parts(Scope::OwnNamespace, None, None, None);
         assert_eq!(
             (none.ready.as_str(), none.message.as_str()),
             ("Unknown", NO_STATUS)
         );
         assert!(none.needs_attention());
         // Suspended before any pass: says so, and is no failure.
-        let held = of_projection(Some(true), None);
+        let held = of_parts(Scope::OwnNamespace, Some(true), None, None);
         assert_eq!(
             (held.ready.as_str(), held.reason.as_str(), held.message.as_str()),
             (SUSPENDED_READY, "", SUSPENDED_NO_STATUS)
         );
         assert!(held.suspended && !held.needs_attention());
-        assert!(of_projection(Some(false), None).needs_attention());
+        assert!(of_parts(Scope::OwnNamespace, Some(false), None, None).needs_attention());
     }
 
     #[test]
     fn a_cluster_projection_counts_its_namespaces() {
-        let status = ClusterProjectionStatus {
+        let status = CopyStatus {
             conditions: vec![condition("Ready", "False", "DestinationConflict", 5)],
+            ..CopyStatus::default()
+        };
+        let counts = NamespaceCounts {
             namespaces_written: 3,
             namespaces_failed: 1,
             failed_namespaces: vec![NamespaceFailure {
@@ -185,13 +202,12 @@ mod tests {
                 reason: "DestinationConflict".into(),
                 message: "not ours".into(),
             }],
-            ..ClusterProjectionStatus::default()
         };
-        let summary = of_cluster(None, Some(&status));
+        let summary = of_parts(Scope::Namespaces, None, Some(&status), Some(&counts));
         assert_eq!((summary.written, summary.failed), (3, 1));
         assert_eq!(summary.failures.len(), 1);
         assert!(summary.needs_attention());
-        let held = of_cluster(Some(true), None);
+        let held = of_parts(Scope::Namespaces, Some(true), None, None);
         assert_eq!((held.ready.as_str(), held.suspended), (SUSPENDED_READY, true));
         assert!(!held.needs_attention());
     }

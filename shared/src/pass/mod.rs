@@ -6,6 +6,7 @@ pub mod apply_once;
 pub mod lifecycle;
 pub mod not_found;
 pub mod plan;
+pub mod source;
 pub mod status;
 pub mod tally;
 pub mod targets;

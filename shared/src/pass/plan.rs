@@ -11,27 +11,19 @@
 use crate::{
     api::{
         crd::{AppliedOnce, SyncPolicy, WrittenDestination},
+        kind::{CrView, Scope},
         reason::{Reason, Retry},
     },
     pass::{
         apply_once::{self, OncePlan},
-        status::Outcome,
-        tally::{CopyFailure, CopyWrite, EventNote, Tally, name_first, note_for, summarize_failures},
+        status::{Concluded, Outcome, Stop},
+        tally::{
+            CopyFailure, CopyWrite, EventNote, Removal, Tally, name_first, note_for, summarize_failures,
+        },
         targets::Targets,
     },
 };
 use std::collections::BTreeSet;
-
-/// Where a CR's copies go, the one thing about them that differs between the two kinds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Destinations {
-    /// A Projection: one copy, in the CR's own namespace. A copy that would be the source itself
-    /// refuses the whole pass, and a failure is reported in the copy's own words.
-    OwnNamespace,
-    /// A ClusterProjection: one copy per target namespace; a namespace where the copy would be the
-    /// source itself is skipped, and failures are rolled up per namespace.
-    Namespaces,
-}
 
 /// How a copy that exists already is treated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,11 +63,13 @@ impl CopyAt {
     }
 }
 
-/// What a plan is made from.
+/// What a plan is made from: the CR, and what the cluster holds for it ([`PassInput::of`]).
 #[derive(Clone, Copy, Debug)]
 pub struct PassInput<'a> {
     /// Which kind of CR makes the pass.
-    pub scope: Destinations,
+    pub scope: Scope,
+    /// The `SourceResolved` message.
+    pub resolved: &'a str,
     /// The copies the current spec writes: their kind and name.
     pub copies: &'a WrittenDestination,
     /// The copies the status recorded (an earlier spec may have written another kind or name).
@@ -93,20 +87,39 @@ pub struct PassInput<'a> {
     pub applied_once: Option<&'a AppliedOnce>,
 }
 
-/// A pass refused as a whole before anything is written or removed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PassRefused {
-    /// Why, e.g. `DestinationConflict`.
-    pub reason: Reason,
-    /// For a person.
-    pub message: String,
+impl<'a> PassInput<'a> {
+    /// The input of a pass of `cr`, from what the cluster holds: the source's `resolved` message,
+    /// the `copies` its spec writes now, the resolved `targets`, the targets where its author may
+    /// not create the kind (`forbidden`) and its copies as they are (`existing`). The controller and
+    /// the plugin's `preview` both plan from this.
+    pub fn of(
+        cr: &CrView<'a>,
+        (resolved, copies): (&'a str, &'a WrittenDestination),
+        targets: &'a Targets,
+        forbidden: &'a [(String, String)],
+        existing: &'a [CopyView<'a>],
+    ) -> Self {
+        Self {
+            scope: cr.scope,
+            resolved,
+            copies,
+            recorded: cr.status.and_then(|s| s.written_destination.as_ref()),
+            targets,
+            forbidden,
+            existing,
+            sync_policy: cr.controls.sync_policy,
+            applied_once: cr.status.and_then(|s| s.applied_once.as_ref()),
+        }
+    }
 }
 
 /// Everything a pass will do, decided before it does anything.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
     /// Which kind of CR makes the pass.
-    pub scope: Destinations,
+    pub scope: Scope,
+    /// The `SourceResolved` message.
+    pub resolved: String,
     /// The namespaces where the copy is written (created, or updated as `existing` says).
     pub write: Vec<String>,
     /// What a write does with a copy that exists already.
@@ -127,9 +140,10 @@ pub struct Plan {
 
 /// Makes the plan of a pass. `Err` when the pass is refused as a whole: a Projection whose copy
 /// would be the source itself.
-pub fn plan(input: &PassInput<'_>) -> Result<Plan, PassRefused> {
+pub fn plan(input: &PassInput<'_>) -> Result<Plan, Stop> {
     let PassInput {
         scope,
+        resolved,
         copies,
         recorded,
         targets,
@@ -138,12 +152,13 @@ pub fn plan(input: &PassInput<'_>) -> Result<Plan, PassRefused> {
         sync_policy,
         applied_once,
     } = *input;
-    if scope == Destinations::OwnNamespace
+    if scope == Scope::OwnNamespace
         && let Some(found) = &targets.skipped_source
     {
-        return Err(PassRefused {
+        return Err(Stop::Destination {
             reason: Reason::DestinationConflict,
             message: found.projection_message(),
+            resolved: resolved.to_owned(),
         });
     }
     let is_forbidden = |namespace: &str| forbidden.iter().any(|(f, _)| f == namespace);
@@ -164,7 +179,7 @@ pub fn plan(input: &PassInput<'_>) -> Result<Plan, PassRefused> {
         })
         .collect();
     // A Projection knows where its earlier copy of the same kind is, found or not by its label.
-    if scope == Destinations::OwnNamespace
+    if scope == Scope::OwnNamespace
         && let Some(old) = recorded.filter(|old| same_kind(old, copies) && old.name != copies.name)
         && let Some(home) = targets.write.first()
     {
@@ -200,6 +215,7 @@ pub fn plan(input: &PassInput<'_>) -> Result<Plan, PassRefused> {
     };
     Ok(Plan {
         scope,
+        resolved: resolved.to_owned(),
         write,
         existing: existing_copy,
         remove,
@@ -217,102 +233,26 @@ fn same_kind(a: &WrittenDestination, b: &WrittenDestination) -> bool {
     a.group == b.group && a.kind == b.kind
 }
 
-/// What removing one copy found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Removed {
-    /// It was ours and is gone.
-    Deleted,
-    /// Nothing was there.
-    Absent,
-    /// Something is there that is not (or no longer) ours: left alone.
-    LeftAlone,
-    /// It was ours and stays, without our ownership keys (an `Orphan` policy).
-    Orphaned,
-}
-
-/// The events of removals: one naming the copies deleted, one naming those orphaned, one per copy
-/// left alone because its ownership annotation was removed or changed. `results` are by
-/// `<namespace>/<name>`.
-pub fn removal_events(results: &[(String, Removed)]) -> Vec<EventNote> {
-    let with = |wanted: Removed| -> Vec<String> {
-        results
-            .iter()
-            .filter(|(_, r)| *r == wanted)
-            .map(|(copy, _)| copy.clone())
-            .collect()
-    };
-    let mut events: Vec<EventNote> = with(Removed::LeftAlone)
-        .into_iter()
-        .map(|copy| EventNote {
-            reason: Reason::DestinationLeftAlone,
-            note: format!("{copy} (not owned)"),
-        })
-        .collect();
-    let deleted = with(Removed::Deleted);
-    if !deleted.is_empty() {
-        events.push(EventNote {
-            reason: Reason::DestinationDeleted,
-            note: name_first(deleted),
-        });
-    }
-    let orphaned = with(Removed::Orphaned);
-    if !orphaned.is_empty() {
-        events.push(EventNote {
-            reason: Reason::DestinationOrphaned,
-            note: format!("{} left in place, no longer managed", name_first(orphaned)),
-        });
-    }
-    events
-}
-
-/// What the removals of a pass left.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cleaned {
-    /// Every copy of the current kind no longer wanted is gone.
-    pub current: bool,
-    /// Every copy of the earlier kind is gone (true when there was none).
-    pub earlier: bool,
-}
-
-/// How a pass that applied its plan ends.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Concluded {
-    /// The conditions to report.
-    pub outcome: Outcome,
-    /// When to try again.
-    pub retry: Retry,
-    /// What the writes add up to, with the refused targets among the failures.
-    pub tally: Tally,
-    /// The events of the writes (the removals report their own).
-    pub events: Vec<EventNote>,
-    /// Namespaces where a stranger holds the copy's coordinates: the pass is woken when it goes.
-    pub waiting: Vec<String>,
-    /// The copies the status records for cleanup: the earlier ones while they could not all be
-    /// removed, so the next pass removes them again.
-    pub record: WrittenDestination,
-    /// How many targets hold a copy (those deleted by hand under `ApplyOnce` do not).
-    pub holding: usize,
-    /// With `syncPolicy: ApplyOnce`, the record of where the copies were created.
-    pub applied_once: Option<AppliedOnce>,
-}
-
 impl Plan {
-    /// The outcome of the applied plan: `writes` are the per-namespace results, `resolved` the
-    /// `SourceResolved` message, `gvk` and `from` (`<ns>/<name>`) name the source in events.
+    /// The end of the applied plan: `writes` are the per-namespace results, `removed` what the
+    /// removals of copies of the current kind did and `earlier` those of an earlier kind, `hash` the
+    /// source hash every copy carries; `gvk` and `from` (`<ns>/<name>`) name the source in events.
     pub fn conclude(
         &self,
         writes: Vec<(String, CopyWrite)>,
-        cleaned: Cleaned,
-        resolved: String,
+        (removed, earlier): (Removal, Removal),
+        hash: String,
         (gvk, from): (&str, &str),
     ) -> Concluded {
         let mut tally = Tally::of(writes);
         tally.failures.extend(self.refused.iter().cloned());
         tally.failures.sort_by(|a, b| a.namespace.cmp(&b.namespace));
-        let events = self.write_events(&tally, gvk, from);
+        let earlier_gone = earlier.all_gone();
+        let removals = removed.and(earlier);
+        let mut events = self.write_events(&tally, gvk, from);
+        events.extend(removals.events.iter().cloned());
         let waiting = tally.conflicts().map(str::to_owned).collect();
-        let all_cleaned = cleaned.current && cleaned.earlier;
-        let (outcome, retry) = self.verdict(resolved, &tally, all_cleaned);
+        let (outcome, retry) = self.verdict(&tally, removals.all_gone());
         let (outcome, holding, applied_once) = match &self.once {
             Some((record, sorted)) => {
                 let failed: BTreeSet<&String> = tally.failures.iter().map(|f| &f.namespace).collect();
@@ -325,7 +265,7 @@ impl Plan {
             None => (outcome, self.targets.write.len(), None),
         };
         let record = match &self.earlier {
-            Some(old) if !cleaned.earlier => old.clone(),
+            Some(old) if !earlier_gone => old.clone(),
             _ => self.copies.clone(),
         };
         Concluded {
@@ -337,12 +277,14 @@ impl Plan {
             record,
             holding,
             applied_once,
+            hash,
         }
     }
 
     /// How the pass ends: its outcome and how it is retried. `cleaned` says whether every copy no
     /// longer wanted is gone.
-    fn verdict(&self, resolved: String, tally: &Tally, cleaned: bool) -> (Outcome, Retry) {
+    fn verdict(&self, tally: &Tally, cleaned: bool) -> (Outcome, Retry) {
+        let resolved = self.resolved.clone();
         if let Some(summary) = summarize_failures(&tally.failures) {
             // A stranger's object only leaves through a watch event; anything else is retried.
             let retry = if tally
@@ -355,7 +297,7 @@ impl Plan {
                 Retry::Backoff
             };
             let (reason, message) = match (self.scope, tally.failures.as_slice()) {
-                (Destinations::OwnNamespace, [only]) => (only.reason, only.message.clone()),
+                (Scope::OwnNamespace, [only]) => (only.reason, only.message.clone()),
                 _ => (summary.reason, summary.message),
             };
             let outcome = Outcome::DestinationFailed {
@@ -374,8 +316,8 @@ impl Plan {
             return (outcome, Retry::Backoff);
         }
         let note = match self.scope {
-            Destinations::OwnNamespace => String::new(),
-            Destinations::Namespaces => note_for(&self.targets),
+            Scope::OwnNamespace => String::new(),
+            Scope::Namespaces => note_for(&self.targets),
         };
         (Outcome::Projected { resolved, note }, Retry::OnChange)
     }
@@ -395,8 +337,8 @@ impl Plan {
         events.extend(tally.failures.iter().map(|f| EventNote {
             reason: f.reason,
             note: match self.scope {
-                Destinations::OwnNamespace => f.message.clone(),
-                Destinations::Namespaces => format!("{}/{name}: {}", f.namespace, f.message),
+                Scope::OwnNamespace => f.message.clone(),
+                Scope::Namespaces => format!("{}/{name}: {}", f.namespace, f.message),
             },
         }));
         let copies =
@@ -436,7 +378,7 @@ pub struct Withdrawal {
 /// The [`Withdrawal`] of a CR of `scope` living in `home` (a Projection's namespace), whose status
 /// recorded `recorded` and whose spec writes `current` now (`None` when its kind does not resolve).
 pub fn withdrawal(
-    scope: Destinations,
+    scope: Scope,
     home: Option<&str>,
     recorded: Option<&WrittenDestination>,
     current: Option<&WrittenDestination>,
@@ -444,7 +386,7 @@ pub fn withdrawal(
     let mut kinds: Vec<(WrittenDestination, Vec<CopyAt>)> = Vec::new();
     for copies in current.into_iter().chain(recorded) {
         let named = match (scope, home) {
-            (Destinations::OwnNamespace, Some(home)) => vec![CopyAt {
+            (Scope::OwnNamespace, Some(home)) => vec![CopyAt {
                 namespace: home.to_owned(),
                 name: copies.name.clone(),
             }],
@@ -505,9 +447,10 @@ mod tests {
     }
 
     /// A pass of `scope` writing ConfigMaps named `cfg` to `targets`, nothing recorded, Reconcile.
-    fn input<'a>(scope: Destinations, now: &'a WrittenDestination, targets: &'a Targets) -> PassInput<'a> {
+    fn input<'a>(scope: Scope, now: &'a WrittenDestination, targets: &'a Targets) -> PassInput<'a> {
         PassInput {
             scope,
+            resolved: "r",
             copies: now,
             recorded: None,
             targets,
@@ -532,25 +475,33 @@ mod tests {
         }
     }
 
-    const CLEAN: Cleaned = Cleaned {
-        current: true,
-        earlier: true,
-    };
+    /// Removals that left nothing.
+    fn clean() -> (Removal, Removal) {
+        (Removal::default(), Removal::default())
+    }
+
+    /// A removal that left a copy.
+    fn left() -> Removal {
+        Removal {
+            events: Vec::new(),
+            left: vec!["ConfigMap x/cfg: refused".into()],
+        }
+    }
     const SOURCE: (&str, &str) = ("/v1, Kind=ConfigMap", "src/cfg");
 
     #[test]
     fn a_projection_writes_its_own_namespace_and_reports_in_the_copys_words() {
         let now = copies("ConfigMap", "cfg");
         let own = Targets::own_namespace("team", &source(), "cfg");
-        let plan = plan(&input(Destinations::OwnNamespace, &now, &own)).unwrap();
+        let plan = plan(&input(Scope::OwnNamespace, &now, &own)).unwrap();
         assert_eq!(plan.write, ["team"]);
         assert_eq!(plan.existing, Existing::Update);
         assert!(plan.remove.is_empty() && plan.earlier.is_none() && plan.once.is_none());
 
         let done = plan.conclude(
             written(&[("team", CopyWrite::Created)]),
-            CLEAN,
-            "r".into(),
+            clean(),
+            "h".into(),
             SOURCE,
         );
         assert_eq!(
@@ -571,8 +522,8 @@ mod tests {
 
         let conflict = plan.conclude(
             written(&[("team", failed(Reason::DestinationConflict))]),
-            CLEAN,
-            "r".into(),
+            clean(),
+            "h".into(),
             SOURCE,
         );
         assert_eq!(conflict.outcome.reason(), Reason::DestinationConflict);
@@ -595,12 +546,12 @@ mod tests {
     fn a_projection_onto_its_source_is_refused_and_a_cluster_projection_skips_that_namespace() {
         let now = copies("ConfigMap", "cfg");
         let own = Targets::own_namespace("src", &source(), "cfg");
-        let refused = plan(&input(Destinations::OwnNamespace, &now, &own)).unwrap_err();
-        assert_eq!(refused.reason, Reason::DestinationConflict);
+        let refused = plan(&input(Scope::OwnNamespace, &now, &own)).unwrap_err();
+        assert_eq!(refused.reason(), Reason::DestinationConflict);
         assert!(
-            refused.message.contains("set spec.destination.name"),
+            refused.message().contains("set spec.destination.name"),
             "{}",
-            refused.message
+            refused.message()
         );
 
         let fan = Targets {
@@ -612,9 +563,14 @@ mod tests {
             }),
             ..Targets::default()
         };
-        let plan = plan(&input(Destinations::Namespaces, &now, &fan)).unwrap();
+        let plan = plan(&input(Scope::Namespaces, &now, &fan)).unwrap();
         assert_eq!(plan.write, ["a"]);
-        let done = plan.conclude(written(&[("a", CopyWrite::Unchanged)]), CLEAN, "r".into(), SOURCE);
+        let done = plan.conclude(
+            written(&[("a", CopyWrite::Unchanged)]),
+            clean(),
+            "h".into(),
+            SOURCE,
+        );
         assert!(done.events.is_empty(), "an unchanged copy says nothing");
         assert_eq!(done.outcome.message(), "", "Ready carries no message on success");
         match done.outcome {
@@ -635,7 +591,7 @@ mod tests {
             let input = PassInput {
                 recorded: Some(&old),
                 existing: &existing,
-                ..input(Destinations::OwnNamespace, &now, &own)
+                ..input(Scope::OwnNamespace, &now, &own)
             };
             let plan = plan(&input).unwrap();
             assert_eq!(plan.remove, [at("team", "old")]);
@@ -651,7 +607,7 @@ mod tests {
         let input = PassInput {
             recorded: Some(&old),
             existing: &existing,
-            ..input(Destinations::Namespaces, &now, &fan)
+            ..input(Scope::Namespaces, &now, &fan)
         };
         assert_eq!(
             plan(&input).unwrap().remove,
@@ -667,19 +623,21 @@ mod tests {
         let fan = targets(&["a"]);
         let input = PassInput {
             recorded: Some(&old),
-            ..input(Destinations::Namespaces, &now, &fan)
+            ..input(Scope::Namespaces, &now, &fan)
         };
         let plan = plan(&input).unwrap();
         assert_eq!(plan.earlier.as_ref(), Some(&old));
-        let partly = Cleaned {
-            current: true,
-            earlier: false,
-        };
-        let done = plan.conclude(written(&[("a", CopyWrite::Created)]), partly, "r".into(), SOURCE);
+        let partly = (Removal::default(), left());
+        let done = plan.conclude(written(&[("a", CopyWrite::Created)]), partly, "h".into(), SOURCE);
         assert_eq!(done.record, old, "recorded until every earlier copy is gone");
         assert_eq!(done.outcome.reason(), Reason::DestinationDeleteFailed);
         assert_eq!(done.retry, Retry::Backoff);
-        let done = plan.conclude(written(&[("a", CopyWrite::Unchanged)]), CLEAN, "r".into(), SOURCE);
+        let done = plan.conclude(
+            written(&[("a", CopyWrite::Unchanged)]),
+            clean(),
+            "h".into(),
+            SOURCE,
+        );
         assert_eq!(done.record, now);
         // A version change alone moves nothing: copies are the same objects.
         let other_version = WrittenDestination {
@@ -710,7 +668,7 @@ mod tests {
         ];
         let input = PassInput {
             existing: &existing,
-            ..input(Destinations::Namespaces, &now, &fan)
+            ..input(Scope::Namespaces, &now, &fan)
         };
         let plan = plan(&input).unwrap();
         assert_eq!(
@@ -721,8 +679,8 @@ mod tests {
         assert_eq!(plan.remove, [at("d", "cfg")], "b is terminating: its copy stays");
         let done = plan.conclude(
             written(&[("a", CopyWrite::Unchanged), ("c", CopyWrite::Created)]),
-            CLEAN,
-            "r".into(),
+            clean(),
+            "h".into(),
             SOURCE,
         );
         match &done.outcome {
@@ -740,7 +698,7 @@ mod tests {
         use Reason::*;
         let now = copies("ConfigMap", "cfg");
         let fan = targets(&["ns-0", "ns-1"]);
-        let plan = plan(&input(Destinations::Namespaces, &now, &fan)).unwrap();
+        let plan = plan(&input(Scope::Namespaces, &now, &fan)).unwrap();
         // (failure reasons, cleaned, ready reason or None for Projected, retry)
         let table: [(&[Reason], bool, Option<Reason>, Retry); 7] = [
             (&[], true, None, Retry::OnChange),
@@ -782,30 +740,27 @@ mod tests {
                 .enumerate()
                 .map(|(i, r)| (format!("ns-{i}"), failed(*r)))
                 .collect();
-            let cleaned = Cleaned {
-                current: cleaned,
-                earlier: true,
-            };
-            let done = plan.conclude(results, cleaned, "resolved".into(), SOURCE);
+            let removed = if cleaned { Removal::default() } else { left() };
+            let done = plan.conclude(results, (removed, Removal::default()), "h".into(), SOURCE);
             match ready {
                 None => assert_eq!(
                     done.outcome,
                     Outcome::Projected {
-                        resolved: "resolved".into(),
+                        resolved: "r".into(),
                         note: "2 namespaces".into()
                     }
                 ),
                 Some(reason) => assert_eq!(done.outcome.reason(), reason, "{reasons:?}"),
             }
-            assert_eq!(done.retry, retry, "{reasons:?} {cleaned:?}");
+            assert_eq!(done.retry, retry, "{reasons:?} {cleaned}");
         }
         let done = plan.conclude(
             written(&[
                 ("ns-1", failed(DestinationConflict)),
                 ("ns-0", CopyWrite::Created),
             ]),
-            CLEAN,
-            "r".into(),
+            clean(),
+            "h".into(),
             SOURCE,
         );
         assert_eq!(
@@ -827,7 +782,7 @@ mod tests {
     fn events_name_recreated_updated_and_adopted_copies() {
         let now = copies("ConfigMap", "cfg");
         let fan = targets(&["a", "b", "c", "e", "f"]);
-        let plan = plan(&input(Destinations::Namespaces, &now, &fan)).unwrap();
+        let plan = plan(&input(Scope::Namespaces, &now, &fan)).unwrap();
         let done = plan.conclude(
             written(&[
                 ("b", CopyWrite::Created),
@@ -836,8 +791,8 @@ mod tests {
                 ("f", CopyWrite::Adopted),
                 ("e", CopyWrite::Adopted),
             ]),
-            CLEAN,
-            "r".into(),
+            clean(),
+            "h".into(),
             SOURCE,
         );
         let got: Vec<(Reason, &str)> = done.events.iter().map(|e| (e.reason, e.note.as_str())).collect();
@@ -873,12 +828,12 @@ mod tests {
         let own = Targets::own_namespace("b", &source(), "cfg");
         for (scope, targets, message) in [
             (
-                Destinations::Namespaces,
+                Scope::Namespaces,
                 &fan,
                 "write failed in 1 namespace: b (DestinationForbidden)",
             ),
             (
-                Destinations::OwnNamespace,
+                Scope::OwnNamespace,
                 &own,
                 "the author may not create configmaps in b",
             ),
@@ -891,7 +846,7 @@ mod tests {
             let plan = plan(&input).unwrap();
             assert!(!plan.write.contains(&"b".to_owned()), "{scope:?}");
             assert!(plan.remove.contains(&at("b", "cfg")), "{scope:?}");
-            let done = plan.conclude(Vec::new(), CLEAN, "r".into(), SOURCE);
+            let done = plan.conclude(Vec::new(), clean(), "h".into(), SOURCE);
             assert_eq!(done.outcome.reason(), Reason::DestinationForbidden);
             assert_eq!(done.outcome.message(), message);
             assert_eq!(done.retry, Retry::Backoff, "a grant wakes no watch");
@@ -905,7 +860,7 @@ mod tests {
         // a: created once and still there; b: created once and deleted since; c: new.
         let record = apply_once::record(&now, &BTreeSet::from(["a".to_owned(), "b".to_owned()]));
         let existing = [view("a", "cfg", true)];
-        for scope in [Destinations::Namespaces, Destinations::OwnNamespace] {
+        for scope in [Scope::Namespaces, Scope::OwnNamespace] {
             let input = PassInput {
                 existing: &existing,
                 sync_policy: Some(SyncPolicy::ApplyOnce),
@@ -915,7 +870,7 @@ mod tests {
             let plan = plan(&input).unwrap();
             assert_eq!(plan.write, ["c"], "{scope:?}");
             assert_eq!(plan.existing, Existing::Keep);
-            let done = plan.conclude(written(&[("c", CopyWrite::Created)]), CLEAN, "r".into(), SOURCE);
+            let done = plan.conclude(written(&[("c", CopyWrite::Created)]), clean(), "h".into(), SOURCE);
             let recorded = done.applied_once.expect("record");
             assert_eq!(
                 apply_once::decode(&recorded.namespaces),
@@ -932,7 +887,7 @@ mod tests {
         // A failed create is not recorded: it is tried again.
         let input = PassInput {
             sync_policy: Some(SyncPolicy::ApplyOnce),
-            ..input(Destinations::Namespaces, &now, &fan)
+            ..input(Scope::Namespaces, &now, &fan)
         };
         let plan = plan(&input).unwrap();
         let done = plan.conclude(
@@ -941,8 +896,8 @@ mod tests {
                 ("b", CopyWrite::Created),
                 ("c", failed(Reason::DestinationCreateFailed)),
             ]),
-            CLEAN,
-            "r".into(),
+            clean(),
+            "h".into(),
             SOURCE,
         );
         assert_eq!(
@@ -955,11 +910,11 @@ mod tests {
     fn adopted_copies_are_placed_and_reported() {
         let now = copies("ConfigMap", "cfg");
         let own = Targets::own_namespace("team", &source(), "cfg");
-        let plan = plan(&input(Destinations::OwnNamespace, &now, &own)).unwrap();
+        let plan = plan(&input(Scope::OwnNamespace, &now, &own)).unwrap();
         let done = plan.conclude(
             written(&[("team", CopyWrite::Adopted)]),
-            CLEAN,
-            "r".into(),
+            clean(),
+            "h".into(),
             SOURCE,
         );
         assert!(done.outcome.is_ready());
@@ -974,7 +929,7 @@ mod tests {
         let old = copies("ConfigMap", "old");
         let same_kind_old = copies("Secret", "old");
         assert_eq!(
-            withdrawal(Destinations::OwnNamespace, Some("team"), Some(&old), Some(&now)),
+            withdrawal(Scope::OwnNamespace, Some("team"), Some(&old), Some(&now)),
             Withdrawal {
                 kinds: vec![
                     (now.clone(), vec![at("team", "new")]),
@@ -984,7 +939,7 @@ mod tests {
         );
         assert_eq!(
             withdrawal(
-                Destinations::OwnNamespace,
+                Scope::OwnNamespace,
                 Some("team"),
                 Some(&same_kind_old),
                 Some(&now)
@@ -994,25 +949,25 @@ mod tests {
             }
         );
         assert_eq!(
-            withdrawal(Destinations::Namespaces, None, Some(&old), None),
+            withdrawal(Scope::Namespaces, None, Some(&old), None),
             Withdrawal {
                 kinds: vec![(old.clone(), Vec::new())]
             },
             "a kind that no longer resolves: the recorded copies only"
         );
-        assert_eq!(withdrawal(Destinations::Namespaces, None, None, None).kinds, []);
+        assert_eq!(withdrawal(Scope::Namespaces, None, None, None).kinds, []);
     }
 
     #[test]
     fn removals_are_reported_by_what_happened() {
         let results = [
-            ("a/cfg".to_owned(), Removed::Deleted),
-            ("b/cfg".to_owned(), Removed::Orphaned),
-            ("c/cfg".to_owned(), Removed::LeftAlone),
-            ("d/cfg".to_owned(), Removed::Absent),
-            ("e/cfg".to_owned(), Removed::Deleted),
+            ("a/cfg".to_owned(), crate::pass::tally::Removed::Deleted),
+            ("b/cfg".to_owned(), crate::pass::tally::Removed::Orphaned),
+            ("c/cfg".to_owned(), crate::pass::tally::Removed::LeftAlone),
+            ("d/cfg".to_owned(), crate::pass::tally::Removed::Absent),
+            ("e/cfg".to_owned(), crate::pass::tally::Removed::Deleted),
         ];
-        let got: Vec<(Reason, String)> = removal_events(&results)
+        let got: Vec<(Reason, String)> = crate::pass::tally::removal_events(&results)
             .into_iter()
             .map(|e| (e.reason, e.note))
             .collect();
@@ -1027,6 +982,6 @@ mod tests {
                 ),
             ]
         );
-        assert!(removal_events(&[]).is_empty());
+        assert!(crate::pass::tally::removal_events(&[]).is_empty());
     }
 }

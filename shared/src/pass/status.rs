@@ -1,13 +1,19 @@
 //! The three conditions every projection reports, computed from the outcome of a reconcile with the
 //! Go operator's reasons: `SourceResolved`, `DestinationWritten`, `Ready` (which mirrors the failing
-//! condition's reason and message); and the status of each kind, built once per reconcile.
+//! condition's reason and message); the two ways a pass ends ([`Stop`] before it applied a plan,
+//! [`Concluded`] after); and the status of either kind, built once per reconcile from that end.
 
 use crate::{
-    api::crd::{AppliedOnce, ClusterProjectionStatus, Condition, ProjectionStatus, WrittenDestination},
-    api::reason::{Reason, ResultCategory, Retry, retry_after},
-    pass::tally::{CopyFailure, summarize_failures},
+    api::{
+        crd::{AppliedOnce, Condition, CopyStatus, NamespaceCounts, WrittenDestination},
+        kind::{CrView, Scope},
+        reason::{Reason, ResultCategory, Retry, retry_after},
+    },
+    pass::tally::{EventNote, Removal, Tally, summarize_failures},
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::core::ApiResource;
+use serde::Serialize;
 
 /// Condition type: the source was resolved, read and allowed.
 pub const SOURCE_RESOLVED: &str = "SourceResolved";
@@ -134,228 +140,235 @@ pub fn next_conditions(
         .collect()
 }
 
-/// A reconcile that could not put every copy in place.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Failure {
-    /// The conditions to report.
-    pub outcome: Outcome,
-    /// When to try again.
-    pub retry: Retry,
-    /// The copies the status should record afterwards (`None` once they were removed).
-    pub written: Option<WrittenDestination>,
-}
-
-/// What a source problem does to the copies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Copies {
-    /// They stay as they are.
-    Kept,
-    /// They were to be removed; `all_gone` says whether every one is.
-    Withdrawn {
-        /// Every copy is gone.
-        all_gone: bool,
-    },
-}
-
 /// Why a pass stopped before it applied a plan. Every failed read, refused plan or content that
 /// cannot be built becomes one where it happens, with its reason; the event, the status and the
-/// retry all come from it ([`Stopped::failure`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Stopped {
-    /// The condition and event reason.
-    pub reason: Reason,
-    /// The condition and event message.
-    pub message: String,
-    /// Where the pass stopped.
-    pub at: StoppedAt,
-}
-
-/// Where a pass stopped.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StoppedAt {
-    /// At its source: `transient` when an API call failed; `copies` says what became of them.
+/// retry all come from it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stop {
+    /// At its source; the copies stay as they are. `transient` when an API call failed (retried
+    /// with backoff).
     Source {
-        /// An API call failed (retried with backoff).
+        /// The condition and event reason.
+        reason: Reason,
+        /// The condition and event message.
+        message: String,
+        /// An API call failed.
         transient: bool,
-        /// Kept, or withdrawn.
-        copies: Copies,
+    },
+    /// At its source, which is gone, vetoes projection or may not be read by the CR's author:
+    /// every copy goes. `removal` is what withdrawing them did, once tried.
+    Withdraw {
+        /// The condition and event reason.
+        reason: Reason,
+        /// The condition and event message.
+        message: String,
+        /// The source's kind as it resolves now (its copies are withdrawn too).
+        resource: Box<ApiResource>,
+        /// What withdrawing the copies did (`None` before it was tried).
+        removal: Option<Removal>,
     },
     /// After its source was read (`resolved`: the `SourceResolved` message).
     Destination {
+        /// The condition and event reason.
+        reason: Reason,
+        /// The condition and event message.
+        message: String,
         /// The `SourceResolved` message.
         resolved: String,
     },
 }
 
-impl Stopped {
-    /// The failure the status reports, with the copies it records (`recorded` before the pass).
-    pub fn failure(self, recorded: Option<WrittenDestination>) -> Failure {
-        match self.at {
-            StoppedAt::Source { transient, copies } => {
-                source_failure(self.reason, self.message, transient, copies, recorded)
-            }
-            StoppedAt::Destination { resolved } => {
-                destination_failure(&resolved, self.reason, self.message, recorded)
-            }
+impl Stop {
+    /// The condition and event reason.
+    pub fn reason(&self) -> Reason {
+        match self {
+            Self::Source { reason, .. }
+            | Self::Withdraw { reason, .. }
+            | Self::Destination { reason, .. } => *reason,
         }
     }
-}
 
-/// The failure of a pass that stopped at its source: `transient` when an API call failed. Copies
-/// withdrawn for good are no longer recorded; copies left to remove stay recorded and are retried.
-fn source_failure(
-    reason: Reason,
-    message: String,
-    transient: bool,
-    copies: Copies,
-    recorded: Option<WrittenDestination>,
-) -> Failure {
-    let (cleaned, written) = match copies {
-        Copies::Kept => (true, recorded),
-        Copies::Withdrawn { all_gone: true } => (true, None),
-        Copies::Withdrawn { all_gone: false } => (false, recorded),
-    };
-    Failure {
-        outcome: Outcome::SourceFailed { reason, message },
-        retry: retry_after(reason, transient, cleaned),
-        written,
+    /// The condition and event message.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Source { message, .. }
+            | Self::Withdraw { message, .. }
+            | Self::Destination { message, .. } => message,
+        }
     }
-}
 
-/// The failure of a pass whose source is fine but whose copies are not (`resolved`: the
-/// `SourceResolved` message); retried as its reason says, the copies recorded as they were.
-fn destination_failure(
-    resolved: &str,
-    reason: Reason,
-    message: String,
-    recorded: Option<WrittenDestination>,
-) -> Failure {
-    Failure {
-        outcome: Outcome::DestinationFailed {
-            resolved: resolved.to_owned(),
-            reason,
-            message,
-        },
-        retry: reason.retry(),
-        written: recorded,
-    }
-}
-
-/// How far a pass got, as its status records it.
-#[derive(Clone, Copy, Debug)]
-pub enum Reached<'a> {
-    /// The plan was applied.
-    Applied {
-        /// The copies the status records for cleanup.
-        record: &'a WrittenDestination,
-        /// How many targets are to hold a copy.
-        holding: usize,
-        /// The targets that failed.
-        failures: &'a [CopyFailure],
-        /// The source hash every copy of the pass carries.
-        hash: &'a str,
-        /// With `syncPolicy: ApplyOnce`, the record of where the copies were created.
-        applied_once: Option<&'a AppliedOnce>,
-    },
-    /// The pass stopped before writing; `written` is what the status keeps recording (`None` once
-    /// the copies were withdrawn).
-    Stopped {
-        /// The copies still recorded.
-        written: Option<&'a WrittenDestination>,
-    },
-}
-
-/// A Projection's next status: the conditions of `outcome`, the copy's name once projected (kept
-/// from `current` otherwise), and the copy as recorded for cleanup.
-pub fn projection_status(
-    current: &ProjectionStatus,
-    outcome: &Outcome,
-    reached: Reached<'_>,
-    generation: Option<i64>,
-    now: &Time,
-) -> ProjectionStatus {
-    let conditions = next_conditions(&current.conditions, outcome, generation, now);
-    match reached {
-        Reached::Applied {
-            record,
-            hash,
-            applied_once,
-            ..
-        } => ProjectionStatus {
-            conditions,
-            destination_name: match outcome {
-                Outcome::Projected { .. } => Some(record.name.clone()),
-                _ => current.destination_name.clone(),
+    /// The conditions to report.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Self::Source { reason, message, .. } | Self::Withdraw { reason, message, .. } => {
+                Outcome::SourceFailed {
+                    reason: *reason,
+                    message: message.clone(),
+                }
+            }
+            Self::Destination {
+                reason,
+                message,
+                resolved,
+            } => Outcome::DestinationFailed {
+                resolved: resolved.clone(),
+                reason: *reason,
+                message: message.clone(),
             },
-            written_destination: Some(record.clone()),
-            source_hash: Some(hash.to_owned()),
-            applied_once: applied_once.cloned(),
-            last_handled_reconcile_at: current.last_handled_reconcile_at.clone(),
-        },
-        // Copies withdrawn (nothing recorded any more) take their hash and ApplyOnce record along.
-        Reached::Stopped { written } => ProjectionStatus {
-            conditions,
-            destination_name: current.destination_name.clone(),
-            written_destination: written.cloned(),
-            source_hash: written.and(current.source_hash.clone()),
-            applied_once: written.and(current.applied_once.clone()),
-            last_handled_reconcile_at: current.last_handled_reconcile_at.clone(),
-        },
+        }
+    }
+
+    /// When to try again: copies left to withdraw are retried with backoff.
+    pub fn retry(&self) -> Retry {
+        match self {
+            Self::Source {
+                reason, transient, ..
+            } => retry_after(*reason, *transient, true),
+            Self::Withdraw { reason, removal, .. } => {
+                retry_after(*reason, false, removal.as_ref().is_some_and(Removal::all_gone))
+            }
+            Self::Destination { reason, .. } => reason.retry(),
+        }
+    }
+
+    /// The copies the status records after this stop (`recorded` before the pass): none once they
+    /// were all withdrawn; copies left to remove stay recorded, so the next pass removes them.
+    pub fn keeps<'a>(&self, recorded: Option<&'a WrittenDestination>) -> Option<&'a WrittenDestination> {
+        match self {
+            Self::Withdraw { removal, .. } if removal.as_ref().is_some_and(Removal::all_gone) => None,
+            _ => recorded,
+        }
+    }
+
+    /// Its events: the stop itself (a Warning), then what a withdrawal did.
+    pub fn events(&self) -> Vec<EventNote> {
+        let mut events = vec![EventNote {
+            reason: self.reason(),
+            note: self.message().to_owned(),
+        }];
+        if let Self::Withdraw {
+            removal: Some(removal),
+            ..
+        } = self
+        {
+            events.extend(removal.events.iter().cloned());
+        }
+        events
     }
 }
 
-/// A ClusterProjection's next status. Counts stay honest: a pass that stopped keeps the last counts
-/// while copies remain, and reports none once they were withdrawn.
-pub fn cluster_status(
-    current: &ClusterProjectionStatus,
-    outcome: &Outcome,
-    reached: Reached<'_>,
-    generation: Option<i64>,
-    now: &Time,
-) -> ClusterProjectionStatus {
-    let conditions = next_conditions(&current.conditions, outcome, generation, now);
-    match reached {
-        Reached::Applied {
-            record,
-            holding,
-            failures,
-            hash,
-            applied_once,
-        } => ClusterProjectionStatus {
-            conditions,
-            destination_name: Some(record.name.clone()),
-            namespaces_written: count(holding.saturating_sub(failures.len())),
-            namespaces_failed: count(failures.len()),
-            failed_namespaces: summarize_failures(failures).map(|s| s.listed).unwrap_or_default(),
-            written_destination: Some(record.clone()),
-            source_hash: Some(hash.to_owned()),
-            last_handled_reconcile_at: current.last_handled_reconcile_at.clone(),
-            applied_once: applied_once.cloned(),
-        },
-        Reached::Stopped { written: None } => ClusterProjectionStatus {
-            conditions,
-            destination_name: current.destination_name.clone(),
-            namespaces_written: 0,
-            namespaces_failed: 0,
-            failed_namespaces: Vec::new(),
-            written_destination: None,
-            source_hash: None,
-            last_handled_reconcile_at: current.last_handled_reconcile_at.clone(),
-            applied_once: None,
-        },
-        Reached::Stopped {
-            written: Some(written),
-        } => ClusterProjectionStatus {
-            conditions,
-            destination_name: current.destination_name.clone(),
-            namespaces_written: current.namespaces_written,
-            namespaces_failed: current.namespaces_failed,
-            failed_namespaces: current.failed_namespaces.clone(),
-            written_destination: Some(written.clone()),
-            source_hash: current.source_hash.clone(),
-            last_handled_reconcile_at: current.last_handled_reconcile_at.clone(),
-            applied_once: current.applied_once.clone(),
-        },
+/// How a pass that applied its plan ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Concluded {
+    /// The conditions to report.
+    pub outcome: Outcome,
+    /// When to try again.
+    pub retry: Retry,
+    /// What the writes add up to, with the refused targets among the failures.
+    pub tally: Tally,
+    /// The events of the writes and the removals.
+    pub events: Vec<EventNote>,
+    /// Namespaces where a stranger holds the copy's coordinates: the pass is woken when it goes.
+    pub waiting: Vec<String>,
+    /// The copies the status records for cleanup: the earlier ones while they could not all be
+    /// removed, so the next pass removes them again.
+    pub record: WrittenDestination,
+    /// How many targets hold a copy (those deleted by hand under `ApplyOnce` do not).
+    pub holding: usize,
+    /// With `syncPolicy: ApplyOnce`, the record of where the copies were created.
+    pub applied_once: Option<AppliedOnce>,
+    /// The source hash every copy of the pass carries.
+    pub hash: String,
+}
+
+/// How a pass ended: its plan applied, or stopped before.
+pub type PassEnd = Result<Concluded, Stop>;
+
+/// The conditions a pass ended with, and when to try again.
+pub fn verdict(end: &PassEnd) -> (Outcome, Retry) {
+    match end {
+        Ok(concluded) => (concluded.outcome.clone(), concluded.retry),
+        Err(stop) => (stop.outcome(), stop.retry()),
+    }
+}
+
+/// The status of either kind as it is written: what both report, and a ClusterProjection's counts.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Status {
+    /// What both kinds report.
+    #[serde(flatten)]
+    pub copy: CopyStatus,
+    /// A ClusterProjection's counts (`None` for a Projection).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub counts: Option<NamespaceCounts>,
+}
+
+impl Status {
+    /// The status `cr` carries now (empty before its first pass).
+    pub fn of(cr: &CrView<'_>) -> Self {
+        Self {
+            copy: cr.status.cloned().unwrap_or_default(),
+            counts: match cr.scope {
+                Scope::OwnNamespace => None,
+                Scope::Namespaces => Some(cr.counts.cloned().unwrap_or_default()),
+            },
+        }
+    }
+
+    /// The status after a pass of a CR of `scope` at `generation` that ended with `end`: the
+    /// conditions of its outcome, the copies recorded for cleanup, and the counts. Counts stay
+    /// honest: a pass that stopped keeps the last counts while copies remain, and reports none once
+    /// they were withdrawn. A Projection names its copy once it is projected.
+    pub fn after(&self, scope: Scope, end: &PassEnd, generation: Option<i64>, now: &Time) -> Self {
+        let current = &self.copy;
+        let (outcome, _) = verdict(end);
+        let conditions = next_conditions(&current.conditions, &outcome, generation, now);
+        let kept = current.last_handled_reconcile_at.clone();
+        match end {
+            Ok(concluded) => {
+                let record = &concluded.record;
+                let named = scope == Scope::Namespaces || outcome.is_ready();
+                let failures = &concluded.tally.failures;
+                Self {
+                    copy: CopyStatus {
+                        conditions,
+                        destination_name: if named {
+                            Some(record.name.clone())
+                        } else {
+                            current.destination_name.clone()
+                        },
+                        written_destination: Some(record.clone()),
+                        source_hash: Some(concluded.hash.clone()),
+                        last_handled_reconcile_at: kept,
+                        applied_once: concluded.applied_once.clone(),
+                    },
+                    counts: self.counts.as_ref().map(|_| NamespaceCounts {
+                        namespaces_written: count(concluded.holding.saturating_sub(failures.len())),
+                        namespaces_failed: count(failures.len()),
+                        failed_namespaces: summarize_failures(failures).map(|s| s.listed).unwrap_or_default(),
+                    }),
+                }
+            }
+            // Copies withdrawn (nothing recorded any more) take their hash, ApplyOnce record and
+            // counts along.
+            Err(stop) => {
+                let written = stop.keeps(current.written_destination.as_ref());
+                Self {
+                    copy: CopyStatus {
+                        conditions,
+                        destination_name: current.destination_name.clone(),
+                        written_destination: written.cloned(),
+                        source_hash: written.and(current.source_hash.clone()),
+                        last_handled_reconcile_at: kept,
+                        applied_once: written.and(current.applied_once.clone()),
+                    },
+                    counts: self.counts.as_ref().map(|counts| match written {
+                        Some(_) => counts.clone(),
+                        None => NamespaceCounts::default(),
+                    }),
+                }
+            }
+        }
     }
 }
 
@@ -366,6 +379,7 @@ fn count(n: usize) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pass::tally::CopyFailure;
     use k8s_openapi::jiff::Timestamp;
 
     fn at(seconds: i64) -> Time {
@@ -444,194 +458,211 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_source_failure_keeps_or_drops_the_record_and_picks_its_retry() {
-        use Reason::*;
-        // (reason, transient, copies, retry, record kept)
-        for (reason, transient, copies, retry, kept) in [
-            (SourceResolutionFailed, false, Copies::Kept, Retry::OnChange, true),
-            (SourceResolutionFailed, true, Copies::Kept, Retry::Backoff, true),
-            (SourceForbidden, false, Copies::Kept, Retry::Backoff, true),
-            (SourceFetchFailed, true, Copies::Kept, Retry::Backoff, true),
-            (
-                SourceDeleted,
-                false,
-                Copies::Withdrawn { all_gone: true },
-                Retry::OnChange,
-                false,
-            ),
-            (
-                SourceDeleted,
-                false,
-                Copies::Withdrawn { all_gone: false },
-                Retry::Backoff,
-                true,
-            ),
-            (
-                SourceOptedOut,
-                false,
-                Copies::Withdrawn { all_gone: true },
-                Retry::OnChange,
-                false,
-            ),
-            (
-                SourceNotProjectable,
-                false,
-                Copies::Withdrawn { all_gone: false },
-                Retry::Backoff,
-                true,
-            ),
-        ] {
-            let stopped = Stopped {
-                reason,
-                message: "m".into(),
-                at: StoppedAt::Source { transient, copies },
-            };
-            let f = stopped.failure(Some(recorded("cfg")));
-            assert_eq!(f.retry, retry, "{reason} {copies:?}");
-            assert_eq!(f.written.is_some(), kept, "{reason} {copies:?}");
-            assert_eq!(f.outcome.reason(), reason);
-            assert_eq!(f.outcome.category(), ResultCategory::SourceError);
+    fn resource() -> ApiResource {
+        ApiResource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+        }
+    }
+
+    fn withdrawn(reason: Reason, all_gone: bool) -> Stop {
+        let left = if all_gone {
+            Vec::new()
+        } else {
+            vec!["ConfigMap a/cfg: refused".into()]
+        };
+        Stop::Withdraw {
+            reason,
+            message: "m".into(),
+            resource: Box::new(resource()),
+            removal: Some(Removal {
+                events: Vec::new(),
+                left,
+            }),
+        }
+    }
+
+    fn at_source(reason: Reason, transient: bool) -> Stop {
+        Stop::Source {
+            reason,
+            message: "m".into(),
+            transient,
         }
     }
 
     #[test]
-    fn a_destination_failure_keeps_the_record_and_retries_by_its_reason() {
+    fn a_stop_at_the_source_keeps_or_drops_the_record_and_picks_its_retry() {
+        use Reason::*;
+        // (stop, retry, record kept)
+        for (stop, retry, kept) in [
+            (at_source(SourceResolutionFailed, false), Retry::OnChange, true),
+            (at_source(SourceResolutionFailed, true), Retry::Backoff, true),
+            (at_source(SourceForbidden, false), Retry::Backoff, true),
+            (at_source(SourceFetchFailed, true), Retry::Backoff, true),
+            (withdrawn(SourceDeleted, true), Retry::OnChange, false),
+            (withdrawn(SourceDeleted, false), Retry::Backoff, true),
+            (withdrawn(SourceOptedOut, true), Retry::OnChange, false),
+            (withdrawn(SourceNotProjectable, false), Retry::Backoff, true),
+        ] {
+            let record = recorded("cfg");
+            assert_eq!(stop.retry(), retry, "{stop:?}");
+            assert_eq!(stop.keeps(Some(&record)).is_some(), kept, "{stop:?}");
+            let outcome = stop.outcome();
+            assert_eq!(outcome.reason(), stop.reason());
+            assert_eq!(outcome.category(), ResultCategory::SourceError);
+            assert_eq!(
+                stop.events()[0].reason,
+                stop.reason(),
+                "the stop is its first event"
+            );
+        }
+    }
+
+    #[test]
+    fn a_stop_at_the_destination_keeps_the_record_and_retries_by_its_reason() {
         for (reason, retry) in [
             (Reason::DestinationConflict, Retry::OnChange),
             (Reason::TargetResolutionFailed, Retry::OnChange),
             (Reason::DestinationCreateFailed, Retry::Backoff),
         ] {
-            let at = StoppedAt::Destination {
-                resolved: "resolved".into(),
-            };
-            let f = Stopped {
+            let stop = Stop::Destination {
                 reason,
                 message: "m".into(),
-                at,
-            }
-            .failure(Some(recorded("cfg")));
-            assert_eq!(f.retry, retry, "{reason}");
-            assert_eq!(f.written, Some(recorded("cfg")));
-            assert_eq!(f.outcome.reason(), reason);
-            assert_eq!(f.outcome.conditions()[0].3, "resolved");
+                resolved: "resolved".into(),
+            };
+            let record = recorded("cfg");
+            assert_eq!(stop.retry(), retry, "{reason}");
+            assert_eq!(stop.keeps(Some(&record)), Some(&record));
+            assert_eq!(stop.outcome().reason(), reason);
+            assert_eq!(stop.outcome().conditions()[0].3, "resolved");
         }
+    }
+
+    fn concluded(
+        outcome: Outcome,
+        record: WrittenDestination,
+        holding: usize,
+        failures: Vec<CopyFailure>,
+    ) -> PassEnd {
+        Ok(Concluded {
+            outcome,
+            retry: Retry::OnChange,
+            tally: Tally {
+                failures,
+                ..Tally::default()
+            },
+            events: Vec::new(),
+            waiting: Vec::new(),
+            record,
+            holding,
+            applied_once: None,
+            hash: "h".into(),
+        })
     }
 
     #[test]
     fn a_projection_names_its_copy_once_projected() {
-        let current = ProjectionStatus {
-            destination_name: Some("old".into()),
-            ..ProjectionStatus::default()
+        let current = Status {
+            copy: CopyStatus {
+                destination_name: Some("old".into()),
+                ..CopyStatus::default()
+            },
+            counts: None,
         };
         let ok = Outcome::Projected {
             resolved: String::new(),
             note: String::new(),
         };
-        let new = recorded("new");
-        let applied = Reached::Applied {
-            record: &new,
-            holding: 1,
-            failures: &[],
-            hash: "h",
-            applied_once: None,
-        };
-        let next = projection_status(&current, &ok, applied, Some(3), &at(1));
-        assert_eq!(next.destination_name.as_deref(), Some("new"));
-        assert_eq!(next.written_destination, Some(recorded("new")));
-        assert_eq!(next.source_hash.as_deref(), Some("h"));
-        assert_eq!(next.conditions[2].observed_generation, Some(3));
-        let failed = Outcome::SourceFailed {
-            reason: Reason::SourceDeleted,
+        let applied = concluded(ok, recorded("new"), 1, Vec::new());
+        let next = current.after(Scope::OwnNamespace, &applied, Some(3), &at(1));
+        assert_eq!(next.copy.destination_name.as_deref(), Some("new"));
+        assert_eq!(next.copy.written_destination, Some(recorded("new")));
+        assert_eq!(next.copy.source_hash.as_deref(), Some("h"));
+        assert_eq!(next.copy.conditions[2].observed_generation, Some(3));
+        assert_eq!(next.counts, None);
+        let conflict = Outcome::DestinationFailed {
+            resolved: String::new(),
+            reason: Reason::DestinationConflict,
             message: "m".into(),
         };
-        let next = projection_status(
-            &current,
-            &failed,
-            Reached::Stopped { written: None },
-            Some(3),
-            &at(1),
+        let failed = concluded(conflict, recorded("new"), 1, Vec::new());
+        let next = current.after(Scope::OwnNamespace, &failed, Some(3), &at(1));
+        assert_eq!(
+            next.copy.destination_name.as_deref(),
+            Some("old"),
+            "not projected yet"
         );
-        assert_eq!(next.destination_name.as_deref(), Some("old"));
-        assert_eq!(next.written_destination, None);
-        assert_eq!(next.conditions[2].reason, "SourceDeleted");
+        let gone = Err(withdrawn(Reason::SourceDeleted, true));
+        let next = current.after(Scope::OwnNamespace, &gone, Some(3), &at(1));
+        assert_eq!(next.copy.destination_name.as_deref(), Some("old"));
+        assert_eq!(next.copy.written_destination, None);
+        assert_eq!(next.copy.conditions[2].reason, "SourceDeleted");
+        let json = serde_json::to_value(&next).unwrap();
+        assert!(json.get("namespacesWritten").is_none(), "{json}");
     }
 
     #[test]
     fn a_cluster_status_counts_what_the_pass_reached() {
-        let current = ClusterProjectionStatus {
-            destination_name: Some("cfg".into()),
-            namespaces_written: 4,
-            namespaces_failed: 1,
-            failed_namespaces: vec![crate::api::crd::NamespaceFailure {
-                namespace: "x".into(),
-                reason: "DestinationConflict".into(),
-                message: "m".into(),
-            }],
-            ..ClusterProjectionStatus::default()
+        let current = Status {
+            copy: CopyStatus {
+                destination_name: Some("cfg".into()),
+                written_destination: Some(recorded("cfg")),
+                ..CopyStatus::default()
+            },
+            counts: Some(NamespaceCounts {
+                namespaces_written: 4,
+                namespaces_failed: 1,
+                failed_namespaces: vec![crate::api::crd::NamespaceFailure {
+                    namespace: "x".into(),
+                    reason: "DestinationConflict".into(),
+                    message: "m".into(),
+                }],
+            }),
         };
-        let failed = Outcome::SourceFailed {
-            reason: Reason::SourceFetchFailed,
+        let failed = Outcome::DestinationFailed {
+            resolved: String::new(),
+            reason: Reason::DestinationCreateFailed,
             message: "m".into(),
         };
-        let written = recorded("cfg");
-        let failures = [CopyFailure {
+        let failures = vec![CopyFailure {
             namespace: "b".into(),
             reason: Reason::DestinationCreateFailed,
             message: "quota".into(),
         }];
-        // (pass, destination name, written, failed, listed failures, recorded)
-        type Row<'a> = (Reached<'a>, Option<&'a str>, i32, i32, Vec<&'a str>, bool);
-        let table: [Row<'_>; 3] = [
+        let fetch = at_source(Reason::SourceFetchFailed, true);
+        // (pass, written, failed, listed failures, recorded)
+        let table: [(PassEnd, i32, i32, Vec<&str>, bool); 3] = [
             (
-                Reached::Applied {
-                    record: &written,
-                    holding: 3,
-                    failures: &failures,
-                    hash: "h",
-                    applied_once: None,
-                },
-                Some("cfg"),
+                concluded(failed, recorded("cfg"), 3, failures),
                 2,
                 1,
                 vec!["b"],
                 true,
             ),
-            (
-                Reached::Stopped {
-                    written: Some(&written),
-                },
-                Some("cfg"),
-                4,
-                1,
-                vec!["x"],
-                true,
-            ),
-            (
-                Reached::Stopped { written: None },
-                Some("cfg"),
-                0,
-                0,
-                vec![],
-                false,
-            ),
+            (Err(fetch), 4, 1, vec!["x"], true),
+            (Err(withdrawn(Reason::SourceDeleted, true)), 0, 0, vec![], false),
         ];
-        for (pass, name, ok, bad, listed, kept) in table {
-            let next = cluster_status(&current, &failed, pass, Some(1), &at(1));
-            assert_eq!(next.destination_name.as_deref(), name, "{pass:?}");
+        for (end, ok, bad, listed, kept) in table {
+            let next = current.after(Scope::Namespaces, &end, Some(1), &at(1));
+            let counts = next.counts.clone().expect("counts");
+            assert_eq!(next.copy.destination_name.as_deref(), Some("cfg"), "{end:?}");
             assert_eq!(
-                (next.namespaces_written, next.namespaces_failed),
+                (counts.namespaces_written, counts.namespaces_failed),
                 (ok, bad),
-                "{pass:?}"
+                "{end:?}"
             );
-            let namespaces: Vec<&str> = next
+            let namespaces: Vec<&str> = counts
                 .failed_namespaces
                 .iter()
                 .map(|f| f.namespace.as_str())
                 .collect();
-            assert_eq!(namespaces, listed, "{pass:?}");
-            assert_eq!(next.written_destination.is_some(), kept, "{pass:?}");
-            assert_eq!(next.conditions[2].reason, "SourceFetchFailed");
+            assert_eq!(namespaces, listed, "{end:?}");
+            assert_eq!(next.copy.written_destination.is_some(), kept, "{end:?}");
+            let json = serde_json::to_value(&next).unwrap();
+            assert_eq!(json["namespacesWritten"], ok, "always present: {json}");
         }
     }
 }

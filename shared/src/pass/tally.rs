@@ -206,6 +206,83 @@ pub fn name_first(mut items: Vec<String>) -> String {
     }
 }
 
+/// What removing one copy found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Removed {
+    /// It was ours and is gone.
+    Deleted,
+    /// Nothing was there.
+    Absent,
+    /// Something is there that is not (or no longer) ours: left alone.
+    LeftAlone,
+    /// It was ours and stays, without our ownership keys (an `Orphan` policy).
+    Orphaned,
+}
+
+/// What releasing copies did: the events to publish, and what kept any copy in our hands.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Removal {
+    /// One naming the copies deleted, one naming those orphaned, one per copy left alone because its
+    /// ownership annotation was removed or changed.
+    pub events: Vec<EventNote>,
+    /// Per copy that could not be released, what kept it (`<Kind> <namespace>/<name>: <error>`).
+    pub left: Vec<String>,
+}
+
+impl Removal {
+    /// Whether every copy is out of our hands.
+    pub fn all_gone(&self) -> bool {
+        self.left.is_empty()
+    }
+
+    /// This removal and `other`, as one.
+    pub fn and(mut self, other: Removal) -> Self {
+        self.events.extend(other.events);
+        self.left.extend(other.left);
+        self
+    }
+
+    /// What kept the copies, for a person (empty when every one is gone).
+    pub fn cause(&self) -> String {
+        self.left.join("; ")
+    }
+}
+
+/// The events of removals: one naming the copies deleted, one naming those orphaned, one per copy
+/// left alone because its ownership annotation was removed or changed. `results` are by
+/// `<namespace>/<name>`.
+pub fn removal_events(results: &[(String, Removed)]) -> Vec<EventNote> {
+    let with = |wanted: Removed| -> Vec<String> {
+        results
+            .iter()
+            .filter(|(_, r)| *r == wanted)
+            .map(|(copy, _)| copy.clone())
+            .collect()
+    };
+    let mut events: Vec<EventNote> = with(Removed::LeftAlone)
+        .into_iter()
+        .map(|copy| EventNote {
+            reason: Reason::DestinationLeftAlone,
+            note: format!("{copy} (not owned)"),
+        })
+        .collect();
+    let deleted = with(Removed::Deleted);
+    if !deleted.is_empty() {
+        events.push(EventNote {
+            reason: Reason::DestinationDeleted,
+            note: name_first(deleted),
+        });
+    }
+    let orphaned = with(Removed::Orphaned);
+    if !orphaned.is_empty() {
+        events.push(EventNote {
+            reason: Reason::DestinationOrphaned,
+            note: format!("{} left in place, no longer managed", name_first(orphaned)),
+        });
+    }
+    events
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

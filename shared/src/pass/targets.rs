@@ -2,7 +2,10 @@
 //! Pure functions.
 
 use crate::{
-    api::crd::{ClusterProjectionDestination, SourceRef},
+    api::{
+        crd::{ClusterProjectionDestination, SourceRef},
+        kind::CrView,
+    },
     copy::self_copy::{SelfCopy, self_copy},
 };
 use kube::core::{Selector, SelectorExt};
@@ -145,6 +148,26 @@ impl TargetRule {
             }
         }
         targets
+    }
+}
+
+/// Where the copies of `cr` go among `namespaces` (as they are now): a Projection's own namespace,
+/// or the namespaces a ClusterProjection's destination names or selects. `Err` is the
+/// `TargetResolutionFailed` message.
+pub fn targets_of<'a>(
+    cr: &CrView<'_>,
+    namespaces: impl IntoIterator<Item = &'a NamespaceInfo>,
+) -> Result<Targets, String> {
+    match cr.namespaces {
+        None => Ok(Targets::own_namespace(
+            cr.home().unwrap_or_default(),
+            cr.source,
+            cr.copy_name,
+        )),
+        Some(destination) => {
+            let rule = TargetRule::of(destination).map_err(|e| e.0)?;
+            Ok(rule.resolve(namespaces, cr.source, cr.copy_name))
+        }
     }
 }
 

@@ -500,17 +500,18 @@ async fn check_converged(client: &Client, expect: &Expected<'_>) -> anyhow::Resu
     let cp = Api::<ClusterProjection>::all(client.clone()).get(run).await?;
     let status = cp.status.context("no status yet")?;
     ensure!(
-        status.namespaces_written as usize == written && status.namespaces_failed as usize == conflicts,
+        status.counts.namespaces_written as usize == written
+            && status.counts.namespaces_failed as usize == conflicts,
         "status counts {} written / {} failed, expected {written} / {conflicts}",
-        status.namespaces_written,
-        status.namespaces_failed
+        status.counts.namespaces_written,
+        status.counts.namespaces_failed
     );
     Ok(json!({
         "copies": written,
         "orphans": 0,
         "strangers_touched": 0,
-        "status_written": status.namespaces_written,
-        "status_failed": status.namespaces_failed,
+        "status_written": status.counts.namespaces_written,
+        "status_failed": status.counts.namespaces_failed,
         "conflicts_expected": conflicts,
     }))
 }

@@ -1,29 +1,29 @@
 //! The apply step of a pass: the plan's writes and removals, a capped number at a time, and the
 //! withdrawal of every copy of a CR (its deletion, or its source gone). Every write and removal
-//! goes through `writer`, the only code that changes copies; what to write and remove is decided by
-//! `shared::pass::plan`.
+//! goes through [`writer::Writer`], the only code that changes copies; what to write and remove is
+//! decided by `shared::pass::plan`. Nothing here publishes: what a removal did comes back as a
+//! [`Removal`], for the report.
+
+pub mod writer;
 
 use crate::{
     cache::{cached_copy::CachedCopy, copy_store::CopyStore},
     context::CopyCluster,
     discovery::recorded_resource,
-    events::Events,
-    pass::{kind::ProjectionKind, read::Source},
-    writer::{CopyApis, WriteError, Written, release_copy, release_known, write_copy},
+    pass::{apply::writer::Writer, read::Source},
 };
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
     Api,
     api::{ApiResource, DynamicObject},
 };
 use shared::{
-    api::{crd::WrittenDestination, reason::Reason, source::GroupKind},
+    api::{crd::WrittenDestination, kind::CrView, kind::Scope, reason::Reason, source::GroupKind},
     copy::{content::BuiltContent, destination::Target, ownership::Owner},
     pass::{
         lifecycle::{Release, stamp_request},
-        plan::{CopyAt, CopyView, Destinations, Plan, Removed, removal_events, withdrawal},
-        tally::CopyWrite,
+        plan::{CopyAt, CopyView, Plan, withdrawal},
+        tally::{CopyWrite, Removal, Removed, removal_events},
     },
     policy::write_as::CopyWriter,
 };
@@ -35,14 +35,12 @@ use std::sync::Arc;
 pub fn existing_copies(
     store: &CopyStore,
     owner: &Owner,
-    scope: Destinations,
+    scope: Scope,
     home: Option<&str>,
     names: &[&str],
 ) -> Vec<Arc<CachedCopy>> {
     let mut found: Vec<Arc<CachedCopy>> = match (scope, home) {
-        (Destinations::OwnNamespace, Some(home)) => {
-            names.iter().filter_map(|name| store.get(home, name)).collect()
-        }
+        (Scope::OwnNamespace, Some(home)) => names.iter().filter_map(|name| store.get(home, name)).collect(),
         _ => store.all(),
     };
     found.retain(|c| c.is_owned_by(owner));
@@ -62,15 +60,14 @@ pub fn views(copies: &[Arc<CachedCopy>]) -> Vec<CopyView<'_>> {
         .collect()
 }
 
-/// Builds and writes the copy in each namespace the plan writes, a capped number at a time,
-/// stamped with the `requested` reconcile, if any.
+/// Builds and writes the copy in each namespace the plan writes, a capped number at a time: the
+/// `built` content placed for `owner` and stamped with the `requested` reconcile, if any.
 pub async fn write_all(
     cluster: &CopyCluster,
     read: &Source,
-    built: &BuiltContent,
     owner: &Owner,
     plan: &Plan,
-    requested: Option<&str>,
+    (built, requested): (&BuiltContent, Option<&str>),
 ) -> Vec<(String, CopyWrite)> {
     let recreatable = cluster.recreate_on_immutable.allows(&read.group_kind);
     // Written as the author where the controller impersonates authors (`CopyWriter::Author`).
@@ -97,27 +94,25 @@ pub async fn write_all(
             stamp_request(&mut desired, requested);
             let own =
                 Api::<DynamicObject>::namespaced_with(cluster.client.clone(), &namespace, &read.resource);
-            let apis = match &author {
-                Some((client, author)) => CopyApis {
-                    own,
-                    writer: Api::namespaced_with(client.clone(), &namespace, &read.resource),
-                    author: Some((*author).clone()),
-                },
-                None => CopyApis::own(own),
+            let writer = match &author {
+                Some((client, author)) => (
+                    Api::namespaced_with(client.clone(), &namespace, &read.resource),
+                    Some(*author),
+                ),
+                None => (own.clone(), None),
+            };
+            let writer = Writer {
+                journal: &cluster.journal,
+                group_kind: &read.group_kind,
+                owner,
+                own,
+                writer,
             };
             async move {
-                let written = write_copy(
-                    &cluster.journal,
-                    &apis,
-                    &read.group_kind,
-                    &read.copies,
-                    &desired,
-                    owner,
-                    plan.existing,
-                    recreatable,
-                )
-                .await;
-                (namespace, copy_write(written))
+                let written = writer
+                    .write(&read.copies, &desired, plan.existing, recreatable)
+                    .await;
+                (namespace, written)
             }
         })
         .buffer_unordered(cluster.concurrency)
@@ -125,58 +120,36 @@ pub async fn write_all(
         .await
 }
 
-/// A write's result as the plan's conclusion reads it.
-fn copy_write(written: Result<Written, WriteError>) -> CopyWrite {
-    match written {
-        Ok(Written::Created) => CopyWrite::Created,
-        Ok(Written::Updated) => CopyWrite::Updated,
-        Ok(Written::Recreated(why)) => CopyWrite::Recreated(why),
-        Ok(Written::Unchanged) => CopyWrite::Unchanged,
-        Ok(Written::Adopted) => CopyWrite::Adopted,
-        Err(e) => CopyWrite::Failed {
-            reason: e.reason(),
-            message: e.message(),
-        },
-    }
-}
-
-/// The copies of one kind a removal works on.
-pub struct KindCopies<'a> {
-    /// Their group and kind.
-    pub group_kind: &'a GroupKind,
-    /// Their API resource.
-    pub resource: &'a ApiResource,
-    /// Our cached copies of the kind, when its watch runs.
-    pub store: Option<&'a CopyStore>,
-}
-
-/// Releases (deletes or orphans, as `release` says) the copies at `copies` that `owner` still
-/// owns, a capped number at a time, and reports what it did with one event per kind of result.
-/// `Ok` when all are out of our hands, else what kept the first one.
+/// Releases (deletes or orphans, as `release` says) the copies at `copies` that `owner` still owns,
+/// of `kind` (its group and kind, its API resource, and our cached copies of it when its watch
+/// runs), a capped number at a time: what it did, and what kept any.
 pub async fn remove(
-    (cluster, events): (&CopyCluster, &Events),
-    (owner, about): (&Owner, &ObjectReference),
-    kind: KindCopies<'_>,
+    cluster: &CopyCluster,
+    owner: &Owner,
+    kind: (&GroupKind, &ApiResource, Option<&CopyStore>),
     copies: &[CopyAt],
     release: Release,
-) -> Result<(), String> {
-    let KindCopies {
-        group_kind,
-        resource,
-        store,
-    } = kind;
+) -> Removal {
+    let (group_kind, resource, store) = kind;
     let results: Vec<(String, Result<Removed, kube::Error>)> = futures::stream::iter(copies.iter().cloned())
         .map(|at| async move {
-            let api = Api::<DynamicObject>::namespaced_with(cluster.client.clone(), &at.namespace, resource);
+            let writer = Writer {
+                journal: &cluster.journal,
+                group_kind,
+                owner,
+                own: Api::namespaced_with(cluster.client.clone(), &at.namespace, resource),
+                writer: (
+                    Api::namespaced_with(cluster.client.clone(), &at.namespace, resource),
+                    None,
+                ),
+            };
             let known = store
                 .and_then(|s| s.get(&at.namespace, &at.name))
                 .and_then(|c| c.object());
             let result = match known {
-                Some(object) => {
-                    release_known(&cluster.journal, &api, group_kind, &object, owner, release).await
-                }
+                Some(object) => writer.release(&object, release).await,
                 // Not cached (or undecodable, never expected): read it instead.
-                None => release_copy(&cluster.journal, &api, group_kind, &at.name, owner, release).await,
+                None => writer.release_named(&at.name, release).await,
             };
             (at.path(), result)
         })
@@ -184,43 +157,39 @@ pub async fn remove(
         .collect()
         .await;
     let mut done = Vec::new();
-    let mut left = Ok(());
+    let mut left = Vec::new();
     for (copy, result) in results {
         match result {
             Ok(removed) => done.push((copy, removed)),
             Err(e) => {
                 let error = crate::error::describe_removal(&e);
                 tracing::warn!(copy, error, "could not remove copy");
-                left = left.and(Err(format!("{} {copy}: {error}", group_kind.kind)));
+                left.push(format!("{} {copy}: {error}", group_kind.kind));
             }
         }
     }
     done.sort();
-    events.publish_all(about, removal_events(&done)).await;
-    left
+    left.sort();
+    Removal {
+        events: removal_events(&done),
+        left,
+    }
 }
 
 /// Releases (deletes or orphans, as `release` says) every copy `cr` may have written, of the
-/// `recorded` kind and of the `current` one (`shared::pass::plan::withdrawal`). `Ok` when none is
-/// left in our hands, else what kept one.
-pub async fn withdraw<K: ProjectionKind>(
-    (cluster, events): (&CopyCluster, &Events),
-    cr: &K,
-    recorded: Option<&WrittenDestination>,
-    current: Option<(GroupKind, ApiResource)>,
+/// `recorded` kind and of the `current` one (`shared::pass::plan::withdrawal`): what it did, and
+/// what kept any copy in our hands.
+pub async fn withdraw(
+    cluster: &CopyCluster,
+    cr: &CrView<'_>,
+    (recorded, current): (Option<&WrittenDestination>, Option<(GroupKind, ApiResource)>),
     release: Release,
-) -> Result<(), String> {
+) -> Removal {
     let current_copies = current
         .as_ref()
-        .map(|(_, resource)| WrittenDestination::of(resource, &cr.copy_name()));
-    let home = cr.home();
-    let plan = withdrawal(
-        K::DESTINATIONS,
-        home.as_deref(),
-        recorded,
-        current_copies.as_ref(),
-    );
-    let mut left = Ok(());
+        .map(|(_, resource)| WrittenDestination::of(resource, cr.copy_name));
+    let plan = withdrawal(cr.scope, cr.home(), recorded, current_copies.as_ref());
+    let mut removal = Removal::default();
     for (copies, named) in plan.kinds {
         let group_kind = GroupKind {
             group: copies.group.clone(),
@@ -233,33 +202,35 @@ pub async fn withdraw<K: ProjectionKind>(
                 // Its kind is no longer served: its objects went with its CRD.
                 Ok(None) => continue,
                 Err(e) => {
-                    left = left.and(Err(e));
+                    removal.left.push(e);
                     continue;
                 }
             },
         };
-        left = left.and(sweep((cluster, events), cr, (&group_kind, &resource), &named, release).await);
+        removal = removal.and(sweep(cluster, cr, (&group_kind, &resource), &named, release).await);
     }
-    left
+    removal
 }
 
 /// Releases every copy of one kind that carries `cr`'s UID label, and the copies at `named` (the
 /// coordinates a Projection knows, found or not by their label). A kind whose copies cannot be
 /// listed is still released at the named coordinates; without any, that is what kept them.
-pub async fn sweep<K: ProjectionKind>(
-    (cluster, events): (&CopyCluster, &Events),
-    cr: &K,
+pub async fn sweep(
+    cluster: &CopyCluster,
+    cr: &CrView<'_>,
     (group_kind, resource): (&GroupKind, &ApiResource),
     named: &[CopyAt],
     release: Release,
-) -> Result<(), String> {
-    let owner = cr.owner();
-    let about = cr.object_ref(&());
-    let store = match cluster.watches.ensure(group_kind, resource, K::TIER).await {
+) -> Removal {
+    let owner = Owner::of_cr(cr);
+    let store = match cluster.watches.ensure(group_kind, resource, cr.scope).await {
         Ok(store) => Some(store),
         Err(e) if named.is_empty() => {
             tracing::warn!(error = %e, "cannot list copies to remove");
-            return Err(format!("listing the {} copies: {e}", group_kind.kind));
+            return Removal {
+                events: Vec::new(),
+                left: vec![format!("listing the {} copies: {e}", group_kind.kind)],
+            };
         }
         Err(e) => {
             tracing::warn!(error = %e, "cannot list copies to remove; removing those at known coordinates");
@@ -280,12 +251,8 @@ pub async fn sweep<K: ProjectionKind>(
             copies.push(at.clone());
         }
     }
-    let kind = KindCopies {
-        group_kind,
-        resource,
-        store: store.as_ref(),
-    };
-    let removed = remove((cluster, events), (&owner, &about), kind, &copies, release).await;
+    let kind = (group_kind, resource, store.as_ref());
+    let removed = remove(cluster, &owner, kind, &copies, release).await;
     // A kind swept only for this removal (an earlier spec's) needs no watch afterwards.
     cluster.watches.release_if_unread(group_kind);
     removed
