@@ -1,9 +1,9 @@
-//! Who runs the plugin, and what the authorizer lets them do. `preview` makes the author checks of
-//! the controller's `--author-access=enforce` as this user, who becomes the CR's recorded author by
-//! applying the manifest; `--as` and `--as-group` (kubectl's flags) ask as someone else, e.g. the
-//! author recorded on a CR in the cluster, when the user may impersonate them.
+//! Who the author checks are asked as, and what the authorizer lets them do. `preview` makes the
+//! author checks of the controller's `--author-access=enforce` as the user who runs it, who becomes
+//! the CR's recorded author by applying the manifest, or (`--as-author`) as the author recorded on
+//! the CR, impersonated when the user may.
 
-use crate::exit::Failure;
+use crate::{cluster::Cluster, exit::Failure};
 use anyhow::Context as _;
 use k8s_openapi::api::{
     authentication::v1::SelfSubjectReview,
@@ -34,6 +34,25 @@ impl Asker {
                 username: user.username.unwrap_or_default(),
                 groups: user.groups.unwrap_or_default(),
             },
+        })
+    }
+
+    /// Asks as `author`, impersonated (`Author::impersonation_headers`: a ServiceAccount by name,
+    /// without `system:masters`, as the controller impersonates authors).
+    pub fn impersonating(cluster: &Cluster, author: &Author) -> Result<Self, Failure> {
+        let mut config = cluster.config.clone();
+        let mut groups = Vec::new();
+        for (header, value) in author.impersonation_headers() {
+            match header {
+                "impersonate-user" => config.auth_info.impersonate = Some(value.to_owned()),
+                _ => groups.push(value.to_owned()),
+            }
+        }
+        config.auth_info.impersonate_groups = (!groups.is_empty()).then_some(groups);
+        let client = runtime::kube_client::client_for(config).context("cannot build the client")?;
+        Ok(Self {
+            client,
+            author: author.clone(),
         })
     }
 

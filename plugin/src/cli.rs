@@ -37,12 +37,7 @@ pub struct Global {
     /// Every namespace.
     #[arg(short = 'A', long, global = true)]
     pub all_namespaces: bool,
-    /// The user to impersonate (kubectl's --as).
-    #[arg(long = "as", global = true, value_name = "USER")]
-    pub impersonate: Option<String>,
-    /// A group to impersonate, repeatable (kubectl's --as-group).
-    #[arg(long = "as-group", global = true, value_name = "GROUP")]
-    pub impersonate_groups: Vec<String>,
+
     /// Output format.
     #[arg(short = 'o', long, global = true, value_enum, default_value = "table")]
     pub output: Output,
@@ -101,10 +96,15 @@ pub enum Command {
         /// The controller's --allow-power-kinds.
         #[arg(long, default_value = "", value_parser = |s: &str| s.parse::<AllowedPowerKinds>())]
         allow_power_kinds: AllowedPowerKinds,
-        /// The controller's --author-access: enforce asks the author checks as you (or as --as),
-        /// who become the CR's author by applying it; trusted asks none.
+        /// The controller's --author-access: enforce makes the controller's author checks (asked
+        /// as you, who become the CR's author by applying it); trusted makes none.
         #[arg(long, value_enum, default_value = "enforce")]
         author_access: AuthorAccess,
+        /// Ask the author checks as the author recorded on the CR in the cluster (else on the
+        /// manifest), impersonating them: what the controller does for the CR as it stands. Needs
+        /// the right to impersonate that user and its groups.
+        #[arg(long)]
+        as_author: bool,
     },
     /// Every Projection (in the namespace, or all with -A) and ClusterProjection with its outcome,
     /// copies written and failed, suspension and last change.

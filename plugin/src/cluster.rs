@@ -66,6 +66,8 @@ impl Named {
 /// A connection to the cluster and the namespace commands default to.
 pub struct Cluster {
     pub client: Client,
+    /// What `client` was made from (another client can impersonate from it).
+    pub config: Config,
     /// `-n`, else the context's namespace, else `default`.
     pub namespace: String,
     /// `-A`.
@@ -97,20 +99,14 @@ impl Cluster {
                     .map_err(|_| anyhow::Error::new(e).context("no kubeconfig, and not in a cluster"))?,
             },
         };
-        let mut config = config;
-        if global.impersonate.is_some() {
-            config.auth_info.impersonate = global.impersonate.clone();
-        }
-        if !global.impersonate_groups.is_empty() {
-            config.auth_info.impersonate_groups = Some(global.impersonate_groups.clone());
-        }
         let namespace = global
             .namespace
             .clone()
             .unwrap_or_else(|| config.default_namespace.clone());
-        let client = runtime::kube_client::client_for(config).context("cannot build the client")?;
+        let client = runtime::kube_client::client_for(config.clone()).context("cannot build the client")?;
         Ok(Self {
             client,
+            config,
             namespace,
             all_namespaces: global.all_namespaces,
         })

@@ -65,11 +65,13 @@ async fn run(cli: Cli) -> Result<Code, Failure> {
             source_mode,
             allow_power_kinds,
             author_access,
+            as_author,
         } => {
             let settings = preview::Settings {
                 source_mode,
                 allow_power_kinds,
                 author_checked: author_access == cli::AuthorAccess::Enforce,
+                as_author,
             };
             preview::run(global, &files, &settings).await
         }

@@ -46,7 +46,7 @@ use shared::{
         targets::targets_of,
     },
     policy::{
-        author::{AccessQuestion, denial_message},
+        author::{AccessQuestion, Author, denial_message},
         kind_policy::{AllowedPowerKinds, check_kind},
         projectable::SourceMode,
     },
@@ -59,6 +59,8 @@ pub struct Settings {
     pub allow_power_kinds: AllowedPowerKinds,
     /// Whether the controller checks the CR's author (`--author-access=enforce`).
     pub author_checked: bool,
+    /// Whether the author checks are asked as the CR's recorded author, impersonated.
+    pub as_author: bool,
 }
 
 /// A manifest that passed validation.
@@ -99,13 +101,14 @@ pub async fn run(global: &Global, files: &[PathBuf], settings: &Settings) -> Res
         .into_iter()
         .map(|doc| check(doc, &cluster.namespace, settings))
         .collect::<Result<Vec<_>, _>>()?;
-    let asker = match settings.author_checked {
+    // The author checks are asked as the user who runs the plugin, unless `--as-author`.
+    let me = match settings.author_checked && !settings.as_author {
         true => Some(Asker::whoami(&cluster.client).await?),
         false => None,
     };
     let mut previews = Vec::new();
     for manifest in &manifests {
-        previews.push(preview(&cluster, manifest, (settings, asker.as_ref())).await?);
+        previews.push(preview(&cluster, manifest, (settings, me.as_ref())).await?);
     }
     let attention = previews
         .iter()
@@ -204,6 +207,9 @@ async fn preview(
 ) -> Result<Preview, Failure> {
     let mut cr = manifest.cr.clone();
     let stored = AnyCr::get(cluster, &cr.view().name()).await?;
+    // The author recorded on the CR in the cluster, else on the manifest.
+    let recorded = Author::recorded_in(stored.as_ref().unwrap_or(&cr).view().meta.annotations.as_ref())
+        .or_else(|_| Author::recorded_in(cr.view().meta.annotations.as_ref()));
     if let Some(stored) = &stored {
         cr.take_state_of(stored);
     }
@@ -216,6 +222,22 @@ async fn preview(
         suspended,
         stopped: None,
         rows: Vec::new(),
+    };
+    let impersonated;
+    let asker = match (settings.author_checked && settings.as_author, recorded) {
+        (false, _) => asker,
+        (true, Ok(author)) => {
+            impersonated = Asker::impersonating(cluster, &author)?;
+            Some(&impersonated)
+        }
+        // As the controller: no record, nothing written.
+        (true, Err(problem)) => {
+            out.stopped = Some(Stopped {
+                reason: Reason::SourceForbidden.as_str().to_owned(),
+                message: problem.to_string(),
+            });
+            return Ok(out);
+        }
     };
     match pass(cluster, &view, (settings, asker)).await? {
         Ok((plan, decisions)) => out.rows = rows(&plan, &decisions, suspended),

@@ -468,17 +468,7 @@ async fn preview_says_what_the_controller_would_do_per_namespace_and_writes_noth
     for format in ["json", "yaml"] {
         let run = plugin(&["preview", "-f", &file, "-o", format]).expect(4);
         let previews = if format == "json" { run.json() } else { run.yaml() };
-        let actions: Vec<(String, String)> = previews[0]["rows"]
-            .as_array()
-            .expect("rows")
-            .iter()
-            .map(|r| {
-                (
-                    r["namespace"].as_str().unwrap_or_default().to_owned(),
-                    r["action"].as_str().unwrap_or_default().to_owned(),
-                )
-            })
-            .collect();
+        let actions = common::preview_actions(&previews);
         let mut expected: Vec<(String, String)> = [
             (&a, "unchanged"),
             (&b, "update"),

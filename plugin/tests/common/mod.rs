@@ -297,3 +297,18 @@ impl Drop for Cleanup {
         }
     }
 }
+
+/// Per row of the first preview of `preview -o json|yaml`, its namespace and action, in order.
+pub fn preview_actions(previews: &Value) -> Vec<(String, String)> {
+    previews[0]["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| {
+            (
+                r["namespace"].as_str().unwrap_or_default().to_owned(),
+                r["action"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}

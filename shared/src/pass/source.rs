@@ -96,13 +96,7 @@ mod tests {
     }
 
     fn secrets() -> ApiResource {
-        ApiResource {
-            group: String::new(),
-            version: "v1".into(),
-            api_version: "v1".into(),
-            kind: "Secret".into(),
-            plural: "secrets".into(),
-        }
+        ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&())
     }
 
     fn object(annotations: serde_json::Value, kind: &str) -> DynamicObject {

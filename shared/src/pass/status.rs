@@ -459,13 +459,7 @@ mod tests {
     }
 
     fn resource() -> ApiResource {
-        ApiResource {
-            group: String::new(),
-            version: "v1".into(),
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-            plural: "configmaps".into(),
-        }
+        ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&())
     }
 
     fn withdrawn(reason: Reason, all_gone: bool) -> Stop {
