@@ -242,9 +242,14 @@ impl Removal {
         self
     }
 
-    /// What kept the copies, for a person (empty when every one is gone).
+    /// What kept the first copy, and how many more were kept, for a person (empty when every one
+    /// is gone).
     pub fn cause(&self) -> String {
-        self.left.join("; ")
+        match self.left.as_slice() {
+            [] => String::new(),
+            [only] => only.clone(),
+            [first, rest @ ..] => format!("{first} (and {} more)", rest.len()),
+        }
     }
 }
 
@@ -403,6 +408,23 @@ mod tests {
         );
         assert!(summary.message.ends_with("and 25 more"), "{}", summary.message);
         assert_eq!(summary.listed.len(), MAX_LISTED_FAILURES);
+    }
+
+    #[test]
+    fn a_removal_names_what_kept_the_first_copy_and_counts_the_rest() {
+        let kept = |left: &[&str]| Removal {
+            events: Vec::new(),
+            left: left.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        assert!(kept(&[]).all_gone());
+        assert_eq!(kept(&[]).cause(), "");
+        assert_eq!(
+            kept(&["ConfigMap a/cfg: refused"]).cause(),
+            "ConfigMap a/cfg: refused"
+        );
+        let both = kept(&["ConfigMap a/cfg: refused"]).and(kept(&["ConfigMap b/cfg: refused", "x"]));
+        assert!(!both.all_gone());
+        assert_eq!(both.cause(), "ConfigMap a/cfg: refused (and 2 more)");
     }
 
     #[test]
