@@ -8,7 +8,7 @@
 //! and does not yet report it, which withdraws their copies; nothing else is read or written here.
 
 use crate::{
-    author_access::Answer, cache::stored_cr::StoredCr, context::Context, index::CrRef,
+    author_access::Answer, cache::stored_cr::StoredCr, context::SourceAccess, index::CrRef, metrics::Metrics,
     metrics::RecheckLabels, pass::kind::ProjectionKind, wake::Wake,
 };
 use futures::StreamExt;
@@ -48,7 +48,7 @@ struct Due {
 /// Rechecks every CR of `projections` and `clusters` once per `interval`, asking at most
 /// `concurrency` questions at once, until dropped.
 pub async fn run(
-    ctx: Arc<Context>,
+    (sources, metrics): (Arc<SourceAccess>, Arc<Metrics>),
     (projections, clusters): (Store<StoredCr<Projection>>, Store<StoredCr<ClusterProjection>>),
     wake: Wake,
     (interval, concurrency): (Duration, usize),
@@ -64,7 +64,7 @@ pub async fn run(
         let mut due: HashMap<(String, AccessQuestion), Due> = HashMap::new();
         for cr in crs {
             // A kind that does not resolve is its pass's problem; a cached resolution costs nothing.
-            let Ok(resolved) = ctx.sources.discovery.resolve(&cr.source).await else {
+            let Ok(resolved) = sources.discovery.resolve(&cr.source).await else {
                 continue;
             };
             let resource = &resolved.resource;
@@ -97,10 +97,10 @@ pub async fn run(
         tracing::debug!(questions = due.len(), "author recheck round");
         futures::stream::iter(due)
             .for_each_concurrent(concurrency, |due| {
-                let (ctx, wake) = (&ctx, &wake);
+                let (sources, metrics, wake) = (&*sources, &*metrics, &wake);
                 async move {
                     tokio::time::sleep_until(round + due.offset).await;
-                    ask(ctx, wake, &due).await;
+                    ask((sources, metrics), wake, &due).await;
                 }
             })
             .await;
@@ -138,11 +138,10 @@ fn recheck_of<K: ProjectionKind>(stored: &Arc<StoredCr<K>>) -> Option<Recheck> {
 
 /// Asks one question afresh and wakes the pass of each CR that asked it on a denial it does not
 /// yet report.
-async fn ask(ctx: &Context, wake: &Wake, due: &Due) {
+async fn ask((sources, metrics): (&SourceAccess, &Metrics), wake: &Wake, due: &Due) {
     let Some(first) = due.of.first() else {
         return;
     };
-    let sources = &ctx.sources;
     let (result, denied) = match sources
         .author_access
         .ask_afresh(&sources.client, &due.author, &due.question)
@@ -156,8 +155,7 @@ async fn ask(ctx: &Context, wake: &Wake, due: &Due) {
             ("error", false)
         }
     };
-    ctx.report
-        .metrics
+    metrics
         .author_rechecks_total
         .get_or_create(&RecheckLabels {
             kind: first.kind,

@@ -329,7 +329,7 @@ impl Replica {
         // Only the leader rechecks: it is the one that would withdraw.
         let recheck = self.author_recheck.map(|interval| {
             tokio::spawn(crate::author_recheck::run(
-                self.ctx.clone(),
+                (self.ctx.sources.clone(), self.ctx.report.metrics.clone()),
                 (self.projections.clone(), self.clusters.clone()),
                 self.wake.clone(),
                 (interval, self.ctx.sources.concurrency),

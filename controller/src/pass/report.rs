@@ -60,7 +60,7 @@ pub async fn report<K: ProjectionKind>(
     }
     write_status(cr, report, &current, &next).await?;
     let (outcome, retry) = verdict(end);
-    conclude(report, &view, (outcome.reason(), outcome.message()), retry)
+    next_action(report, &view, (outcome.reason(), outcome.message()), retry)
 }
 
 /// While `spec.suspend` is true and nothing must be withdrawn, nothing is written or deleted: the
@@ -72,7 +72,7 @@ pub async fn hold<K: ProjectionKind>(cr: &K, report: &Report) -> Result<Action, 
     let now = Time(Timestamp::now());
     next.copy.conditions = suspended_conditions(&current.copy.conditions, view.meta.generation, &now);
     write_status(cr, report, &current, &next).await?;
-    conclude(
+    next_action(
         report,
         &view,
         (Reason::Suspended, SUSPENDED_MESSAGE),
@@ -129,7 +129,7 @@ pub async fn withdrawn_for_deletion<K: ProjectionKind>(
 
 /// Counts the reconcile of `cr`, logs it with its `reason` and message, and tells the runtime what
 /// to do next.
-fn conclude(
+fn next_action(
     report: &Report,
     cr: &CrView<'_>,
     (reason, message): (Reason, &str),
