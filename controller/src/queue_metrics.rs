@@ -7,8 +7,11 @@
 //! are exact equivalents and which are approximations.
 
 use prometheus_client::{
-    encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric},
+    metrics::{
+        MetricType, counter::Counter, family::Family, gauge::ConstGauge, gauge::Gauge, histogram::Histogram,
+    },
     registry::Registry,
 };
 use std::{
@@ -79,6 +82,8 @@ struct Families {
     queue_duration_seconds: Family<QueueLabels, Histogram>,
     work_duration_seconds: Family<QueueLabels, Histogram>,
     retries_total: Family<QueueLabels, Counter>,
+    active_workers: Family<ControllerLabels, Gauge>,
+    max_concurrent_reconciles: Family<ControllerLabels, Gauge>,
 }
 
 /// The controller-runtime metrics of one controller, with what its queue holds.
@@ -87,6 +92,8 @@ pub struct ControllerMetrics {
     families: Families,
     /// The objects waiting for a reconcile (`namespace/name`), since when.
     queued: Mutex<HashMap<String, Instant>>,
+    /// When each reconcile running now started.
+    running: Mutex<Vec<Instant>>,
 }
 
 impl ControllerMetrics {
@@ -95,6 +102,7 @@ impl ControllerMetrics {
             name,
             families,
             queued: Mutex::default(),
+            running: Mutex::default(),
         };
         // As controller-runtime does: every series exists from the start, at zero.
         for result in ["success", "error", "requeue", "requeue_after"] {
@@ -115,6 +123,12 @@ impl ControllerMetrics {
         drop(this.families.queue_duration_seconds.get_or_create(&this.queue()));
         drop(this.families.work_duration_seconds.get_or_create(&this.queue()));
         drop(this.families.retries_total.get_or_create(&this.queue()));
+        drop(this.families.active_workers.get_or_create(&this.controller()));
+        drop(
+            this.families
+                .max_concurrent_reconciles
+                .get_or_create(&this.controller()),
+        );
         this
     }
 
@@ -150,6 +164,29 @@ impl ControllerMetrics {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn running(&self) -> std::sync::MutexGuard<'_, Vec<Instant>> {
+        // As `queued`: no invariant a panic could break halfway.
+        self.running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How long the reconciles running now have run: in all, and the longest.
+    fn unfinished(&self) -> (f64, f64) {
+        let running = self.running();
+        let ages = running.iter().map(|started| started.elapsed().as_secs_f64());
+        ages.fold((0.0, 0.0), |(sum, longest), age| {
+            (sum + age, f64::max(longest, age))
+        })
+    }
+
+    fn set_active(&self, workers: usize) {
+        self.families
+            .active_workers
+            .get_or_create(&self.controller())
+            .set(i64::try_from(workers).unwrap_or(i64::MAX));
+    }
+
     fn set_depth(&self, depth: usize) {
         self.families
             .depth
@@ -178,10 +215,14 @@ impl ControllerMetrics {
         }
     }
 
-    /// The reconcile of `key` starts. An object that was not waiting comes back from a requeue the
-    /// controller scheduled itself: it is counted as an add with no time in the queue, as when
-    /// client-go's delayed add fires.
-    pub fn started(&self, key: &str) {
+    /// The reconcile of `key` starts, `at` (the instant [`ControllerMetrics::finished`] is given).
+    /// An object that was not waiting comes back from a requeue the controller scheduled itself: it
+    /// is counted as an add with no time in the queue, as when client-go's delayed add fires.
+    pub fn started(&self, key: &str, at: Instant) {
+        let mut running = self.running();
+        running.push(at);
+        self.set_active(running.len());
+        drop(running);
         let mut queued = self.queued();
         let since = queued.remove(key);
         self.set_depth(queued.len());
@@ -201,6 +242,12 @@ impl ControllerMetrics {
 
     /// A reconcile that started at `started` ended with `outcome`.
     pub fn finished(&self, started: Instant, outcome: ReconcileEnd) {
+        let mut running = self.running();
+        if let Some(at) = running.iter().position(|at| *at == started) {
+            running.swap_remove(at);
+        }
+        self.set_active(running.len());
+        drop(running);
         let took = started.elapsed().as_secs_f64();
         self.families
             .reconcile_time_seconds
@@ -237,6 +284,17 @@ pub struct QueueMetrics {
 }
 
 impl QueueMetrics {
+    /// Reports `--max-concurrent-reconciles` (0: no limit) for both controllers.
+    pub fn set_max_concurrent(&self, reconciles: u16) {
+        for controller in [&self.projection, &self.cluster] {
+            controller
+                .families
+                .max_concurrent_reconciles
+                .get_or_create(&controller.controller())
+                .set(i64::from(reconciles));
+        }
+    }
+
     /// The queue metrics of the controller of `scope`'s CRs.
     pub fn of(&self, scope: shared::api::kind::Scope) -> &ControllerMetrics {
         match scope {
@@ -256,6 +314,8 @@ impl QueueMetrics {
             queue_duration_seconds: Family::new_with_constructor(|| Histogram::new(workqueue_buckets())),
             work_duration_seconds: Family::new_with_constructor(|| Histogram::new(workqueue_buckets())),
             retries_total: Family::default(),
+            active_workers: Family::default(),
+            max_concurrent_reconciles: Family::default(),
         };
         registry.register(
             "controller_runtime_reconcile",
@@ -297,10 +357,67 @@ impl QueueMetrics {
             "Total number of retries handled by workqueue",
             families.retries_total.clone(),
         );
-        Self {
+        registry.register(
+            "controller_runtime_active_workers",
+            "Number of currently used workers per controller",
+            families.active_workers.clone(),
+        );
+        registry.register(
+            "controller_runtime_max_concurrent_reconciles",
+            "Maximum number of concurrent reconciles per controller",
+            families.max_concurrent_reconciles.clone(),
+        );
+        let this = Self {
             projection: Arc::new(ControllerMetrics::new("projection", families.clone())),
             cluster: Arc::new(ControllerMetrics::new("clusterprojection", families)),
+        };
+        registry.register_collector(Box::new(UnfinishedWork([
+            this.projection.clone(),
+            this.cluster.clone(),
+        ])));
+        this
+    }
+}
+
+/// Encodes, at each scrape, how long the reconciles running now have run (client-go computes the
+/// same two gauges every 500 ms; here a scrape reads them, so an idle controller does no work).
+#[derive(Debug)]
+struct UnfinishedWork([Arc<ControllerMetrics>; 2]);
+
+impl std::fmt::Debug for ControllerMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerMetrics")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl Collector for UnfinishedWork {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let figures: Vec<(QueueLabels, (f64, f64))> = self
+            .0
+            .iter()
+            .map(|controller| (controller.queue(), controller.unfinished()))
+            .collect();
+        let mut family = encoder.encode_descriptor(
+            "workqueue_unfinished_work_seconds",
+            "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (labels, (sum, _)) in &figures {
+            ConstGauge::new(*sum).encode(family.encode_family(labels)?)?;
         }
+        let mut family = encoder.encode_descriptor(
+            "workqueue_longest_running_processor_seconds",
+            "How many seconds has the longest running processor for workqueue been running.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (labels, (_, longest)) in &figures {
+            ConstGauge::new(*longest).encode(family.encode_family(labels)?)?;
+        }
+        Ok(())
     }
 }
 
@@ -353,12 +470,12 @@ mod tests {
         queue.queued_change(queue_key(Some("a"), "one"));
         queue.queued_change(queue_key(Some("a"), "two"));
         assert_eq!(depth(queue), 2);
-        queue.started("a/one");
+        queue.started("a/one", Instant::now());
         assert_eq!(depth(queue), 1);
         queue.dropped("a/two");
         assert_eq!(depth(queue), 0);
         // A requeue the controller scheduled itself: an add with no wait.
-        queue.started("a/one");
+        queue.started("a/one", Instant::now());
         let text = encoded(&registry);
         assert!(text.contains(r#"workqueue_adds_total{controller="projection",name="projection"} 3"#));
         assert!(text.contains(
@@ -386,5 +503,44 @@ mod tests {
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
+    }
+
+    #[test]
+    fn running_reconciles_are_counted_and_timed_until_they_finish() {
+        let mut registry = Registry::default();
+        let metrics = QueueMetrics::register(&mut registry);
+        metrics.set_max_concurrent(32);
+        let queue = &metrics.projection;
+        let long_ago = Instant::now() - Duration::from_secs(30);
+        let now = Instant::now();
+        queue.started("a/one", long_ago);
+        queue.started("a/two", now);
+        let text = encoded(&registry);
+        assert!(
+            text.contains(r#"controller_runtime_active_workers{controller="projection"} 2"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"controller_runtime_active_workers{controller="clusterprojection"} 0"#));
+        assert!(text.contains(r#"controller_runtime_max_concurrent_reconciles{controller="projection"} 32"#));
+        let gauge = |name: &str| -> f64 {
+            let prefix = format!(r#"{name}{{controller="projection",name="projection"}} "#);
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("no {prefix} in\n{text}"));
+            line[prefix.len()..].parse().expect("a number")
+        };
+        assert!(gauge("workqueue_longest_running_processor_seconds") >= 30.0);
+        assert!(gauge("workqueue_unfinished_work_seconds") >= 30.0);
+        queue.finished(long_ago, ReconcileEnd::Success);
+        queue.finished(now, ReconcileEnd::Success);
+        let text = encoded(&registry);
+        assert!(
+            text.contains(r#"controller_runtime_active_workers{controller="projection"} 0"#),
+            "{text}"
+        );
+        assert!(text.contains(
+            r#"workqueue_longest_running_processor_seconds{controller="projection",name="projection"} 0.0"#
+        ), "{text}");
     }
 }

@@ -335,6 +335,11 @@ impl Replica {
                 (interval, self.ctx.sources.concurrency),
             ))
         });
+        self.ctx
+            .report
+            .metrics
+            .queue
+            .set_max_concurrent(self.reconcile_concurrency);
         let config = controller::Config::default().concurrency(self.reconcile_concurrency);
         let (projections_store, clusters_store) = (self.projections.clone(), self.clusters.clone());
         let queue = self.ctx.report.metrics.queue.projection.clone();

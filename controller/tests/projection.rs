@@ -1150,6 +1150,26 @@ async fn metrics_answer_both_formats_with_the_controller_runtime_names() {
         }
     })
     .await;
+    // And no reconcile left running: no worker busy, no unfinished work.
+    let busy = [
+        "controller_runtime_active_workers{controller=\"projection\"}",
+        "workqueue_unfinished_work_seconds{controller=\"projection\",name=\"projection\"}",
+        "workqueue_longest_running_processor_seconds{controller=\"projection\",name=\"projection\"}",
+    ];
+    wait_for("no reconcile running", Duration::from_secs(30), || async {
+        let text = controller.metrics();
+        let values: Vec<Option<f64>> = busy.iter().map(|sample| metric_value(&text, sample)).collect();
+        match values.iter().all(|v| *v == Some(0.0)) {
+            true => Ok(()),
+            false => Err(format!("{busy:?} = {values:?}")),
+        }
+    })
+    .await;
+    let limit = "controller_runtime_max_concurrent_reconciles{controller=\"clusterprojection\"}";
+    assert!(
+        metric_value(&controller.metrics(), limit).is_some_and(|v| v > 0.0),
+        "{limit} missing or zero"
+    );
 
     let (code, content_type, openmetrics) = projection_tests::http_get_accepting(
         port,

@@ -221,7 +221,10 @@ pub async fn reconcile<K: ProjectionKind>(
     let object = Arc::new(stored.expand().map_err(Error::Cache)?);
     let started = Instant::now();
     let queue = ctx.report.metrics.queue.of(K::SCOPE);
-    queue.started(&queue_key(object.meta().namespace.as_deref(), &object.name_any()));
+    queue.started(
+        &queue_key(object.meta().namespace.as_deref(), &object.name_any()),
+        started,
+    );
     let api = object.api(ctx.report.client.clone());
     let deleting = object.meta().deletion_timestamp.is_some();
     let uid = object.uid().unwrap_or_default();
