@@ -74,10 +74,13 @@ async fn main() -> anyhow::Result<()> {
         stopped(),
     ));
 
-    let client = runtime::kube_client::infer_with(|timeouts| {
-        timeouts.response = args.api_response_timeout.unwrap_or(timeouts.response);
-        timeouts.read = args.api_read_timeout.unwrap_or(timeouts.read);
-    })
+    let client = runtime::kube_client::infer_with(
+        |timeouts| {
+            timeouts.response = args.api_response_timeout.unwrap_or(timeouts.response);
+            timeouts.read = args.api_read_timeout.unwrap_or(timeouts.read);
+        },
+        Some(&metrics.rest_client),
+    )
     .await?;
     let copy_writer = choose_copy_writer(&client, &args).await?;
     metrics

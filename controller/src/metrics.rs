@@ -89,6 +89,8 @@ pub struct Metrics {
     pub watched_dest_gvks: Gauge,
     /// The controller-runtime names the Go operator exposed.
     pub queue: crate::queue_metrics::QueueMetrics,
+    /// client-go's `rest_client_requests_total`, for the controller's client.
+    pub rest_client: runtime::rest_client_metrics::RestClientMetrics,
     /// What the gauges read at scrape time (`projection_resources`,
     /// `projection_cluster_projection_namespaces`, `leader_election_master_status`).
     replica: Arc<OnceLock<ReplicaView>>,
@@ -111,6 +113,7 @@ impl Metrics {
             watched_gvks: Gauge::default(),
             watched_dest_gvks: Gauge::default(),
             queue: crate::queue_metrics::QueueMetrics::register(registry),
+            rest_client: runtime::rest_client_metrics::RestClientMetrics::register(registry),
             replica: Arc::default(),
         };
         registry.register(
@@ -341,6 +344,9 @@ mod tests {
             .copy_writer
             .get_or_create(&WriterLabels { writer: "author" })
             .set(1);
+        metrics
+            .rest_client
+            .count("200".to_owned(), "127.0.0.1:6443", "GET".to_owned());
         let served = runtime::metrics_doc::served_names(&registry);
         runtime::metrics_doc::assert_same_names(&documented, &served, "controller tables");
     }

@@ -1165,6 +1165,14 @@ async fn metrics_answer_both_formats_with_the_controller_runtime_names() {
         }
     })
     .await;
+    // Its client's requests, by answer (client-go's name and labels).
+    assert!(
+        classic
+            .lines()
+            .any(|l| l.starts_with("rest_client_requests_total{code=\"200\",host=")
+                && l.contains("method=\"GET\"")),
+        "no answered GET in rest_client_requests_total:\n{classic}"
+    );
     let limit = "controller_runtime_max_concurrent_reconciles{controller=\"clusterprojection\"}";
     assert!(
         metric_value(&controller.metrics(), limit).is_some_and(|v| v > 0.0),

@@ -11,6 +11,7 @@
 //! silent: a dead path is noticed within the ping interval and timeout, not only when a watch's
 //! read timeout runs out.
 
+use crate::rest_client_metrics::RestClientMetrics;
 use hyper_timeout::TimeoutConnector;
 use hyper_util::{
     client::legacy::connect::HttpConnector,
@@ -71,6 +72,20 @@ pub fn client_for(config: Config) -> Result<Client, kube::Error> {
 
 /// A client for `config` with the given timeouts (tests and the fault harness shorten them).
 pub fn client_with_timeouts(config: Config, timeouts: Timeouts) -> Result<Client, kube::Error> {
+    client_counted(config, timeouts, None)
+}
+
+/// As [`client_with_timeouts`], each request (each retry too) counted in `requests` when given.
+pub fn client_counted(
+    config: Config,
+    timeouts: Timeouts,
+    requests: Option<&RestClientMetrics>,
+) -> Result<Client, kube::Error> {
+    let host = config
+        .cluster_url
+        .authority()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
@@ -100,6 +115,8 @@ pub fn client_with_timeouts(config: Config, timeouts: Timeouts) -> Result<Client
                 .default_retry
                 .then(|| RetryLayer::new(RetryPolicy::server_retry())),
         )
+        // Inside the retry: each attempt is a request, as client-go counts them.
+        .option_layer(requests.map(|r| r.layer(host)))
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
         .layer(trace)
@@ -132,15 +149,19 @@ fn https_connector(
 
 /// The client from the environment (in-cluster ServiceAccount, `KUBECONFIG` or `~/.kube/config`).
 pub async fn infer() -> anyhow::Result<Client> {
-    infer_with(|_| {}).await
+    infer_with(|_| {}, None).await
 }
 
-/// As [`infer`], with the default [`Timeouts`] changed by `adjust` (the controller's flags).
-pub async fn infer_with(adjust: impl FnOnce(&mut Timeouts)) -> anyhow::Result<Client> {
+/// As [`infer`], with the default [`Timeouts`] changed by `adjust` (the controller's flags), and
+/// the requests counted in `requests` when given.
+pub async fn infer_with(
+    adjust: impl FnOnce(&mut Timeouts),
+    requests: Option<&RestClientMetrics>,
+) -> anyhow::Result<Client> {
     let config = Config::infer().await?;
     let mut timeouts = Timeouts::for_config(&config);
     adjust(&mut timeouts);
-    Ok(client_with_timeouts(config, timeouts)?)
+    Ok(client_counted(config, timeouts, requests)?)
 }
 
 #[cfg(test)]
@@ -219,5 +240,23 @@ mod tests {
         let (url, served) = server(&[500]).await;
         assert!(client(&url).apiserver_version().await.is_err());
         assert_eq!(served.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn every_request_is_counted_by_its_answer_each_retry_included() {
+        let (url, _) = server(&[503]).await;
+        let mut registry = prometheus_client::registry::Registry::default();
+        let requests = RestClientMetrics::register(&mut registry);
+        let config = Config::new(url.parse().unwrap());
+        let timeouts = Timeouts::for_config(&config);
+        let client = client_counted(config, timeouts, Some(&requests)).unwrap();
+        client.apiserver_version().await.expect("retried to success");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let host = url.trim_start_matches("http://");
+        for code in ["503", "200"] {
+            let line = format!(r#"rest_client_requests_total{{code="{code}",host="{host}",method="GET"}} 1"#);
+            assert!(text.contains(&line), "missing {line} in\n{text}");
+        }
     }
 }

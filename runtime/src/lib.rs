@@ -12,5 +12,6 @@ pub mod logs;
 pub mod metrics_doc;
 pub mod metrics_format;
 pub mod process_metrics;
+pub mod rest_client_metrics;
 pub mod serve;
 pub mod signals;
