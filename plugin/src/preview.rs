@@ -14,6 +14,7 @@ use crate::{
     output::{or_none, structured, table},
 };
 use anyhow::Context as _;
+use futures::StreamExt;
 use kube::api::{Api, DynamicObject, ListParams};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -52,6 +53,9 @@ use shared::{
     },
 };
 use std::{io::Read as _, path::PathBuf};
+
+/// How many author questions a preview asks at once.
+const ASKED_AT_ONCE: usize = 16;
 
 /// The controller's settings a preview takes into account.
 pub struct Settings {
@@ -326,12 +330,25 @@ async fn pass(
     };
     let mut forbidden = Vec::new();
     if let Some(asker) = asker.filter(|_| !everywhere) {
-        for namespace in &targets.write {
-            let question = AccessQuestion::create_copies(&resource.group, &resource.plural, namespace);
-            if let Some(why) = asker.denied(&question).await? {
-                let message = denial_message(&asker.author, &question, why.as_deref());
-                forbidden.push((namespace.clone(), message));
-            }
+        // Namespace by namespace, a few at once (as the controller asks them).
+        let answers: Vec<Result<Option<(String, String)>, Failure>> = futures::stream::iter(&targets.write)
+            .map(|namespace| {
+                let resource = &resource;
+                async move {
+                    let question =
+                        AccessQuestion::create_copies(&resource.group, &resource.plural, namespace);
+                    let denied = asker.denied(&question).await?;
+                    Ok(denied.map(|why| {
+                        let message = denial_message(&asker.author, &question, why.as_deref());
+                        (namespace.clone(), message)
+                    }))
+                }
+            })
+            .buffered(ASKED_AT_ONCE)
+            .collect()
+            .await;
+        for answer in answers {
+            forbidden.extend(answer?);
         }
     }
     // Our copies of the kind, found as the controller finds them: by the CR's UID label, then

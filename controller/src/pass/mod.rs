@@ -106,7 +106,7 @@ async fn run(cr: &CrView<'_>, ctx: &Context, requested: Option<&str>) -> PassEnd
     let built = build(&read, cr).map_err(|(reason, message)| stopped(reason, message))?;
     let (writes, removed) = futures::join!(
         write_all(&ctx.copies, &read, &owner, &plan, (&built, requested)),
-        remove_unwanted(&ctx.copies, cr, &read, &plan),
+        remove_unwanted(&ctx.copies, (cr, &owner), &read, &plan),
     );
     forget_refused_grants(&ctx.sources, &read, &writes);
     let from = format!("{}/{}", cr.source.namespace, cr.source.name);
@@ -158,17 +158,16 @@ fn build(read: &Source, cr: &CrView<'_>) -> Result<BuiltContent, (Reason, String
 /// Removes the copies the plan no longer wants: of the current kind, and of an earlier one.
 async fn remove_unwanted(
     cluster: &CopyCluster,
-    cr: &CrView<'_>,
+    (cr, owner): (&CrView<'_>, &Owner),
     read: &Source,
     plan: &Plan,
 ) -> (Removal, Removal) {
-    let owner = Owner::of_cr(cr);
     let kind = (&read.group_kind, &read.resource, Some(&read.copies));
     let current = async {
         if plan.remove.is_empty() {
             return Removal::default();
         }
-        apply::remove(cluster, &owner, kind, &plan.remove, Release::Delete).await
+        apply::remove(cluster, owner, kind, &plan.remove, Release::Delete).await
     };
     let earlier = async {
         match &plan.earlier {
