@@ -388,6 +388,15 @@ impl WatchRegistry {
         }
     }
 
+    /// Records that `cr` reads no source, and stops the watches of the kind it read if it was the
+    /// last.
+    pub fn clear_reads(&self, cr: &CrRef) {
+        let left = self.index().clear_reads(cr);
+        if let Some(group_kind) = left {
+            self.release_if_unread(&group_kind);
+        }
+    }
+
     /// Records the coordinates held by strangers that `cr` waits for (replacing the earlier set).
     pub fn set_waiting(&self, cr: &CrRef, keys: Vec<ObjectKey>) {
         self.index().set_waiting(cr, keys);

@@ -58,6 +58,18 @@ impl ObjectIndex {
         left
     }
 
+    /// Records that `cr` reads no source (its author may not read the one it names); whether it
+    /// follows discovery stays. Returns the kind it read before, if any.
+    pub fn clear_reads(&mut self, cr: &CrRef) -> Option<GroupKind> {
+        let tracked = self.crs.get_mut(cr)?;
+        let old = tracked.reads.take()?;
+        if tracked.follows.is_none() {
+            self.crs.remove(cr);
+        }
+        remove_from(&mut self.readers, &old, cr);
+        Some(old.group_kind.clone())
+    }
+
     /// Whether any CR reads a source of `group_kind` (its watches are still needed).
     pub fn is_read(&self, group_kind: &GroupKind) -> bool {
         self.readers.keys().any(|source| &source.group_kind == group_kind)
@@ -410,6 +422,29 @@ mod tests {
         assert!(wake(&ix).is_empty());
         assert_eq!(ix.readers.len(), 1, "only the source a still reads");
         assert_eq!(ix.readers_of_kind(&configmaps()), vec![readers[0].clone()]);
+    }
+
+    #[test]
+    fn a_reader_refused_its_source_is_woken_by_it_no_more() {
+        let mut ix = ObjectIndex::default();
+        let a = projection("a");
+        ix.set_reads(&a, source("src", "cfg"));
+        ix.follow_discovery(&a, Some("example.com"));
+        assert_eq!(
+            ix.clear_reads(&a),
+            Some(configmaps()),
+            "the kind it read is handed back"
+        );
+        assert!(ix.route(&configmaps(), &meta("src", "cfg", None, "1")).is_empty());
+        assert!(!ix.is_read(&configmaps()));
+        assert_eq!(
+            ix.discovery_followers("example.com"),
+            vec![a.clone()],
+            "it still follows discovery"
+        );
+        assert_eq!(ix.clear_reads(&a), None, "nothing left to clear");
+        ix.follow_discovery(&a, None);
+        assert!(ix.crs.is_empty() && ix.readers.is_empty());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! target is its own namespace; what else differs between the kinds is in `kind`.
 
 pub mod apply;
+pub mod interest;
 pub mod kind;
 pub mod read;
 pub mod report;
@@ -13,11 +14,12 @@ use crate::{
     context::{Context, CopyCluster, Report},
     discovery::Discovery,
     error::Error,
-    index::{CrRef, ObjectKey},
+    index::CrRef,
     metrics::KindLabels,
     namespace_watch::Namespaces,
     pass::{
         apply::{existing_copies, views, withdraw, write_all},
+        interest::register_waits,
         kind::ProjectionKind,
         read::{Source, forbidden_namespaces, forget_refused_grants, read, targets},
     },
@@ -77,7 +79,8 @@ async fn apply<K: ProjectionKind>(cr: &K, ctx: &Context) -> Result<Action, Error
 /// (stamped with the `requested` reconcile, if any) while removing the copies no longer wanted,
 /// and conclude. Every decision on the way is `shared`'s.
 async fn run(cr: &CrView<'_>, ctx: &Context, requested: Option<&str>) -> PassEnd {
-    let read = match read(&ctx.sources, cr).await {
+    let (read, rule) = read(&ctx.sources, &ctx.namespaces, cr).await;
+    let read = match read {
         Ok(read) => read,
         Err(stop) => return Err(withdraw_if_lost(&ctx.copies, cr, stop).await),
     };
@@ -87,7 +90,7 @@ async fn run(cr: &CrView<'_>, ctx: &Context, requested: Option<&str>) -> PassEnd
         message,
         resolved: resolved.to_owned(),
     };
-    let targets = targets(&ctx.namespaces, cr)
+    let targets = targets(&ctx.namespaces, cr, rule)
         .await
         .map_err(|message| stopped(Reason::TargetResolutionFailed, message))?;
     // Namespaces where the author may not create the kind get no copy, and lose the one they had;
@@ -116,16 +119,7 @@ async fn run(cr: &CrView<'_>, ctx: &Context, requested: Option<&str>) -> PassEnd
         built.hash().to_owned(),
         (&gvk_display(&read.resource), &from),
     );
-    let waiting = concluded
-        .waiting
-        .iter()
-        .map(|namespace| ObjectKey {
-            group_kind: read.group_kind.clone(),
-            namespace: namespace.clone(),
-            name: copies.name.clone(),
-        })
-        .collect();
-    ctx.watches.set_waiting(&CrRef::named(&cr.name()), waiting);
+    register_waits(&ctx.watches, cr, (&read.group_kind, &copies.name), &concluded);
     Ok(concluded)
 }
 
@@ -183,7 +177,7 @@ async fn remove_unwanted(
 /// as they would unsuspended, and the pass ends there (`Some`). `None` when there is nothing to
 /// withdraw: the CR is held.
 async fn withdraw_if_suspended_and_lost(cr: &CrView<'_>, ctx: &Context) -> Option<Stop> {
-    let stop = match read(&ctx.sources, cr).await {
+    let stop = match read(&ctx.sources, &ctx.namespaces, cr).await.0 {
         Err(stop @ Stop::Withdraw { .. }) if withdraws_while_suspended(stop.reason()) => stop,
         _ => return None,
     };

@@ -1,6 +1,6 @@
 //! The read step of a pass: resolve the source kind, check that the CR's recorded author may read
-//! the source (and where the author may create copies), make sure its watches run, read it and
-//! check that it may be projected. A problem on the way is reported, and withdraws the copies when it
+//! the source (and where the author may create copies), register what wakes the CR, make sure the
+//! source's watches run, read it and check that it may be projected. A problem on the way is reported, and withdraws the copies when it
 //! calls for that.
 
 use crate::{
@@ -9,36 +9,30 @@ use crate::{
     context::SourceAccess,
     discovery::Resolved,
     error::{describe_status, forbidden_message, resource_name},
-    index::CrRef,
     namespace_watch::Namespaces,
+    pass::interest::{Rule, register_inputs},
     watches::WatchError,
 };
 use futures::StreamExt;
 use kube::{
     Api,
     api::{ApiResource, DynamicObject},
-    runtime::reflector::ObjectRef,
 };
 use shared::{
-    api::{
-        crd::{ClusterProjection, SourceRef},
-        kind::{CrView, Scope},
-        reason::Reason,
-        source::{GroupKind, SourceKey},
-    },
+    api::{crd::SourceRef, kind::CrView, reason::Reason, source::GroupKind},
     pass::{
+        interest::{Interest, Reached},
         not_found::{NotFound, classify_not_found, kind_not_served_message},
         source::{author_questions, check_read, missing, read_denied},
         status::Stop,
         tally::CopyWrite,
-        targets::{TargetRule, Targets},
+        targets::Targets,
     },
     policy::{
         author::{AccessQuestion, Author, denial_message},
         kind_policy::check_kind,
     },
 };
-use std::sync::Arc;
 
 /// A source that may be projected, with what is needed to write its copies.
 pub struct Source {
@@ -65,58 +59,57 @@ pub struct AuthorGrant {
     pub everywhere: bool,
 }
 
-/// Resolves the kind of the source of `waker` and checks the platform allows it.
-async fn resolve(sources: &SourceAccess, source: &SourceRef, waker: &CrRef) -> Result<Resolved, Stop> {
+/// Resolves the kind of `source` and checks the platform allows it, saying how far that got.
+async fn resolve(sources: &SourceAccess, source: &SourceRef) -> Result<Resolved, (Stop, Reached)> {
     let resolved = match sources.discovery.resolve(source).await {
-        Ok(r) => {
-            // An unpinned source follows its group's preferred version as discovery changes.
-            let follows = source.version.is_empty().then_some(source.group.as_str());
-            sources.watches.follow_discovery(waker, follows);
-            r
-        }
+        Ok(r) => r,
         Err(crate::discovery::ResolveError::Unusable(message)) => {
-            sources.watches.follow_discovery(waker, Some(&source.group));
-            return Err(Stop::Source {
+            let stop = Stop::Source {
                 reason: Reason::SourceResolutionFailed,
                 message,
                 transient: false,
-            });
+            };
+            return Err((stop, Reached::KindUnusable));
         }
         Err(crate::discovery::ResolveError::Api(e)) => {
-            return Err(Stop::Source {
+            let stop = Stop::Source {
                 reason: Reason::SourceResolutionFailed,
                 message: format!("discovery failed: {}", crate::error::describe(&e)),
                 transient: true,
-            });
+            };
+            return Err((stop, Reached::DiscoveryFailed));
         }
     };
     // Kinds that are never copied, or only when the platform allows them: refused before any
     // watch of the kind starts; copies made before the refusal go.
     if let Err(message) = check_kind(&source.group_kind(), &sources.allowed_power_kinds) {
-        return Err(Stop::Withdraw {
+        let stop = Stop::Withdraw {
             reason: Reason::SourceNotProjectable,
             message,
             resource: Box::new(resolved.resource),
             removal: None,
-        });
+        };
+        return Err((stop, Reached::Refused));
     }
     Ok(resolved)
 }
 
-/// Watches, reads and checks the source of `waker` (a CR of `scope`), of the `resolved` kind.
-/// `ever_projected` tells `SourceDeleted` from `SourceNotFound`.
-async fn fetch(
-    sources: &SourceAccess,
-    (source, resolved): (&SourceRef, Resolved),
-    (waker, scope): (&CrRef, Scope),
-    ever_projected: bool,
-) -> Result<Source, Stop> {
+/// A source whose kind resolved and whose author may read it.
+pub struct Checked {
+    resolved: Resolved,
+    author: Option<AuthorGrant>,
+}
+
+/// Watches, reads and checks the source of `cr`, once checked. A source missing is
+/// `SourceDeleted` once it was projected, `SourceNotFound` before.
+async fn fetch(sources: &SourceAccess, cr: &CrView<'_>, checked: Checked) -> Result<Source, Stop> {
+    let source = cr.source;
+    let Checked { resolved, author } = checked;
     let resource = resolved.resource;
     let group_kind = source.group_kind();
-    sources.watches.set_reads(waker, SourceKey::of(source));
     let copies = sources
         .watches
-        .ensure(&group_kind, &resource, scope)
+        .ensure(&group_kind, &resource, cr.scope)
         .await
         // The one place a failed watch becomes the reason a pass stops.
         .map_err(|e| match e {
@@ -142,7 +135,7 @@ async fn fetch(
         Ok(o) => o,
         // Only a 404 that names the object says it is gone (`shared::pass::not_found`).
         Err(kube::Error::Api(s)) if classify_not_found(&s, &source.name) == Some(NotFound::Object) => {
-            return Err(missing(source, resource, ever_projected));
+            return Err(missing(source, resource, cr.ever_projected()));
         }
         Err(kube::Error::Api(s)) if s.code == 404 => {
             // The kind is not served (any more): the copies stay, and the kind is resolved afresh.
@@ -181,7 +174,7 @@ async fn fetch(
         object,
         resolved_message: resolved.message,
         copies,
-        author: None,
+        author,
     })
 }
 
@@ -198,28 +191,35 @@ async fn check_author(
     sources: &SourceAccess,
     cr: &CrView<'_>,
     resource: &ApiResource,
-) -> Result<Option<AuthorGrant>, Stop> {
+) -> Result<Option<AuthorGrant>, (Stop, Reached)> {
     if !sources.author_access.enforced() {
         return Ok(None);
     }
-    let author = Author::recorded_in(cr.meta.annotations.as_ref()).map_err(|problem| Stop::Source {
-        reason: Reason::SourceForbidden,
-        message: problem.to_string(),
-        transient: false,
+    let author = Author::recorded_in(cr.meta.annotations.as_ref()).map_err(|problem| {
+        let stop = Stop::Source {
+            reason: Reason::SourceForbidden,
+            message: problem.to_string(),
+            transient: false,
+        };
+        (stop, Reached::Refused)
     })?;
     let (read, create) = author_questions(cr, resource);
     let ask = |question| sources.author_access.ask(&sources.client, &author, question);
     let (may_read, may_create) = futures::join!(ask(&read), ask(&create));
-    let failed = |e: kube::Error| Stop::Source {
-        reason: Reason::SourceForbidden,
-        message: format!(
-            "cannot check the author's access ({}); retrying",
-            crate::error::describe(&e)
-        ),
-        transient: true,
+    let failed = |e: kube::Error| {
+        let stop = Stop::Source {
+            reason: Reason::SourceForbidden,
+            message: format!(
+                "cannot check the author's access ({}); retrying",
+                crate::error::describe(&e)
+            ),
+            transient: true,
+        };
+        (stop, Reached::AuthorUnanswered)
     };
     if let Answer::Denied(why) = may_read.map_err(failed)? {
-        return Err(read_denied(&author, &read, why.as_deref(), resource));
+        let stop = read_denied(&author, &read, why.as_deref(), resource);
+        return Err((stop, Reached::Refused));
     }
     let everywhere = match may_create {
         Ok(answer) => answer == Answer::Allowed,
@@ -292,48 +292,51 @@ pub fn forget_refused_grants(sources: &SourceAccess, source: &Source, writes: &[
     sources.author_access.forget(&grant.author, &refused);
 }
 
-/// Resolves the kind of the source of `cr`, checks its recorded author, then watches, reads and
-/// checks the source. The author comes first, and nothing of the source is touched for an author
-/// who may not read it: whether it exists, has opted in or is a token must not show in the status,
-/// the events or the timing of passes (no watch of it wakes the CR) of someone who could not have
-/// read it by hand. Only the kind is resolved before: what kinds a cluster serves is no secret.
-/// A grant is cached (`--author-grant-ttl`), so a source edit reaches its
-/// copies without a round trip to the authorizer; an uncached one costs that round trip before
-/// the read.
-pub async fn read(sources: &SourceAccess, cr: &CrView<'_>) -> Result<Source, Stop> {
-    let source = cr.source;
-    let waker = CrRef::named(&cr.name());
-    let resolved = resolve(sources, source, &waker).await?;
-    let author = check_author(sources, cr, &resolved.resource).await?;
-    let mut read = fetch(
-        sources,
-        (source, resolved),
-        (&waker, cr.scope),
-        cr.ever_projected(),
-    )
-    .await?;
-    read.author = author;
-    Ok(read)
+/// Resolves the kind of the source of `cr`, checks its recorded author, registers what wakes the
+/// CR (`interest`), then watches, reads and checks the source; hands back the target rule
+/// registered. The author comes first, and nothing of the source is touched for an author who may
+/// not read it: whether it exists, has opted in or is a token must not show in the status, the
+/// events or the timing of passes (no watch of it wakes the CR) of someone who could not have read
+/// it by hand. Only the kind is resolved before: what kinds a cluster serves is no secret. A grant
+/// is cached (`--author-grant-ttl`), so a source edit reaches its copies without a round trip to
+/// the authorizer; an uncached one costs that round trip before the read.
+pub async fn read(
+    sources: &SourceAccess,
+    namespaces: &Namespaces,
+    cr: &CrView<'_>,
+) -> (Result<Source, Stop>, Rule) {
+    let checked = match resolve(sources, cr.source).await {
+        Ok(resolved) => match check_author(sources, cr, &resolved.resource).await {
+            Ok(author) => Ok(Checked { resolved, author }),
+            Err(refused) => Err(refused),
+        },
+        Err(refused) => Err(refused),
+    };
+    let reached = checked
+        .as_ref()
+        .err()
+        .map_or(Reached::Readable, |(_, reached)| *reached);
+    let rule = register_inputs((&sources.watches, namespaces), cr, Interest::of(cr, reached));
+    let source = match checked {
+        Ok(checked) => fetch(sources, cr, checked).await,
+        Err((stop, _)) => Err(stop),
+    };
+    (source, rule)
 }
 
 /// Where the copies of `cr` go now: a Projection's own namespace, or the namespaces a
-/// ClusterProjection's destination names or selects, as the namespace watch knows them (its rule is
-/// registered first, so that namespace events wake it, as `read` registers the source's watch
-/// before it reads). `Err` is the `TargetResolutionFailed` message.
-pub async fn targets(namespaces: &Namespaces, cr: &CrView<'_>) -> Result<Targets, String> {
-    let Some(destination) = cr.namespaces else {
-        let home = cr.home().unwrap_or_default();
-        return Ok(Targets::own_namespace(home, cr.source, cr.copy_name));
-    };
-    let name = ObjectRef::<ClusterProjection>::new(cr.meta.name.as_deref().unwrap_or_default());
-    let rule = match TargetRule::of(destination) {
-        Ok(rule) => Arc::new(rule),
-        Err(e) => {
-            namespaces.forget(&name);
-            return Err(e.0);
+/// ClusterProjection's destination names or selects (its `rule`, registered by [`read`]), as the
+/// namespace watch knows them. `Err` is the `TargetResolutionFailed` message.
+pub async fn targets(namespaces: &Namespaces, cr: &CrView<'_>, rule: Rule) -> Result<Targets, String> {
+    match rule {
+        None => {
+            let home = cr.home().unwrap_or_default();
+            Ok(Targets::own_namespace(home, cr.source, cr.copy_name))
         }
-    };
-    namespaces.set_rule(&name, rule.clone());
-    namespaces.synced().await;
-    Ok(namespaces.resolve(&rule, cr.source, cr.copy_name))
+        Some(Err(refused)) => Err(refused.0),
+        Some(Ok(rule)) => {
+            namespaces.synced().await;
+            Ok(namespaces.resolve(&rule, cr.source, cr.copy_name))
+        }
+    }
 }

@@ -1,8 +1,9 @@
 //! The decisions of one reconcile pass, for both kinds: where the copies go (targets), what the
 //! pass writes and removes (plan), what the results add up to (tally), the conditions and status,
-//! `ApplyOnce`, the lifecycle controls, and what a 404 means.
+//! `ApplyOnce`, the lifecycle controls, what wakes the next pass, and what a 404 means.
 
 pub mod apply_once;
+pub mod interest;
 pub mod lifecycle;
 pub mod not_found;
 pub mod plan;

@@ -63,6 +63,7 @@ impl Targets {
 pub struct TargetError(pub String);
 
 /// The compiled form of a destination: which namespaces it names or selects.
+#[derive(Debug)]
 pub enum TargetRule {
     /// An explicit set.
     List(Vec<String>),
