@@ -199,6 +199,7 @@ async fn preview_shows_in_each_namespace_what_the_controller_then_does() {
     let consent = adoption_value(&Owner::ClusterProjection {
         name: name.clone(),
         uid,
+        cluster: None,
     });
     let annotations = serde_json::to_string(&json!({ADOPT_BY: consent})).expect("JSON");
     apply(&format!(

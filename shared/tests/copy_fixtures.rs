@@ -43,6 +43,7 @@ fn owner() -> Owner {
         namespace: "team".into(),
         name: "p".into(),
         uid: "u1".into(),
+        cluster: None,
     }
 }
 
@@ -147,6 +148,7 @@ fn the_hash_changes_exactly_when_the_carried_content_does() {
     let other = Owner::ClusterProjection {
         name: "c".into(),
         uid: "u2".into(),
+        cluster: None,
     };
     let elsewhere = base.place(
         &other,

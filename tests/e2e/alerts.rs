@@ -1173,6 +1173,7 @@ async fn refuse_projection_updates(
     let mut refused = projection("probe", dest, source, "settings", json!({}));
     refused.spec.destination = Some(shared::api::crd::ProjectionDestination {
         name: Some("settings-probe".into()),
+        kube_config: None,
     });
     projections
         .create(&PostParams::default(), &refused)

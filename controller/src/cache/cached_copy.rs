@@ -11,7 +11,7 @@ use kube::core::DynamicObject;
 use shared::{
     api::keys::{
         OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_CLUSTER_PROJECTION_UID, OWNED_BY_PROJECTION,
-        OWNED_BY_PROJECTION_UID,
+        OWNED_BY_PROJECTION_UID, SOURCE_CLUSTER,
     },
     copy::ownership::Owner,
 };
@@ -27,6 +27,8 @@ pub struct CachedCopy {
     owned_by: [Option<Box<str>>; 2],
     /// The UID label of each tier, if present.
     uid_labels: [Option<Box<str>>; 2],
+    /// The cluster whose CR wrote it, on a copy in another cluster.
+    source_cluster: Option<Box<str>>,
     /// The rest of the object, trimmed (see [`trim_copy`]), without what the fields above hold.
     rest: PackedText,
 }
@@ -57,6 +59,7 @@ impl CachedCopy {
             .map(|key| text(annotations.and_then(|a| a.get(key))));
         let uid_labels = [OWNED_BY_PROJECTION_UID, OWNED_BY_CLUSTER_PROJECTION_UID]
             .map(|key| text(labels.and_then(|l| l.get(key))));
+        let source_cluster = text(annotations.and_then(|a| a.get(SOURCE_CLUSTER)));
         let uid = meta.uid.take().map(Into::into);
         let resource_version = meta.resource_version.take().map(Into::into);
         // Read by nothing the controller decides.
@@ -69,6 +72,7 @@ impl CachedCopy {
             resource_version,
             owned_by,
             uid_labels,
+            source_cluster,
             rest,
         }
     }
@@ -103,6 +107,7 @@ impl CachedCopy {
         self.owned_by[tier(owner)]
             .as_deref()
             .is_some_and(|value| owner.is_annotation_value(value))
+            && owner.is_from(self.source_cluster.as_deref())
     }
 
     /// Whether it carries `owner`'s UID label: a candidate when every copy of the owner goes.
@@ -155,6 +160,7 @@ mod tests {
             namespace: "team-a".into(),
             name: name.into(),
             uid: uid.into(),
+            cluster: None,
         }
     }
 
@@ -175,6 +181,7 @@ mod tests {
         let cluster = Owner::ClusterProjection {
             name: "team-a/p".into(),
             uid: "u-p".into(),
+            cluster: None,
         };
         assert!(
             !cached.is_owned_by(&cluster),
@@ -183,6 +190,27 @@ mod tests {
         assert!(!cached.is_labelled_for(&cluster));
         assert!(cached.is_labelled_for(&projection("q", "u-p")));
         assert!(!cached.is_labelled_for(&projection("p", "u-other")));
+        assert!(
+            !cached.is_owned_by(&projection("p", "u-p").from_cluster("a")),
+            "a copy without a source cluster is no other cluster's"
+        );
+    }
+
+    #[test]
+    fn a_copy_from_another_cluster_is_ours_only_from_there() {
+        let mut object = watched();
+        object
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(SOURCE_CLUSTER.into(), "a".into());
+        let cached = CachedCopy::new(object, ME);
+        assert!(cached.is_owned_by(&projection("p", "u-p").from_cluster("a")));
+        assert!(!cached.is_owned_by(&projection("p", "u-p").from_cluster("b")));
+        assert!(
+            !cached.is_owned_by(&projection("p", "u-p")),
+            "not the same-named CR of the cluster it is in"
+        );
     }
 
     #[test]

@@ -71,6 +71,44 @@ pub struct ProjectionDestination {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(DNS1123_SUBDOMAIN), length(max = 253))]
     pub name: Option<String>,
+    /// Writes the copy into another cluster, into the namespace of the Projection's name there,
+    /// with the credentials of a kubeconfig held in a Secret of the Projection's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_config: Option<KubeConfigReference>,
+}
+
+/// The kubeconfig of another cluster the copies go to, held in a Secret (Flux's convention). Only
+/// its inline credentials are used: a bearer token or a client certificate, with the cluster's CA;
+/// a kubeconfig that names files or runs a program (exec or auth-provider plugins) is refused.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeConfigReference {
+    /// The Secret holding the kubeconfig.
+    pub secret_ref: SecretKeyReference,
+}
+
+/// A key of a Secret named from the CR: in a Projection's own namespace, or in the controller's
+/// namespace for a ClusterProjection.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyReference {
+    /// Name of the Secret.
+    #[schemars(pattern(DNS1123_SUBDOMAIN), length(min = 1, max = 253))]
+    pub name: String,
+    /// Key of the kubeconfig in the Secret's data; `value` when not set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(SECRET_KEY_PATTERN), length(min = 1, max = 253))]
+    pub key: Option<String>,
+}
+
+/// A key of a Secret's data.
+pub const SECRET_KEY_PATTERN: &str = r"^[-._a-zA-Z0-9]+$";
+
+impl SecretKeyReference {
+    /// The key of the kubeconfig: `value` unless named.
+    pub fn key(&self) -> &str {
+        self.key.as_deref().unwrap_or("value")
+    }
 }
 
 // What happens to copies whose CR or source goes. (A plain comment: a doc comment here would replace
@@ -230,6 +268,11 @@ pub struct ClusterProjectionDestination {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(DNS1123_SUBDOMAIN), length(max = 253))]
     pub name: Option<String>,
+    /// Writes the copies into another cluster, whose namespaces `namespaces` or
+    /// `namespaceSelector` then name, with the credentials of a kubeconfig held in a Secret of the
+    /// controller's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_config: Option<KubeConfigReference>,
 }
 
 /// Mirror one namespaced object into many namespaces, by list or by label selector.

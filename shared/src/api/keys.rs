@@ -17,6 +17,13 @@ pub const OWNED_BY_CLUSTER_PROJECTION: &str = "projection.sh/owned-by-cluster-pr
 /// Destination label holding the owning ClusterProjection's UID. A hint, never trusted alone.
 pub const OWNED_BY_CLUSTER_PROJECTION_UID: &str = "projection.sh/owned-by-cluster-projection-uid";
 
+/// Annotation on a copy in another cluster (`spec.destination.kubeConfig`): the identity of the
+/// cluster whose CR owns it (the UID of its `kube-system` namespace). Part of the ownership proof
+/// there: a copy is ours only when it names our cluster, and a copy in our own cluster that names
+/// any is another cluster's, so two clusters' controllers never fight over one object and nothing
+/// is adopted across clusters by accident.
+pub const SOURCE_CLUSTER: &str = "projection.sh/source-cluster";
+
 /// Finalizer on Projections, so their copy is removed before they go.
 pub const PROJECTION_FINALIZER: &str = "projection.sh/finalizer";
 /// Finalizer on ClusterProjections, so every copy is swept before they go.

@@ -5,7 +5,7 @@
 use crate::api::{
     crd::{
         ClusterProjection, ClusterProjectionDestination, CopyControls, CopyStatus, NamespaceCounts,
-        Projection, SourceRef, WrittenDestination,
+        Projection, SecretKeyReference, SourceRef, WrittenDestination,
     },
     keys::{CLUSTER_PROJECTION_FINALIZER, PROJECTION_FINALIZER},
 };
@@ -116,6 +116,8 @@ pub struct CrView<'a> {
     pub copy_name: &'a str,
     /// A ClusterProjection's target namespaces (`None`: a Projection writes in its own).
     pub namespaces: Option<&'a ClusterProjectionDestination>,
+    /// The Secret holding the kubeconfig of the cluster the copies go to (`None`: this one).
+    pub cluster: Option<&'a SecretKeyReference>,
     /// What its last pass reported (`None` before its first).
     pub status: Option<&'a CopyStatus>,
     /// A ClusterProjection's counts of namespaces, once reported.
@@ -167,7 +169,8 @@ pub trait ProjectionCr {
 
 impl ProjectionCr for Projection {
     fn view(&self) -> CrView<'_> {
-        let renamed = self.spec.destination.as_ref().and_then(|d| d.name.as_deref());
+        let destination = self.spec.destination.as_ref();
+        let renamed = destination.and_then(|d| d.name.as_deref());
         CrView {
             scope: Scope::OwnNamespace,
             meta: &self.metadata,
@@ -175,6 +178,7 @@ impl ProjectionCr for Projection {
             controls: &self.spec.controls,
             copy_name: renamed.unwrap_or(&self.spec.source.name),
             namespaces: None,
+            cluster: destination.and_then(|d| d.kube_config.as_ref()).map(|k| &k.secret_ref),
             status: self.status.as_ref().map(|s| &s.copy),
             counts: None,
         }
@@ -191,6 +195,7 @@ impl ProjectionCr for ClusterProjection {
             controls: &self.spec.controls,
             copy_name: destination.name.as_deref().unwrap_or(&self.spec.source.name),
             namespaces: Some(destination),
+            cluster: destination.kube_config.as_ref().map(|k| &k.secret_ref),
             status: self.status.as_ref().map(|s| &s.copy),
             counts: self.status.as_ref().map(|s| &s.counts),
         }

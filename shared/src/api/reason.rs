@@ -93,6 +93,15 @@ named_enum! {
         /// The CR is being deleted but its copies cannot be removed (e.g. the controller may no
         /// longer read their kind): the finalizer holds it, and the message says how to release it.
         DeletionBlocked,
+        /// The cluster of `spec.destination.kubeConfig` cannot be reached (a connection that fails
+        /// or times out, watches that do not sync): retried with backoff, this CR only.
+        DestinationClusterUnreachable,
+        /// The CR's author may not read the kubeconfig Secret, or the cluster it names refused its
+        /// credentials (HTTP 401 or 403): retried with backoff.
+        DestinationClusterForbidden,
+        /// The kubeconfig Secret is missing, lacks the key, or holds a kubeconfig the controller
+        /// refuses (one that runs a program, names a file, or has no inline credentials).
+        DestinationClusterInvalid,
     }
 }
 
@@ -172,7 +181,8 @@ impl Reason {
             | DestinationConflict
             | TargetResolutionFailed
             | DestinationInvalid => Verb::Validate,
-            DestinationFetchFailed => Verb::Get,
+            DestinationFetchFailed | DestinationClusterUnreachable | DestinationClusterForbidden => Verb::Get,
+            DestinationClusterInvalid => Verb::Validate,
             DestinationCreateFailed | DestinationForbidden => Verb::Create,
             DestinationUpdateFailed | DestinationImmutable => Verb::Update,
             DeletionBlocked => Verb::Delete,
@@ -214,7 +224,12 @@ impl Reason {
             | DestinationWriteFailed
             | DestinationForbidden
             // Access given back to the controller is noticed by no watch: retry until it is.
-            | DeletionBlocked => Retry::Backoff,
+            | DeletionBlocked
+            // Another cluster coming back, or its Secret written or rotated, is noticed by no
+            // watch either (the controller watches no Secret it was not pointed to).
+            | DestinationClusterUnreachable
+            | DestinationClusterForbidden
+            | DestinationClusterInvalid => Retry::Backoff,
             // Not failures: nothing to retry until something changes.
             Resolved | Projected | Updated | DestinationRecreated | DestinationDeleted
             | DestinationLeftAlone | SourceNotResolved | Suspended | DestinationOrphaned
@@ -240,7 +255,10 @@ impl Reason {
             | DestinationInvalid
             | DestinationForbidden
             | DestinationImmutable
-            | DeletionBlocked => ResultCategory::DestinationError,
+            | DeletionBlocked
+            | DestinationClusterUnreachable
+            | DestinationClusterForbidden
+            | DestinationClusterInvalid => ResultCategory::DestinationError,
             SourceResolutionFailed
             | SourceForbidden
             | SourceFetchFailed
@@ -306,6 +324,9 @@ mod tests {
                 "DestinationForbidden",
                 "DestinationImmutable",
                 "DeletionBlocked",
+                "DestinationClusterUnreachable",
+                "DestinationClusterForbidden",
+                "DestinationClusterInvalid",
             ]
         );
         for reason in Reason::ALL {
@@ -492,6 +513,27 @@ mod tests {
             (
                 DeletionBlocked,
                 Some(Verb::Delete),
+                true,
+                Retry::Backoff,
+                "destination_error",
+            ),
+            (
+                DestinationClusterUnreachable,
+                Some(Verb::Get),
+                true,
+                Retry::Backoff,
+                "destination_error",
+            ),
+            (
+                DestinationClusterForbidden,
+                Some(Verb::Get),
+                true,
+                Retry::Backoff,
+                "destination_error",
+            ),
+            (
+                DestinationClusterInvalid,
+                Some(Verb::Validate),
                 true,
                 Retry::Backoff,
                 "destination_error",

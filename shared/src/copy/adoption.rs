@@ -96,10 +96,12 @@ mod tests {
             namespace: "team-a".into(),
             name: "p".into(),
             uid: "u".into(),
+            cluster: None,
         };
         let cluster = Owner::ClusterProjection {
             name: "c".into(),
             uid: "u".into(),
+            cluster: None,
         };
         assert_eq!(adoption_value(&projection), "team-a/p");
         assert_eq!(adoption_value(&cluster), "cluster/c");

@@ -4,7 +4,7 @@
 use crate::{
     api::copy_spec::MetadataFilter,
     api::crd::Overlay,
-    api::keys::RESERVED_PREFIX,
+    api::keys::{RESERVED_PREFIX, SOURCE_CLUSTER},
     copy::metadata_hygiene::{MetadataField, travels},
     copy::ownership::Owner,
 };
@@ -118,6 +118,9 @@ pub fn stamp_owner(copy: &mut Value, owner: &Owner, target: &Target) {
             owner.annotation_key().to_owned(),
             Value::String(owner.annotation_value()),
         );
+        if let Some(cluster) = owner.cluster() {
+            annotations.insert(SOURCE_CLUSTER.to_owned(), Value::String(cluster.to_owned()));
+        }
     }
     if let Some(labels) = metadata_map(copy, "labels") {
         labels.insert(

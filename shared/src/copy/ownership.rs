@@ -1,9 +1,11 @@
 //! Who owns a copy. The ownership annotation is the only proof: the UID label narrows watches and
 //! lists but is never trusted alone, so a copy whose annotation was removed or changed is left alone.
+//! In another cluster the proof includes the annotation naming the source cluster
+//! ([`SOURCE_CLUSTER`]); in the CR's own cluster a copy carries none.
 
 use crate::api::keys::{
     OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_CLUSTER_PROJECTION_UID, OWNED_BY_PROJECTION,
-    OWNED_BY_PROJECTION_UID,
+    OWNED_BY_PROJECTION_UID, SOURCE_CLUSTER,
 };
 use crate::api::kind::{CrName, CrView};
 use std::collections::BTreeMap;
@@ -21,6 +23,9 @@ pub enum Owner {
         name: String,
         /// Its UID, stamped as a label.
         uid: String,
+        /// The identity of the CR's cluster, stamped on copies in another cluster.
+        #[serde(default)]
+        cluster: Option<String>,
     },
     /// A `ClusterProjection`.
     ClusterProjection {
@@ -28,6 +33,9 @@ pub enum Owner {
         name: String,
         /// Its UID, stamped as a label.
         uid: String,
+        /// The identity of the CR's cluster, stamped on copies in another cluster.
+        #[serde(default)]
+        cluster: Option<String>,
     },
 }
 
@@ -39,11 +47,31 @@ impl Owner {
                 namespace: namespace.clone(),
                 name: name.clone(),
                 uid: uid.to_owned(),
+                cluster: None,
             },
             CrName::ClusterProjection { name } => Self::ClusterProjection {
                 name: name.clone(),
                 uid: uid.to_owned(),
+                cluster: None,
             },
+        }
+    }
+
+    /// The same owner, of copies in another cluster, stamped with `cluster`: the identity of the
+    /// CR's own cluster.
+    pub fn from_cluster(mut self, id: &str) -> Self {
+        match &mut self {
+            Self::Projection { cluster, .. } | Self::ClusterProjection { cluster, .. } => {
+                *cluster = Some(id.to_owned());
+            }
+        }
+        self
+    }
+
+    /// The identity of the CR's cluster its copies carry: `None` in the CR's own cluster.
+    pub fn cluster(&self) -> Option<&str> {
+        match self {
+            Self::Projection { cluster, .. } | Self::ClusterProjection { cluster, .. } => cluster.as_deref(),
         }
     }
 
@@ -91,11 +119,19 @@ impl Owner {
         }
     }
 
-    /// Whether an object with these annotations is this owner's copy.
+    /// Whether an object with these annotations is this owner's copy: its ownership annotation
+    /// names the owner, and its source-cluster annotation names the owner's cluster (none in the
+    /// CR's own cluster).
     pub fn owns(&self, annotations: Option<&BTreeMap<String, String>>) -> bool {
         annotations
             .and_then(|a| a.get(self.annotation_key()))
             .is_some_and(|v| self.is_annotation_value(v))
+            && self.is_from(annotations.and_then(|a| a.get(SOURCE_CLUSTER)).map(String::as_str))
+    }
+
+    /// Whether `cluster` (a copy's source-cluster annotation) is this owner's.
+    pub fn is_from(&self, cluster: Option<&str>) -> bool {
+        self.cluster() == cluster
     }
 
     /// Whether `value` (of this tier's ownership annotation) names this owner; the same as comparing
@@ -119,6 +155,7 @@ mod tests {
             namespace: "team-a".into(),
             name: "p".into(),
             uid: "u-1".into(),
+            cluster: None,
         }
     }
 
@@ -136,10 +173,28 @@ mod tests {
     }
 
     #[test]
+    fn in_another_cluster_the_source_cluster_is_part_of_the_proof() {
+        let local = projection();
+        let remote = projection().from_cluster("uid-of-a");
+        let mut ours = BTreeMap::from([(OWNED_BY_PROJECTION.to_owned(), "team-a/p".to_owned())]);
+        assert!(local.owns(Some(&ours)) && !remote.owns(Some(&ours)));
+        ours.insert(SOURCE_CLUSTER.to_owned(), "uid-of-a".to_owned());
+        assert!(remote.owns(Some(&ours)), "written by cluster a's controller");
+        assert!(
+            !local.owns(Some(&ours)),
+            "a same-named CR of the cluster the copy is in does not own it"
+        );
+        ours.insert(SOURCE_CLUSTER.to_owned(), "uid-of-b".to_owned());
+        assert!(!remote.owns(Some(&ours)), "another cluster's CR of the same name");
+        assert_eq!(remote.cluster(), Some("uid-of-a"));
+    }
+
+    #[test]
     fn the_annotation_value_check_agrees_with_the_built_value() {
         let cluster = Owner::ClusterProjection {
             name: "c".into(),
             uid: "u-2".into(),
+            cluster: None,
         };
         for owner in [projection(), cluster] {
             for value in ["team-a/p", "c", "team-a/p/x", "team-a/", "/p", "p", "team-ap", ""] {
@@ -157,6 +212,7 @@ mod tests {
         let cluster = Owner::ClusterProjection {
             name: "c".into(),
             uid: "u-2".into(),
+            cluster: None,
         };
         assert_eq!(cluster.annotation_value(), "c");
         assert_eq!(cluster.uid_label_key(), OWNED_BY_CLUSTER_PROJECTION_UID);

@@ -407,10 +407,12 @@ mod tests {
             namespace: "team".into(),
             name: "p".into(),
             uid: "u".into(),
+            cluster: None,
         };
         let cluster = Owner::ClusterProjection {
             name: "p".into(),
             uid: "u".into(),
+            cluster: None,
         };
         let want = json!({"apiVersion": "v1", "kind": "ConfigMap",
                           "metadata": {"name": "c", "namespace": "team", "annotations": {OWNED_BY_PROJECTION: "team/p"}},

@@ -4,7 +4,7 @@
 
 use crate::{
     api::crd::{Condition, CopyPolicy},
-    api::keys::{REQUESTED_AT, SOURCE_HASH},
+    api::keys::{REQUESTED_AT, SOURCE_CLUSTER, SOURCE_HASH},
     api::reason::Reason,
     copy::ownership::Owner,
 };
@@ -172,7 +172,7 @@ pub fn orphan_patch(meta: &ObjectMeta, owner: &Owner) -> Option<Value> {
     };
     let annotations = present(
         meta.annotations.as_ref(),
-        &[owner.annotation_key(), SOURCE_HASH, REQUESTED_AT],
+        &[owner.annotation_key(), SOURCE_HASH, REQUESTED_AT, SOURCE_CLUSTER],
     );
     let labels = present(meta.labels.as_ref(), &[owner.uid_label_key()]);
     let mut metadata = json!({"annotations": annotations});
