@@ -11,10 +11,12 @@ export PATH=$PATH:/usr/local/go/bin
 source tests/control-plane/common.sh
 if ! { pid_alive kube-apiserver && pid_alive kube-controller-manager; }; then
   if [ "${KEEP_CONTROL_PLANE:-0}" != 1 ]; then
-    trap 'tests/control-plane/down.sh' EXIT
+    trap 'tests/control-plane/remote.sh down; tests/control-plane/down.sh' EXIT
   fi
 fi
 tests/control-plane/up.sh >/dev/null
+# The second control plane the cross-cluster tests write into (no node; a few seconds once built).
+tests/control-plane/remote.sh up >/dev/null
 # Tests run controllers and webhooks of their own; the demo's would act on their objects too.
 stop_demo_services
 # What only the monitoring tests use (promtool, Prometheus, prometheus-operator; cached by version),

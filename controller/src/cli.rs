@@ -95,6 +95,11 @@ pub struct Args {
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub leader_election_namespace: String,
 
+    /// The controller's namespace (defaults to the pod's): where the kubeconfig Secrets of
+    /// ClusterProjections writing into other clusters are (`spec.destination.kubeConfig`).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub controller_namespace: String,
+
     /// How long a request to the apiserver may wait for its response to begin before it is given
     /// up and retried, e.g. on a connection whose path went dead (default 65s: the apiserver ends
     /// every request but a watch after 60 s).

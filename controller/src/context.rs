@@ -8,10 +8,19 @@ use crate::{
     impersonation::AuthorClients,
     metrics::Metrics,
     namespace_watch::Namespaces,
+    remote::{RemoteClusters, Unusable},
+    wake::Wake,
     watches::WatchRegistry,
     write_journal::WriteJournal,
 };
-use shared::policy::{kind_policy::AllowedPowerKinds, projectable::SourceMode, write_as::CopyWriter};
+use shared::{
+    api::kind::{CrView, Scope},
+    copy::ownership::Owner,
+    policy::{
+        kind_policy::AllowedPowerKinds, kubeconfig::KubeconfigSecret, projectable::SourceMode,
+        write_as::CopyWriter,
+    },
+};
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -43,6 +52,8 @@ pub struct Settings {
     pub recreate_on_immutable: shared::copy::recreate::RecreateKinds,
     /// Who creates and updates copies, as decided at start-up.
     pub copy_writer: CopyWriter,
+    /// The controller's namespace, where a ClusterProjection's kubeconfig Secret is.
+    pub controller_namespace: String,
 }
 
 /// Shared by every reconcile, in the parts the pass's steps use: each step takes its part, not
@@ -50,8 +61,10 @@ pub struct Settings {
 pub struct Context {
     /// Where sources are resolved, read and checked (the read step).
     pub sources: Arc<SourceAccess>,
-    /// Where copies are written and removed (the apply step).
-    pub copies: CopyCluster,
+    /// Where copies are written and removed in this cluster (the apply step).
+    pub copies: Arc<CopyCluster>,
+    /// The other clusters copies go to (`spec.destination.kubeConfig`).
+    pub remotes: RemoteClusters,
     /// Status, events, metrics and the retry backoff (the report step).
     pub report: Report,
     /// The watches of every kind read or written: sources, copies, and who waits on what.
@@ -66,11 +79,17 @@ impl Context {
     pub fn new(
         client: &kube::Client,
         settings: &Settings,
-        watches: Arc<WatchRegistry>,
-        namespaces: Arc<Namespaces>,
+        (watches, namespaces, wake): (Arc<WatchRegistry>, Arc<Namespaces>, Wake),
         metrics: Arc<Metrics>,
     ) -> Self {
         Self {
+            remotes: RemoteClusters::new(
+                client.clone(),
+                settings.controller_namespace.clone(),
+                metrics.clone(),
+                wake,
+                settings.clone(),
+            ),
             sources: Arc::new(SourceAccess {
                 client: client.clone(),
                 discovery: Discovery::new(client.clone()),
@@ -80,7 +99,7 @@ impl Context {
                 author_access: AuthorAccess::new(settings.author_access, settings.author_grant_ttl),
                 concurrency: settings.write_concurrency.max(1),
             }),
-            copies: CopyCluster {
+            copies: Arc::new(CopyCluster {
                 client: client.clone(),
                 journal: watches.journal(),
                 watches: watches.clone(),
@@ -88,7 +107,8 @@ impl Context {
                 recreate_on_immutable: settings.recreate_on_immutable.clone(),
                 writer: settings.copy_writer,
                 author_clients: AuthorClients::new(client.clone()),
-            },
+                source_cluster: None,
+            }),
             report: Report {
                 client: client.clone(),
                 events: Events::new(client.clone()),
@@ -101,6 +121,26 @@ impl Context {
             namespaces,
         }
     }
+
+    /// Where the copies of `cr` go: this cluster, or the one its kubeconfig Secret names.
+    pub async fn destination(&self, cr: &CrView<'_>) -> Result<Destination, Unusable> {
+        match KubeconfigSecret::of(cr, self.remotes.controller_namespace()) {
+            None => Ok(Destination {
+                copies: self.copies.clone(),
+                namespaces: (cr.scope == Scope::Namespaces).then(|| self.namespaces.clone()),
+            }),
+            Some(secret) => self.remotes.destination(&cr.name(), &secret).await,
+        }
+    }
+}
+
+/// Where a CR's copies go: the cluster's [`CopyCluster`], and for a ClusterProjection the
+/// namespaces there it selects among.
+pub struct Destination {
+    /// Every write and removal of the CR's copies goes through this.
+    pub copies: Arc<CopyCluster>,
+    /// A ClusterProjection's candidate namespaces (`None` for a Projection).
+    pub namespaces: Option<Arc<Namespaces>>,
 }
 
 /// What the read step needs: discovery, the watches that hold the sources, the platform's policy
@@ -133,6 +173,24 @@ pub struct CopyCluster {
     pub writer: CopyWriter,
     /// The controller's client once per author, for writes as the author.
     pub author_clients: AuthorClients,
+    /// In another cluster, the identity of the CRs' own (the copies there carry it); `None` here.
+    pub source_cluster: Option<String>,
+}
+
+impl CopyCluster {
+    /// The owner stamped on `cr`'s copies in this cluster.
+    pub fn owner_of(&self, cr: &CrView<'_>) -> Owner {
+        let owner = Owner::of_cr(cr);
+        match &self.source_cluster {
+            Some(cluster) => owner.from_cluster(cluster),
+            None => owner,
+        }
+    }
+
+    /// Whether this is another cluster than the CRs' own (no copy there can be the source).
+    pub fn is_remote(&self) -> bool {
+        self.source_cluster.is_some()
+    }
 }
 
 /// What the report step needs: the CR's cluster for status and events, the metrics, what we last

@@ -18,6 +18,7 @@ mod namespace_watch;
 mod pass;
 mod queue_metrics;
 mod relevance;
+mod remote;
 mod replica;
 mod wake;
 mod warm;
@@ -101,6 +102,7 @@ async fn main() -> anyhow::Result<()> {
         allowed_power_kinds: args.allow_power_kinds.clone(),
         recreate_on_immutable: args.recreate_on_immutable.clone(),
         copy_writer,
+        controller_namespace: args.controller_namespace.clone(),
     };
     // Every replica watches and indexes from the start; only the reconcilers wait for the lease.
     let replica = Replica::start(client.clone(), metrics, settings, readiness.clone());

@@ -96,7 +96,7 @@ impl Namespaces {
 
     /// The targets of `rule` among the namespaces now (resolved under the lock: a pass over 1000
     /// namespaces copies none of them).
-    pub fn resolve(&self, rule: &TargetRule, source: &SourceRef, copy_name: &str) -> Targets {
+    pub fn resolve(&self, rule: &TargetRule, source: Option<&SourceRef>, copy_name: &str) -> Targets {
         rule.resolve(self.index().all(), source, copy_name)
     }
 

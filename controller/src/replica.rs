@@ -222,7 +222,10 @@ impl Replica {
             initial,
         ));
         let ctx = Arc::new(context::Context::new(
-            &client, &settings, watches, namespaces, metrics,
+            &client,
+            &settings,
+            (watches, namespaces, wake.clone()),
+            metrics,
         ));
 
         // Discovery changes when a CRD, or an APIService (one per served group and version: the

@@ -35,7 +35,8 @@ fn refusal(error: &watcher::Error) -> Option<Refused> {
     let status = status_of(error)?;
     let message = crate::error::describe_status(status);
     match status.code {
-        403 => Some(Refused::Forbidden(message)),
+        // 401: credentials the apiserver does not accept (another cluster's, revoked or expired).
+        401 | 403 => Some(Refused::Forbidden(message)),
         404 => Some(Refused::NotServed(message)),
         _ => None,
     }

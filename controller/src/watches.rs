@@ -66,6 +66,22 @@ fn uid_label(scope: Scope) -> &'static str {
 
 /// How long a reconcile waits for the watches of a kind to sync.
 const SYNC_LIMIT: Duration = Duration::from_secs(30);
+/// The same in another cluster, which may be gone: a pass fails sooner and retries with backoff.
+const REMOTE_SYNC_LIMIT: Duration = Duration::from_secs(10);
+
+/// Which cluster a registry watches, and what of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// The CRs' own cluster: every object of a kind read as a source (metadata only), and our
+    /// copies of it in every namespace.
+    Local,
+    /// Another cluster the copies go to (`spec.destination.kubeConfig`): only our copies, in one
+    /// namespace (a Projection's, which a credential bound to that namespace may watch) or in all.
+    Remote {
+        /// The namespace watched; `None`: every namespace.
+        namespace: Option<String>,
+    },
+}
 
 struct KindWatch {
     resource: ApiResource,
@@ -120,6 +136,7 @@ impl std::fmt::Display for WatchError {
 /// The lazily started watches and their indexes.
 pub struct WatchRegistry {
     client: Client,
+    reach: Reach,
     metrics: Arc<Metrics>,
     wake: Wake,
     initial_list: InitialList,
@@ -128,10 +145,22 @@ pub struct WatchRegistry {
 }
 
 impl WatchRegistry {
-    /// A registry that wakes CRs through `wake`.
+    /// A registry of the CRs' own cluster that wakes CRs through `wake`.
     pub fn new(client: Client, metrics: Arc<Metrics>, wake: Wake, initial_list: InitialList) -> Self {
+        Self::reaching(Reach::Local, client, metrics, wake, initial_list)
+    }
+
+    /// A registry of the cluster `client` reaches, as far as `reach` says.
+    pub fn reaching(
+        reach: Reach,
+        client: Client,
+        metrics: Arc<Metrics>,
+        wake: Wake,
+        initial_list: InitialList,
+    ) -> Self {
         Self {
             client,
+            reach,
             metrics,
             wake,
             initial_list,
@@ -180,7 +209,11 @@ impl WatchRegistry {
             self.update_gauges(&kinds);
             (store, refused)
         };
-        let deadline = tokio::time::Instant::now() + SYNC_LIMIT;
+        let limit = match self.reach {
+            Reach::Local => SYNC_LIMIT,
+            Reach::Remote { .. } => REMOTE_SYNC_LIMIT,
+        };
+        let deadline = tokio::time::Instant::now() + limit;
         while tokio::time::Instant::now() < deadline {
             match tokio::time::timeout(Duration::from_millis(50), store.wait_until_ready()).await {
                 Ok(true) => return Ok(store),
@@ -200,7 +233,7 @@ impl WatchRegistry {
         }
         Err(WatchError::NotSynced(format!(
             "the watch of {group_kind} did not sync within {}s",
-            SYNC_LIMIT.as_secs()
+            limit.as_secs()
         )))
     }
 
@@ -221,7 +254,11 @@ impl WatchRegistry {
     /// Stops the watches of `group_kind` if no CR reads that kind any more. The index is checked
     /// under the registry's lock, so a reconcile that has just recorded its read either sees the
     /// watches still running or starts new ones.
+    /// In another cluster no CR reads anything: its watches live as long as the cluster is used.
     pub fn release_if_unread(&self, group_kind: &GroupKind) {
+        if self.reach != Reach::Local {
+            return;
+        }
         let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
         if self.index().is_read(group_kind) {
             return;
@@ -262,6 +299,10 @@ impl WatchRegistry {
     }
 
     fn update_gauges(&self, kinds: &HashMap<GroupKind, KindWatch>) {
+        // The gauges count the CRs' own cluster's watches.
+        if self.reach != Reach::Local {
+            return;
+        }
         self.metrics.watched_gvks.set(kinds.len() as i64);
         self.metrics
             .watched_dest_gvks
@@ -269,6 +310,16 @@ impl WatchRegistry {
     }
 
     fn watch_kind(&self, group_kind: &GroupKind, resource: &ApiResource) -> KindWatch {
+        if self.reach != Reach::Local {
+            // Another cluster holds no source: only the copies are watched there.
+            return KindWatch {
+                resource: resource.clone(),
+                copies: HashMap::new(),
+                tasks: Vec::new(),
+                refused: Refusal::default(),
+                failing: Arc::new(AtomicBool::new(false)),
+            };
+        }
         let all_metadata = Api::<PartialObjectMeta<DynamicObject>>::all_with(self.client.clone(), resource);
         let events = watch_backoff(crate::initial_list::watch(
             all_metadata,
@@ -323,7 +374,12 @@ impl WatchRegistry {
         failing: &Arc<AtomicBool>,
     ) -> (CopyStore, JoinHandle<()>) {
         let (copies, writer) = copy_store(shared::api::keys::FIELD_MANAGER);
-        let ours = Api::<DynamicObject>::all_with(self.client.clone(), resource);
+        let ours = match &self.reach {
+            Reach::Remote {
+                namespace: Some(namespace),
+            } => Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, resource),
+            _ => Api::<DynamicObject>::all_with(self.client.clone(), resource),
+        };
         let config = watcher::Config::default().labels(uid_label(tier)).any_semantic();
         let stream = watch_backoff(crate::initial_list::watch(ours, config, self.initial_list));
         let gk = group_kind.clone();

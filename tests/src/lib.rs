@@ -11,6 +11,7 @@ pub mod chart;
 pub mod log_lines;
 pub mod node;
 pub mod prometheus;
+pub mod remote;
 
 use anyhow::Context as _;
 use k8s_openapi::{

@@ -27,9 +27,10 @@ use std::sync::Arc;
 pub type Rule = Option<Result<Arc<TargetRule>, TargetError>>;
 
 /// Registers what wakes `cr` on its source, its group's discovery and (for a ClusterProjection)
-/// the namespaces; returns the target rule registered, which the targets are resolved with.
+/// the namespaces of the cluster its copies go to (`None` when that cluster could not be reached:
+/// its rule stays as it was); returns the target rule, which the targets are resolved with.
 pub fn register_inputs(
-    (watches, namespaces): (&WatchRegistry, &Namespaces),
+    (watches, namespaces): (&WatchRegistry, Option<&Namespaces>),
     cr: &CrView<'_>,
     interest: Interest,
 ) -> Rule {
@@ -45,7 +46,7 @@ pub fn register_inputs(
         Reads::Unchanged => {}
     }
     let rule = interest.targets?.map(Arc::new);
-    if let CrName::ClusterProjection { name } = cr.name() {
+    if let (CrName::ClusterProjection { name }, Some(namespaces)) = (cr.name(), namespaces) {
         let name = ObjectRef::<ClusterProjection>::new(&name);
         match &rule {
             Ok(rule) => namespaces.set_rule(&name, rule.clone()),

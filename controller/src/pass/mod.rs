@@ -11,20 +11,18 @@ pub mod report;
 
 use crate::{
     cache::stored_cr::StoredCr,
-    context::{Context, CopyCluster, Report},
+    context::{Context, CopyCluster, Destination, Report},
     discovery::Discovery,
     error::Error,
     index::CrRef,
     metrics::KindLabels,
-    namespace_watch::Namespaces,
     pass::{
         apply::{existing_copies, views, withdraw, write_all},
-        interest::register_waits,
+        interest::{Rule, register_inputs, register_waits},
         kind::ProjectionKind,
-        read::{Source, forbidden_namespaces, forget_refused_grants, read, targets},
+        read::{Source, forbidden_namespaces, forget_refused_grants, targets},
     },
     queue_metrics::{ReconcileEnd, queue_key},
-    watches::WatchRegistry,
 };
 use kube::{
     Resource, ResourceExt,
@@ -47,6 +45,7 @@ use shared::{
         ownership::Owner,
     },
     pass::{
+        interest::{Interest, Reached},
         lifecycle::{
             Release, is_suspended, on_cr_deletion, on_source_loss, requested_at, withdraws_while_suspended,
         },
@@ -54,6 +53,7 @@ use shared::{
         status::{PassEnd, Stop},
         tally::Removal,
     },
+    policy::kubeconfig::KubeconfigSecret,
 };
 use std::{sync::Arc, time::Instant};
 
@@ -79,24 +79,24 @@ async fn apply<K: ProjectionKind>(cr: &K, ctx: &Context) -> Result<Action, Error
 /// (stamped with the `requested` reconcile, if any) while removing the copies no longer wanted,
 /// and conclude. Every decision on the way is `shared`'s.
 async fn run(cr: &CrView<'_>, ctx: &Context, requested: Option<&str>) -> PassEnd {
-    let (read, rule) = read(&ctx.sources, &ctx.namespaces, cr).await;
-    let read = match read {
+    let (read, rule, destination) = match read_source(cr, ctx).await {
         Ok(read) => read,
-        Err(stop) => return Err(withdraw_if_lost(&ctx.copies, cr, stop).await),
+        Err(stop) => return Err(withdraw_if_lost(ctx, cr, stop).await),
     };
+    let copies_at = &destination.copies;
     let resolved = read.resolved_message.as_str();
     let stopped = |reason: Reason, message: String| Stop::Destination {
         reason,
         message,
         resolved: resolved.to_owned(),
     };
-    let targets = targets(&ctx.namespaces, cr, rule)
+    let targets = targets(destination.namespaces.as_deref(), cr, rule, copies_at.is_remote())
         .await
         .map_err(|message| stopped(Reason::TargetResolutionFailed, message))?;
     // Namespaces where the author may not create the kind get no copy, and lose the one they had;
     // they stay targets, counted as failed.
     let forbidden = forbidden_namespaces(&ctx.sources, &read, &targets.write).await;
-    let owner = Owner::of_cr(cr);
+    let owner = copies_at.owner_of(cr);
     let copies = WrittenDestination::of(&read.resource, cr.copy_name);
     let known: Vec<&str> = std::iter::once(copies.name.as_str())
         .chain(cr.recorded().map(|r| r.name.as_str()))
@@ -108,8 +108,8 @@ async fn run(cr: &CrView<'_>, ctx: &Context, requested: Option<&str>) -> PassEnd
     // The content is the same in every namespace: built (and refused) once.
     let built = build(&read, cr).map_err(|(reason, message)| stopped(reason, message))?;
     let (writes, removed) = futures::join!(
-        write_all(&ctx.copies, &read, &owner, &plan, (&built, requested)),
-        remove_unwanted(&ctx.copies, (cr, &owner), &read, &plan),
+        write_all(copies_at, &read, &owner, &plan, (&built, requested)),
+        remove_unwanted(copies_at, (cr, &owner), &read, &plan),
     );
     forget_refused_grants(&ctx.sources, &read, &writes);
     let from = format!("{}/{}", cr.source.namespace, cr.source.name);
@@ -123,9 +123,46 @@ async fn run(cr: &CrView<'_>, ctx: &Context, requested: Option<&str>) -> PassEnd
     Ok(concluded)
 }
 
+/// The read step: resolves the kind and asks the author (`read::check`), opens the cluster the
+/// copies go to, registers what wakes the CR (the one place a pass does, before anything is read),
+/// then reads the source (`read::fetch`). Hands back the source, the target rule registered and
+/// where the copies go.
+async fn read_source(cr: &CrView<'_>, ctx: &Context) -> Result<(Source, Rule, Destination), Stop> {
+    let secret = KubeconfigSecret::of(cr, ctx.remotes.controller_namespace());
+    let opened = match read::check(&ctx.sources, cr, secret.as_ref()).await {
+        Ok(checked) => {
+            let destination = ctx
+                .destination(cr)
+                .await
+                .map_err(|(reason, message)| Stop::Destination {
+                    reason,
+                    message,
+                    resolved: checked.resolved_message().to_owned(),
+                });
+            Ok((checked, destination))
+        }
+        Err(refused) => Err(refused),
+    };
+    let reached = match &opened {
+        Err((_, reached)) => *reached,
+        Ok((_, Err(_))) => Reached::DestinationUnusable,
+        Ok((_, Ok(_))) => Reached::Readable,
+    };
+    let namespaces = match &opened {
+        Ok((_, Ok(destination))) => destination.namespaces.as_deref(),
+        _ => None,
+    };
+    let rule = register_inputs((&ctx.watches, namespaces), cr, Interest::of(cr, reached));
+    let (checked, destination) = opened.map_err(|(stop, _)| stop)?;
+    let destination = destination?;
+    let source = read::fetch(&ctx.sources, cr, checked, &destination.copies).await?;
+    Ok((source, rule, destination))
+}
+
 /// A pass stopped at its source: when the stop withdraws the copies, they are released (deleted or
-/// orphaned, as `sourceDeletionPolicy` and the reason decide) and the stop carries what that did.
-async fn withdraw_if_lost(cluster: &CopyCluster, cr: &CrView<'_>, mut stop: Stop) -> Stop {
+/// orphaned, as `sourceDeletionPolicy` and the reason decide) from the cluster they are in, and the
+/// stop carries what that did.
+async fn withdraw_if_lost(ctx: &Context, cr: &CrView<'_>, mut stop: Stop) -> Stop {
     if let Stop::Withdraw {
         reason,
         resource,
@@ -135,7 +172,15 @@ async fn withdraw_if_lost(cluster: &CopyCluster, cr: &CrView<'_>, mut stop: Stop
     {
         let release = on_source_loss(cr.controls.source_deletion_policy, *reason);
         let current = (cr.source.group_kind(), (**resource).clone());
-        *removal = Some(withdraw(cluster, cr, (cr.recorded(), Some(current)), release).await);
+        *removal = Some(match ctx.destination(cr).await {
+            Ok(destination) => {
+                withdraw(&destination.copies, cr, (cr.recorded(), Some(current)), release).await
+            }
+            Err((_, message)) => Removal {
+                events: Vec::new(),
+                left: vec![message],
+            },
+        });
     }
     stop
 }
@@ -177,32 +222,52 @@ async fn remove_unwanted(
 /// as they would unsuspended, and the pass ends there (`Some`). `None` when there is nothing to
 /// withdraw: the CR is held.
 async fn withdraw_if_suspended_and_lost(cr: &CrView<'_>, ctx: &Context) -> Option<Stop> {
-    let stop = match read(&ctx.sources, &ctx.namespaces, cr).await.0 {
+    let stop = match read_source(cr, ctx).await {
         Err(stop @ Stop::Withdraw { .. }) if withdraws_while_suspended(stop.reason()) => stop,
         _ => return None,
     };
-    Some(withdraw_if_lost(&ctx.copies, cr, stop).await)
+    Some(withdraw_if_lost(ctx, cr, stop).await)
 }
 
 /// Deletion of a CR: its copies go first, or are orphaned with `deletionPolicy: Orphan` (the
-/// finalizer holds the CR until then; a suspended CR follows its policy too).
+/// finalizer holds the CR until then; a suspended CR follows its policy too), in the cluster they
+/// are in: one that cannot be reached holds the CR too.
 async fn cleanup<K: ProjectionKind>(cr: &K, ctx: &Context) -> Result<Action, Error> {
     let view = cr.view();
     let current = resolved_kind(&ctx.sources.discovery, view.source).await;
     let release = on_cr_deletion(view.controls.deletion_policy);
-    let removal = withdraw(&ctx.copies, &view, (view.recorded(), current), release).await;
+    // In another cluster where no pass ever recorded a copy (never written, or never reached),
+    // there is nothing to remove, and a cluster that does not answer holds nothing up.
+    let never_written = view.cluster.is_some() && view.recorded().is_none();
+    let destination = if never_written {
+        None
+    } else {
+        Some(ctx.destination(&view).await)
+    };
+    let removal = match destination {
+        None => Removal::default(),
+        Some(Ok(destination)) => {
+            withdraw(&destination.copies, &view, (view.recorded(), current), release).await
+        }
+        Some(Err((_, message))) => Removal {
+            events: Vec::new(),
+            left: vec![message],
+        },
+    };
     report::withdrawn_for_deletion(cr, &ctx.report, removal).await?;
-    forget(&view.name(), &ctx.watches, &ctx.namespaces);
+    forget(&view.name(), ctx);
     // The backoff is reset by `reconcile` once the finalizer is removed too.
     Ok(Action::await_change())
 }
 
-/// Drops what the indexes keep about the CR `name`, once its copies are gone.
-fn forget(name: &CrName, watches: &WatchRegistry, namespaces: &Namespaces) {
+/// Drops what the indexes keep about the CR `name`, once its copies are gone, and the other
+/// cluster it wrote into when no other CR writes there.
+fn forget(name: &CrName, ctx: &Context) {
     if let CrName::ClusterProjection { name } = name {
-        namespaces.forget(&ObjectRef::new(name));
+        ctx.namespaces.forget(&ObjectRef::new(name));
     }
-    watches.forget(&CrRef::named(name));
+    ctx.watches.forget(&CrRef::named(name));
+    ctx.remotes.forget(name);
 }
 
 /// Reconciles one CR (the entry point handed to the kube controller runtime): decoded back from
@@ -299,7 +364,7 @@ pub fn forget_deleted<K: ProjectionKind>(ctx: &Context, stored: &StoredCr<K>) {
     ctx.report.statuses.forget(uid);
     ctx.report.backoff.reset(uid);
     if let Ok(cr) = stored.expand() {
-        forget(&cr.view().name(), &ctx.watches, &ctx.namespaces);
+        forget(&cr.view().name(), ctx);
     }
 }
 /// The kind of a CR's source as it resolves now, so a cleanup removes the copies of that kind too

@@ -6,11 +6,12 @@
 use crate::{
     author_access::Answer,
     cache::copy_store::CopyStore,
+    context::CopyCluster,
     context::SourceAccess,
     discovery::Resolved,
     error::{describe_status, forbidden_message, resource_name},
     namespace_watch::Namespaces,
-    pass::interest::{Rule, register_inputs},
+    pass::interest::Rule,
     watches::WatchError,
 };
 use futures::StreamExt;
@@ -19,9 +20,14 @@ use kube::{
     api::{ApiResource, DynamicObject},
 };
 use shared::{
-    api::{crd::SourceRef, kind::CrView, reason::Reason, source::GroupKind},
+    api::{
+        crd::SourceRef,
+        kind::{CrView, Scope},
+        reason::Reason,
+        source::GroupKind,
+    },
     pass::{
-        interest::{Interest, Reached},
+        interest::Reached,
         not_found::{NotFound, classify_not_found, kind_not_served_message},
         source::{author_questions, check_read, missing, read_denied},
         status::Stop,
@@ -31,6 +37,7 @@ use shared::{
     policy::{
         author::{AccessQuestion, Author, denial_message},
         kind_policy::check_kind,
+        kubeconfig::KubeconfigSecret,
     },
 };
 
@@ -94,15 +101,47 @@ async fn resolve(sources: &SourceAccess, source: &SourceRef) -> Result<Resolved,
     Ok(resolved)
 }
 
-/// A source whose kind resolved and whose author may read it.
+/// A source whose kind resolved and whose author may read it (and the kubeconfig Secret its
+/// copies are written with, if any).
 pub struct Checked {
     resolved: Resolved,
     author: Option<AuthorGrant>,
 }
 
-/// Watches, reads and checks the source of `cr`, once checked. A source missing is
-/// `SourceDeleted` once it was projected, `SourceNotFound` before.
-async fn fetch(sources: &SourceAccess, cr: &CrView<'_>, checked: Checked) -> Result<Source, Stop> {
+impl Checked {
+    /// The `SourceResolved` message.
+    pub fn resolved_message(&self) -> &str {
+        &self.resolved.message
+    }
+}
+
+/// Resolves the kind of the source of `cr` and checks its recorded author (who must also be
+/// allowed to read `secret`, the kubeconfig the copies go to another cluster with), saying how far
+/// that got. The author comes first, and nothing of the source is touched for an author who may not
+/// read it: whether it exists, has opted in or is a token must not show in the status, the events
+/// or the timing of passes (no watch of it wakes the CR) of someone who could not have read it by
+/// hand. Only the kind is resolved before: what kinds a cluster serves is no secret. A grant is
+/// cached (`--author-grant-ttl`), so a source edit reaches its copies without a round trip to the
+/// authorizer; an uncached one costs that round trip before the read.
+pub async fn check(
+    sources: &SourceAccess,
+    cr: &CrView<'_>,
+    secret: Option<&KubeconfigSecret>,
+) -> Result<Checked, (Stop, Reached)> {
+    let resolved = resolve(sources, cr.source).await?;
+    let author = check_author(sources, cr, &resolved, secret).await?;
+    Ok(Checked { resolved, author })
+}
+
+/// Watches, reads and checks the source of `cr`, once checked, and makes sure the copies' watch
+/// runs in the cluster they go to (`destination`). A source missing is `SourceDeleted` once it was
+/// projected, `SourceNotFound` before.
+pub async fn fetch(
+    sources: &SourceAccess,
+    cr: &CrView<'_>,
+    checked: Checked,
+    destination: &CopyCluster,
+) -> Result<Source, Stop> {
     let source = cr.source;
     let Checked { resolved, author } = checked;
     let resource = resolved.resource;
@@ -168,6 +207,11 @@ async fn fetch(sources: &SourceAccess, cr: &CrView<'_>, checked: Checked) -> Res
         (&object, &resource),
         (sources.source_mode, &sources.allowed_power_kinds),
     )?;
+    let copies = if destination.is_remote() {
+        remote_copies(destination, (&group_kind, &resource), cr.scope, &resolved.message).await?
+    } else {
+        copies
+    };
     Ok(Source {
         resource,
         group_kind,
@@ -178,6 +222,44 @@ async fn fetch(sources: &SourceAccess, cr: &CrView<'_>, checked: Checked) -> Res
     })
 }
 
+/// Our copies of `cr`'s kind in another cluster: their watch there, started unless it runs. That
+/// cluster refusing or not answering stops the pass for this CR only, and it is retried.
+async fn remote_copies(
+    destination: &CopyCluster,
+    (group_kind, resource): (&GroupKind, &ApiResource),
+    scope: Scope,
+    resolved: &str,
+) -> Result<CopyStore, Stop> {
+    destination
+        .watches
+        .ensure(group_kind, resource, scope)
+        .await
+        .map_err(|e| {
+            let (reason, message) = match e {
+                WatchError::Forbidden(refusal) => (
+                    Reason::DestinationClusterForbidden,
+                    format!(
+                        "the destination cluster refused to list and watch {}: {refusal}",
+                        resource_name(resource)
+                    ),
+                ),
+                WatchError::NotServed(message) => (
+                    Reason::DestinationClusterInvalid,
+                    format!("the destination cluster does not serve the kind: {message}"),
+                ),
+                WatchError::NotSynced(message) => (
+                    Reason::DestinationClusterUnreachable,
+                    format!("the destination cluster did not answer: {message}"),
+                ),
+            };
+            Stop::Destination {
+                reason,
+                message,
+                resolved: resolved.to_owned(),
+            }
+        })
+}
+
 /// Checks the author recorded on a CR (`meta`) against its `source` of kind `resource`: may they
 /// get it, and create its kind where the copies go: in every namespace at once for a
 /// ClusterProjection, in its own namespace (its only target) for a Projection. When that second
@@ -186,12 +268,17 @@ async fn fetch(sources: &SourceAccess, cr: &CrView<'_>, checked: Checked) -> Res
 /// nothing removed, and nothing about the source is reported either. A denied read withdraws the
 /// copies: their author could not have made them.
 ///
-/// The two questions are asked at once; [`read`] asks them before it reads the source.
+/// When the copies go to another cluster, the second question is whether the author may get the
+/// kubeconfig `secret` instead: there the kubeconfig's identity is the only authority.
+///
+/// The two questions are asked at once, before the source is read.
 async fn check_author(
     sources: &SourceAccess,
     cr: &CrView<'_>,
-    resource: &ApiResource,
+    resolved: &Resolved,
+    secret: Option<&KubeconfigSecret>,
 ) -> Result<Option<AuthorGrant>, (Stop, Reached)> {
+    let resource = &resolved.resource;
     if !sources.author_access.enforced() {
         return Ok(None);
     }
@@ -204,6 +291,7 @@ async fn check_author(
         (stop, Reached::Refused)
     })?;
     let (read, create) = author_questions(cr, resource);
+    let create = secret.map_or(create, KubeconfigSecret::question);
     let ask = |question| sources.author_access.ask(&sources.client, &author, question);
     let (may_read, may_create) = futures::join!(ask(&read), ask(&create));
     let failed = |e: kube::Error| {
@@ -220,6 +308,24 @@ async fn check_author(
     if let Answer::Denied(why) = may_read.map_err(failed)? {
         let stop = read_denied(&author, &read, why.as_deref(), resource);
         return Err((stop, Reached::Refused));
+    }
+    if let Some(secret) = secret {
+        if let Answer::Denied(why) = may_create.map_err(failed)? {
+            let stop = Stop::Destination {
+                reason: Reason::DestinationClusterForbidden,
+                message: format!(
+                    "{} (the kubeconfig of spec.destination.kubeConfig, key {:?})",
+                    denial_message(&author, &create, why.as_deref()),
+                    secret.key
+                ),
+                resolved: resolved.message.clone(),
+            };
+            return Err((stop, Reached::Refused));
+        }
+        return Ok(Some(AuthorGrant {
+            author,
+            everywhere: true,
+        }));
     }
     let everywhere = match may_create {
         Ok(answer) => answer == Answer::Allowed,
@@ -292,51 +398,27 @@ pub fn forget_refused_grants(sources: &SourceAccess, source: &Source, writes: &[
     sources.author_access.forget(&grant.author, &refused);
 }
 
-/// Resolves the kind of the source of `cr`, checks its recorded author, registers what wakes the
-/// CR (`interest`), then watches, reads and checks the source; hands back the target rule
-/// registered. The author comes first, and nothing of the source is touched for an author who may
-/// not read it: whether it exists, has opted in or is a token must not show in the status, the
-/// events or the timing of passes (no watch of it wakes the CR) of someone who could not have read
-/// it by hand. Only the kind is resolved before: what kinds a cluster serves is no secret. A grant
-/// is cached (`--author-grant-ttl`), so a source edit reaches its copies without a round trip to
-/// the authorizer; an uncached one costs that round trip before the read.
-pub async fn read(
-    sources: &SourceAccess,
-    namespaces: &Namespaces,
-    cr: &CrView<'_>,
-) -> (Result<Source, Stop>, Rule) {
-    let checked = match resolve(sources, cr.source).await {
-        Ok(resolved) => match check_author(sources, cr, &resolved.resource).await {
-            Ok(author) => Ok(Checked { resolved, author }),
-            Err(refused) => Err(refused),
-        },
-        Err(refused) => Err(refused),
-    };
-    let reached = checked
-        .as_ref()
-        .err()
-        .map_or(Reached::Readable, |(_, reached)| *reached);
-    let rule = register_inputs((&sources.watches, namespaces), cr, Interest::of(cr, reached));
-    let source = match checked {
-        Ok(checked) => fetch(sources, cr, checked).await,
-        Err((stop, _)) => Err(stop),
-    };
-    (source, rule)
-}
-
 /// Where the copies of `cr` go now: a Projection's own namespace, or the namespaces a
-/// ClusterProjection's destination names or selects (its `rule`, registered by [`read`]), as the
-/// namespace watch knows them. `Err` is the `TargetResolutionFailed` message.
-pub async fn targets(namespaces: &Namespaces, cr: &CrView<'_>, rule: Rule) -> Result<Targets, String> {
-    match rule {
-        None => {
+/// ClusterProjection's destination names or selects (its `rule`, registered before the read) among
+/// `namespaces`, those of the cluster the copies go to. In another cluster (`remote`) no copy can be
+/// the source itself. `Err` is the `TargetResolutionFailed` message.
+pub async fn targets(
+    namespaces: Option<&Namespaces>,
+    cr: &CrView<'_>,
+    rule: Rule,
+    remote: bool,
+) -> Result<Targets, String> {
+    let source = (!remote).then_some(cr.source);
+    match (rule, namespaces) {
+        (None, _) => {
             let home = cr.home().unwrap_or_default();
-            Ok(Targets::own_namespace(home, cr.source, cr.copy_name))
+            Ok(Targets::own_namespace(home, source, cr.copy_name))
         }
-        Some(Err(refused)) => Err(refused.0),
-        Some(Ok(rule)) => {
+        (Some(Err(refused)), _) => Err(refused.0),
+        (Some(Ok(rule)), Some(namespaces)) => {
             namespaces.synced().await;
-            Ok(namespaces.resolve(&rule, cr.source, cr.copy_name))
+            Ok(namespaces.resolve(&rule, source, cr.copy_name))
         }
+        (Some(Ok(_)), None) => Err("the destination cluster's namespaces are not known".into()),
     }
 }

@@ -71,7 +71,7 @@ pub struct ProjectionDestination {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(DNS1123_SUBDOMAIN), length(max = 253))]
     pub name: Option<String>,
-    /// Writes the copy into another cluster, into the namespace of the Projection's name there,
+    /// Writes the copy into another cluster, in the namespace of the same name as the Projection's,
     /// with the credentials of a kubeconfig held in a Secret of the Projection's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kube_config: Option<KubeConfigReference>,

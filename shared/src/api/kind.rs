@@ -178,7 +178,9 @@ impl ProjectionCr for Projection {
             controls: &self.spec.controls,
             copy_name: renamed.unwrap_or(&self.spec.source.name),
             namespaces: None,
-            cluster: destination.and_then(|d| d.kube_config.as_ref()).map(|k| &k.secret_ref),
+            cluster: destination
+                .and_then(|d| d.kube_config.as_ref())
+                .map(|k| &k.secret_ref),
             status: self.status.as_ref().map(|s| &s.copy),
             counts: None,
         }

@@ -126,7 +126,11 @@ impl Owner {
         annotations
             .and_then(|a| a.get(self.annotation_key()))
             .is_some_and(|v| self.is_annotation_value(v))
-            && self.is_from(annotations.and_then(|a| a.get(SOURCE_CLUSTER)).map(String::as_str))
+            && self.is_from(
+                annotations
+                    .and_then(|a| a.get(SOURCE_CLUSTER))
+                    .map(String::as_str),
+            )
     }
 
     /// Whether `cluster` (a copy's source-cluster annotation) is this owner's.

@@ -15,6 +15,9 @@ pub enum Reached {
     KindUnusable,
     /// The kind resolved, but the author's access could not be asked: unchanged, retried.
     AuthorUnanswered,
+    /// The source may be read, but the other cluster the copies go to cannot be used now (its
+    /// kubeconfig Secret is missing or refused): unchanged, retried.
+    DestinationUnusable,
     /// The kind resolved, and the source may not be read: the platform refuses its kind, or the
     /// author may not read it (or no author is recorded).
     Refused,
@@ -71,7 +74,10 @@ impl Interest {
         let reads = match reached {
             Reached::Readable => Reads::Source(SourceKey::of(source)),
             Reached::Refused => Reads::Nothing,
-            Reached::DiscoveryFailed | Reached::KindUnusable | Reached::AuthorUnanswered => Reads::Unchanged,
+            Reached::DiscoveryFailed
+            | Reached::KindUnusable
+            | Reached::AuthorUnanswered
+            | Reached::DestinationUnusable => Reads::Unchanged,
         };
         Self {
             follows,
@@ -147,7 +153,11 @@ mod tests {
         let unusable = Interest::of(&cr.view(), Reached::KindUnusable);
         assert_eq!(unusable.follows, Follow::Group("example.com".into()));
         assert_eq!(unusable.reads, Reads::Unchanged);
-        for reached in [Reached::DiscoveryFailed, Reached::AuthorUnanswered] {
+        for reached in [
+            Reached::DiscoveryFailed,
+            Reached::AuthorUnanswered,
+            Reached::DestinationUnusable,
+        ] {
             let interest = Interest::of(&cr.view(), reached);
             assert_eq!(interest.reads, Reads::Unchanged, "{reached:?}");
         }

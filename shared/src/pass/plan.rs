@@ -492,7 +492,7 @@ mod tests {
     #[test]
     fn a_projection_writes_its_own_namespace_and_reports_in_the_copys_words() {
         let now = copies("ConfigMap", "cfg");
-        let own = Targets::own_namespace("team", &source(), "cfg");
+        let own = Targets::own_namespace("team", Some(&source()), "cfg");
         let plan = plan(&input(Scope::OwnNamespace, &now, &own)).unwrap();
         assert_eq!(plan.write, ["team"]);
         assert_eq!(plan.existing, Existing::Update);
@@ -545,7 +545,7 @@ mod tests {
     #[test]
     fn a_projection_onto_its_source_is_refused_and_a_cluster_projection_skips_that_namespace() {
         let now = copies("ConfigMap", "cfg");
-        let own = Targets::own_namespace("src", &source(), "cfg");
+        let own = Targets::own_namespace("src", Some(&source()), "cfg");
         let refused = plan(&input(Scope::OwnNamespace, &now, &own)).unwrap_err();
         assert_eq!(refused.reason(), Reason::DestinationConflict);
         assert!(
@@ -585,7 +585,7 @@ mod tests {
     fn a_rename_removes_the_old_copy_even_without_its_label() {
         let now = copies("ConfigMap", "new");
         let old = copies("ConfigMap", "old");
-        let own = Targets::own_namespace("team", &source(), "new");
+        let own = Targets::own_namespace("team", Some(&source()), "new");
         // The old copy is found by its label, or known from the status when its label is gone.
         for existing in [vec![view("team", "old", true)], Vec::new()] {
             let input = PassInput {
@@ -825,7 +825,7 @@ mod tests {
         )];
         let existing = [view("a", "cfg", true), view("b", "cfg", true)];
         let fan = targets(&["a", "b"]);
-        let own = Targets::own_namespace("b", &source(), "cfg");
+        let own = Targets::own_namespace("b", Some(&source()), "cfg");
         for (scope, targets, message) in [
             (
                 Scope::Namespaces,
@@ -909,7 +909,7 @@ mod tests {
     #[test]
     fn adopted_copies_are_placed_and_reported() {
         let now = copies("ConfigMap", "cfg");
-        let own = Targets::own_namespace("team", &source(), "cfg");
+        let own = Targets::own_namespace("team", Some(&source()), "cfg");
         let plan = plan(&input(Scope::OwnNamespace, &now, &own)).unwrap();
         let done = plan.conclude(
             written(&[("team", CopyWrite::Adopted)]),

@@ -38,9 +38,10 @@ pub struct Targets {
 
 impl Targets {
     /// The one target of a Projection: its own `namespace`, unless the copy named `copy_name`
-    /// there would be the source itself.
-    pub fn own_namespace(namespace: &str, source: &SourceRef, copy_name: &str) -> Self {
-        match self_copy(source, namespace, copy_name) {
+    /// there would be the source itself (`source`; `None` when the copy goes to another cluster,
+    /// where it cannot be).
+    pub fn own_namespace(namespace: &str, source: Option<&SourceRef>, copy_name: &str) -> Self {
+        match source.and_then(|source| self_copy(source, namespace, copy_name)) {
             Some(found) => Self {
                 skipped_source: Some(found),
                 ..Self::default()
@@ -115,7 +116,7 @@ impl TargetRule {
     pub fn resolve<'a>(
         &self,
         namespaces: impl IntoIterator<Item = &'a NamespaceInfo>,
-        source: &SourceRef,
+        source: Option<&SourceRef>,
         copy_name: &str,
     ) -> Targets {
         let mut targets = Targets::default();
@@ -140,7 +141,7 @@ impl TargetRule {
         };
         candidates.sort_by(|a, b| a.name.cmp(&b.name));
         for ns in candidates {
-            if let Some(found) = self_copy(source, &ns.name, copy_name) {
+            if let Some(found) = source.and_then(|source| self_copy(source, &ns.name, copy_name)) {
                 targets.skipped_source = Some(found);
             } else if ns.terminating {
                 targets.terminating.push(ns.name.clone());
@@ -159,15 +160,17 @@ pub fn targets_of<'a>(
     cr: &CrView<'_>,
     namespaces: impl IntoIterator<Item = &'a NamespaceInfo>,
 ) -> Result<Targets, String> {
+    // In another cluster no copy can be the source itself.
+    let source = cr.cluster.is_none().then_some(cr.source);
     match cr.namespaces {
         None => Ok(Targets::own_namespace(
             cr.home().unwrap_or_default(),
-            cr.source,
+            source,
             cr.copy_name,
         )),
         Some(destination) => {
             let rule = TargetRule::of(destination).map_err(|e| e.0)?;
-            Ok(rule.resolve(namespaces, cr.source, cr.copy_name))
+            Ok(rule.resolve(namespaces, source, cr.copy_name))
         }
     }
 }
@@ -209,7 +212,7 @@ mod tests {
             json!({"namespaces": ["c", "missing", "b", "a", "a"]}),
         ))
         .unwrap();
-        let t = rule.resolve(&cluster(), &source("cfg"), "copy");
+        let t = rule.resolve(&cluster(), Some(&source("cfg")), "copy");
         assert_eq!(t.write, ["a", "c"]);
         assert_eq!(t.pending, ["missing"]);
         assert_eq!(t.terminating, ["b"]);
@@ -221,7 +224,7 @@ mod tests {
             json!({"namespaceSelector": {"matchLabels": {"tier": "prod"}}}),
         ))
         .unwrap();
-        let t = rule.resolve(&cluster(), &source("cfg"), "cfg");
+        let t = rule.resolve(&cluster(), Some(&source("cfg")), "cfg");
         assert_eq!(t.write, ["a"]);
         assert_eq!(t.terminating, ["b"]);
         assert_eq!(
@@ -239,7 +242,7 @@ mod tests {
             {"key": "tier", "operator": "NotIn", "values": ["dev"]}]}})))
         .unwrap();
         assert_eq!(
-            rule.resolve(&cluster(), &source("cfg"), "copy").write,
+            rule.resolve(&cluster(), Some(&source("cfg")), "copy").write,
             ["a", "src"]
         );
     }

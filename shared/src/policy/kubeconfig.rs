@@ -5,6 +5,8 @@
 //! (a proxy), since whoever wrote the Secret would be acting through the controller. Each refusal
 //! names the field.
 
+use crate::api::kind::{CrView, Scope};
+use crate::policy::author::AccessQuestion;
 use base64::{Engine, engine::general_purpose::STANDARD};
 use serde_json::Value;
 use std::fmt;
@@ -53,6 +55,46 @@ impl fmt::Debug for RemoteAccess {
     }
 }
 
+/// The Secret key holding the kubeconfig of the cluster a CR's copies go to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KubeconfigSecret {
+    /// Its namespace: a Projection's own, or the controller's for a ClusterProjection (only the
+    /// platform team points copies at clusters for every namespace).
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The key of its data.
+    pub key: String,
+}
+
+impl KubeconfigSecret {
+    /// The Secret `cr` points to, if its copies go to another cluster; `controller_namespace` is
+    /// where a ClusterProjection's is.
+    pub fn of(cr: &CrView<'_>, controller_namespace: &str) -> Option<Self> {
+        let secret = cr.cluster?;
+        let namespace = match cr.scope {
+            Scope::OwnNamespace => cr.home().unwrap_or_default(),
+            Scope::Namespaces => controller_namespace,
+        };
+        Some(Self {
+            namespace: namespace.to_owned(),
+            name: secret.name.clone(),
+            key: secret.key().to_owned(),
+        })
+    }
+
+    /// What the CR's author is asked first: may they get this Secret? (Nobody points the controller
+    /// at credentials they could not read themselves.)
+    pub fn question(&self) -> AccessQuestion {
+        AccessQuestion::read_source("", "secrets", &self.namespace, &self.name)
+    }
+
+    /// `<namespace>/<name>`, for messages.
+    pub fn path(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
 /// Why a kubeconfig is refused, naming the field.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refused(pub String);
@@ -91,7 +133,9 @@ pub fn remote_access(kubeconfig: &Value) -> Result<RemoteAccess, Refused> {
         },
     };
     let Some((_, context)) = contexts.iter().find(|(name, _)| *name == context_name) else {
-        return refuse(format!("current-context {context_name:?} names no entry of contexts"));
+        return refuse(format!(
+            "current-context {context_name:?} names no entry of contexts"
+        ));
     };
     let field = |entry: &Value, key: &str| entry.get(key).and_then(Value::as_str).map(str::to_owned);
     let cluster_name = field(context, "cluster").unwrap_or_default();
@@ -187,10 +231,7 @@ pub fn remote_access(kubeconfig: &Value) -> Result<RemoteAccess, Refused> {
     let credentials = match (token, certificate, key) {
         (Some(token), None, None) => Credentials::Token(token),
         (None, Some(certificate), Some(key)) => Credentials::ClientCertificate {
-            certificate: decoded(
-                &certificate,
-                &at("users", &user_name, "client-certificate-data"),
-            )?,
+            certificate: decoded(&certificate, &at("users", &user_name, "client-certificate-data"))?,
             key: decoded(&key, &at("users", &user_name, "client-key-data"))?,
         },
         (None, None, None) => {
@@ -298,24 +339,116 @@ mod tests {
     #[test]
     fn nothing_that_runs_a_program_or_reads_a_file_of_the_controllers() {
         let table = [
-            (json!({}), json!({"exec": {"command": "/bin/sh"}}), "users[\"sa\"].exec would make the controller run a program"),
-            (json!({}), json!({"auth-provider": {"name": "gcp"}}), "users[\"sa\"].auth-provider would make the controller run a program"),
-            (json!({}), json!({"tokenFile": "/var/run/secrets/token"}), "users[\"sa\"].tokenFile names a file"),
-            (json!({}), json!({"token": null, "client-certificate": "/c", "client-key-data": "S0VZ"}), "users[\"sa\"].client-certificate names a file"),
-            (json!({"certificate-authority": "/etc/ca.crt"}), json!({}), "clusters[\"remote\"].certificate-authority names a file"),
-            (json!({"insecure-skip-tls-verify": true}), json!({}), "insecure-skip-tls-verify is not allowed"),
-            (json!({"proxy-url": "http://127.0.0.1:3128"}), json!({}), "proxy-url is not allowed"),
-            (json!({"server": "http://127.0.0.1:8080"}), json!({}), "server must be an https:// URL"),
-            (json!({}), json!({"username": "admin", "password": "x"}), "basic authentication is not supported"),
-            (json!({}), json!({"as": "system:admin"}), "users[\"sa\"].as is not allowed"),
-            (json!({}), json!({"token": null}), "user \"sa\" has no credentials"),
-            (json!({}), json!({"client-key-data": "S0VZ"}), "either a token or both"),
-            (json!({"certificate-authority-data": "not base64!"}), json!({}), "certificate-authority-data is not base64"),
+            (
+                json!({}),
+                json!({"exec": {"command": "/bin/sh"}}),
+                "users[\"sa\"].exec would make the controller run a program",
+            ),
+            (
+                json!({}),
+                json!({"auth-provider": {"name": "gcp"}}),
+                "users[\"sa\"].auth-provider would make the controller run a program",
+            ),
+            (
+                json!({}),
+                json!({"tokenFile": "/var/run/secrets/token"}),
+                "users[\"sa\"].tokenFile names a file",
+            ),
+            (
+                json!({}),
+                json!({"token": null, "client-certificate": "/c", "client-key-data": "S0VZ"}),
+                "users[\"sa\"].client-certificate names a file",
+            ),
+            (
+                json!({"certificate-authority": "/etc/ca.crt"}),
+                json!({}),
+                "clusters[\"remote\"].certificate-authority names a file",
+            ),
+            (
+                json!({"insecure-skip-tls-verify": true}),
+                json!({}),
+                "insecure-skip-tls-verify is not allowed",
+            ),
+            (
+                json!({"proxy-url": "http://127.0.0.1:3128"}),
+                json!({}),
+                "proxy-url is not allowed",
+            ),
+            (
+                json!({"server": "http://127.0.0.1:8080"}),
+                json!({}),
+                "server must be an https:// URL",
+            ),
+            (
+                json!({}),
+                json!({"username": "admin", "password": "x"}),
+                "basic authentication is not supported",
+            ),
+            (
+                json!({}),
+                json!({"as": "system:admin"}),
+                "users[\"sa\"].as is not allowed",
+            ),
+            (
+                json!({}),
+                json!({"token": null}),
+                "user \"sa\" has no credentials",
+            ),
+            (
+                json!({}),
+                json!({"client-key-data": "S0VZ"}),
+                "either a token or both",
+            ),
+            (
+                json!({"certificate-authority-data": "not base64!"}),
+                json!({}),
+                "certificate-authority-data is not base64",
+            ),
         ];
         for (cluster, user, expected) in table {
             let message = refused(&kubeconfig(cluster.clone(), user.clone()));
             assert!(message.contains(expected), "{cluster} {user}: {message}");
         }
+    }
+
+    #[test]
+    fn a_projections_secret_is_in_its_namespace_a_cluster_projections_in_the_controllers() {
+        use crate::api::{
+            crd::{ClusterProjection, Projection},
+            kind::ProjectionCr,
+        };
+        let source =
+            json!({"group": "", "version": "v1", "kind": "ConfigMap", "namespace": "src", "name": "cfg"});
+        let projection: Projection = serde_json::from_value(json!({
+            "apiVersion": "projection.sh/v1", "kind": "Projection",
+            "metadata": {"name": "p", "namespace": "team"},
+            "spec": {"source": source, "destination": {"kubeConfig": {"secretRef": {"name": "remote"}}}},
+        }))
+        .unwrap();
+        let secret = KubeconfigSecret::of(&projection.view(), "projection-system").expect("remote");
+        assert_eq!(
+            (secret.path(), secret.key.as_str()),
+            ("team/remote".to_owned(), "value")
+        );
+        assert_eq!(secret.question().describe(), "get secrets team/remote");
+
+        let cluster: ClusterProjection = serde_json::from_value(json!({
+            "apiVersion": "projection.sh/v1", "kind": "ClusterProjection",
+            "metadata": {"name": "c"},
+            "spec": {"source": source, "destination": {"namespaces": ["a"],
+                     "kubeConfig": {"secretRef": {"name": "fleet", "key": "eu.yaml"}}}},
+        }))
+        .unwrap();
+        let secret = KubeconfigSecret::of(&cluster.view(), "projection-system").expect("remote");
+        assert_eq!(secret.path(), "projection-system/fleet");
+        assert_eq!(secret.key, "eu.yaml");
+
+        let local: Projection = serde_json::from_value(json!({
+            "apiVersion": "projection.sh/v1", "kind": "Projection",
+            "metadata": {"name": "p", "namespace": "team"}, "spec": {"source": source},
+        }))
+        .unwrap();
+        assert_eq!(KubeconfigSecret::of(&local.view(), "projection-system"), None);
     }
 
     #[test]

@@ -222,7 +222,7 @@ pub async fn sweep(
     named: &[CopyAt],
     release: Release,
 ) -> Removal {
-    let owner = Owner::of_cr(cr);
+    let owner = cluster.owner_of(cr);
     let store = match cluster.watches.ensure(group_kind, resource, cr.scope).await {
         Ok(store) => Some(store),
         Err(e) if named.is_empty() => {

@@ -1,0 +1,356 @@
+//! Other clusters the copies go to (`spec.destination.kubeConfig`): each is reached with the
+//! kubeconfig of the Secret a CR points to, read at every pass (rotated credentials are used from
+//! the next pass on), checked by `shared::policy::kubeconfig` (inline credentials only: nothing runs,
+//! no file of ours is read) and turned into a client of its own. A cluster's copies are written
+//! through a [`CopyCluster`] of its own, with watches of our copies there only (one namespace for a
+//! Projection, so a credential bound to that namespace suffices), so everything the pass does
+//! locally it does there. A cluster no CR points to any more is dropped with its connections and
+//! watches. What fails is reported on the CR that points there, never on another.
+
+use crate::{
+    context::{CopyCluster, Destination, Settings},
+    error::describe,
+    impersonation::AuthorClients,
+    metrics::Metrics,
+    namespace_watch::Namespaces,
+    wake::Wake,
+    watches::{Reach, WatchRegistry},
+};
+use base64::{Engine, engine::general_purpose::STANDARD};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::{Api, Client, Config, config::AuthInfo};
+use sha2::{Digest, Sha256};
+use shared::{
+    api::{kind::CrName, reason::Reason},
+    policy::{
+        kubeconfig::{Credentials, KubeconfigSecret, RemoteAccess, remote_access},
+        write_as::CopyWriter,
+    },
+};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+use tokio::{sync::OnceCell, task::JoinHandle};
+
+/// How long connecting to another cluster may take: one that does not answer fails the pass soon,
+/// and the pass is retried with backoff.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why another cluster cannot take the copies now: the reason and the message of the CR's status.
+pub type Unusable = (Reason, String);
+
+/// One other cluster, reached with one kubeconfig.
+pub struct RemoteCluster {
+    /// The digest of the kubeconfig it was opened with: another value opens it again.
+    fingerprint: [u8; 32],
+    client: Client,
+    /// The identity of the CRs' own cluster, stamped on the copies.
+    identity: String,
+    settings: RemoteSettings,
+    /// Where the copies of Projections go, per namespace.
+    by_namespace: Mutex<HashMap<String, Arc<CopyCluster>>>,
+    /// Where the copies of ClusterProjections go, with the cluster's namespaces they select.
+    everywhere: OnceCell<(Arc<CopyCluster>, Arc<Namespaces>, NamespaceTask)>,
+}
+
+/// The namespace watch of a cluster, stopped with it.
+struct NamespaceTask(JoinHandle<()>);
+
+impl Drop for NamespaceTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// What every cluster's copies are written with.
+#[derive(Clone)]
+pub struct RemoteSettings {
+    metrics: Arc<Metrics>,
+    wake: Wake,
+    settings: Settings,
+}
+
+impl RemoteCluster {
+    /// The copies of one registry reaching `namespace` (`None`: every namespace).
+    fn copy_cluster(&self, namespace: Option<String>) -> Arc<CopyCluster> {
+        let watches = Arc::new(WatchRegistry::reaching(
+            Reach::Remote { namespace },
+            self.client.clone(),
+            self.settings.metrics.clone(),
+            self.settings.wake.clone(),
+            self.settings.settings.initial_list,
+        ));
+        let settings = &self.settings.settings;
+        Arc::new(CopyCluster {
+            client: self.client.clone(),
+            journal: watches.journal(),
+            watches,
+            concurrency: settings.write_concurrency.max(1),
+            recreate_on_immutable: settings.recreate_on_immutable.clone(),
+            // There the kubeconfig's identity is the only authority: its RBAC decides.
+            writer: CopyWriter::Controller,
+            author_clients: AuthorClients::new(self.client.clone()),
+            source_cluster: Some(self.identity.clone()),
+        })
+    }
+
+    /// Where a Projection of `namespace` writes its copy here.
+    fn in_namespace(&self, namespace: &str) -> Arc<CopyCluster> {
+        let mut by_namespace = self.by_namespace.lock().unwrap_or_else(|e| e.into_inner());
+        by_namespace
+            .entry(namespace.to_owned())
+            .or_insert_with(|| self.copy_cluster(Some(namespace.to_owned())))
+            .clone()
+    }
+
+    /// Where a ClusterProjection writes its copies here, and the namespaces it selects among.
+    async fn everywhere(&self) -> (Arc<CopyCluster>, Arc<Namespaces>) {
+        let (copies, namespaces, _) = self
+            .everywhere
+            .get_or_init(|| async {
+                let namespaces = Namespaces::new();
+                let task = tokio::spawn(namespaces.clone().run(
+                    self.client.clone(),
+                    self.settings.wake.clone(),
+                    self.settings.settings.initial_list,
+                ));
+                (self.copy_cluster(None), namespaces, NamespaceTask(task))
+            })
+            .await;
+        (copies.clone(), namespaces.clone())
+    }
+}
+
+/// Every other cluster a CR points to, by the Secret holding its kubeconfig.
+pub struct RemoteClusters {
+    /// The CRs' own cluster: where the Secrets are read, and whose identity the copies carry.
+    local: Client,
+    /// Where a ClusterProjection's Secret is.
+    controller_namespace: String,
+    settings: RemoteSettings,
+    /// The UID of the local `kube-system` namespace, read once.
+    identity: OnceCell<String>,
+    clusters: Mutex<Clusters>,
+}
+
+/// The open clusters and the CRs that use each.
+#[derive(Default)]
+struct Clusters {
+    open: HashMap<KubeconfigSecret, Arc<RemoteCluster>>,
+    used_by: HashMap<CrName, KubeconfigSecret>,
+}
+
+impl RemoteClusters {
+    /// No cluster open yet.
+    pub fn new(
+        local: Client,
+        controller_namespace: String,
+        metrics: Arc<Metrics>,
+        wake: Wake,
+        settings: Settings,
+    ) -> Self {
+        Self {
+            local,
+            controller_namespace,
+            settings: RemoteSettings {
+                metrics,
+                wake,
+                settings,
+            },
+            identity: OnceCell::new(),
+            clusters: Mutex::default(),
+        }
+    }
+
+    /// Where a ClusterProjection's kubeconfig Secret is.
+    pub fn controller_namespace(&self) -> &str {
+        &self.controller_namespace
+    }
+
+    /// The identity of the CRs' own cluster, stamped on every copy written elsewhere.
+    async fn identity(&self) -> Result<String, Unusable> {
+        self.identity
+            .get_or_try_init(|| async {
+                let namespace = Api::<Namespace>::all(self.local.clone())
+                    .get("kube-system")
+                    .await
+                    .map_err(|e| {
+                        (
+                            Reason::DestinationClusterUnreachable,
+                            format!(
+                                "cannot read this cluster's identity (the uid of namespace kube-system): {}",
+                                describe(&e)
+                            ),
+                        )
+                    })?;
+                Ok(namespace.metadata.uid.unwrap_or_default())
+            })
+            .await
+            .cloned()
+    }
+
+    /// Where the copies of `cr` go in the cluster of `secret` (in `namespace` for a Projection,
+    /// everywhere for a ClusterProjection): reads the Secret, checks its kubeconfig and opens the
+    /// cluster, or reuses it when the kubeconfig is the one it was opened with.
+    pub async fn destination(&self, cr: &CrName, secret: &KubeconfigSecret) -> Result<Destination, Unusable> {
+        let identity = self.identity().await?;
+        let cluster = self.open(cr, secret, identity).await?;
+        let (copies, namespaces) = match cr {
+            CrName::Projection { namespace, .. } => (cluster.in_namespace(namespace), None),
+            CrName::ClusterProjection { .. } => {
+                let (copies, namespaces) = cluster.everywhere().await;
+                (copies, Some(namespaces))
+            }
+        };
+        Ok(Destination { copies, namespaces })
+    }
+
+    /// The cluster of `secret`, opened for `cr`.
+    async fn open(
+        &self,
+        cr: &CrName,
+        secret: &KubeconfigSecret,
+        identity: String,
+    ) -> Result<Arc<RemoteCluster>, Unusable> {
+        let kubeconfig = self.read_kubeconfig(secret).await?;
+        let fingerprint: [u8; 32] = Sha256::digest(&kubeconfig).into();
+        let mut clusters = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
+        clusters.used_by.insert(cr.clone(), secret.clone());
+        if let Some(open) = clusters.open.get(secret).filter(|c| c.fingerprint == fingerprint) {
+            return Ok(open.clone());
+        }
+        let invalid = |message: String| (Reason::DestinationClusterInvalid, message);
+        let value: serde_json::Value = serde_yaml::from_slice(&kubeconfig).map_err(|e| {
+            invalid(format!(
+                "key {:?} of Secret {} is not a kubeconfig: {e}",
+                secret.key,
+                secret.path()
+            ))
+        })?;
+        let access = remote_access(&value).map_err(|refused| {
+            invalid(format!(
+                "the kubeconfig in Secret {} (key {:?}) is refused: {refused}",
+                secret.path(),
+                secret.key
+            ))
+        })?;
+        let client = client_of(&access).map_err(|message| {
+            invalid(format!(
+                "the kubeconfig in Secret {} (key {:?}) cannot be used: {message}",
+                secret.path(),
+                secret.key
+            ))
+        })?;
+        // A new kubeconfig (rotated credentials, or a cluster not open yet): the old connections
+        // and watches go when the last pass holding them ends.
+        let cluster = Arc::new(RemoteCluster {
+            fingerprint,
+            client,
+            identity,
+            settings: self.settings.clone(),
+            by_namespace: Mutex::default(),
+            everywhere: OnceCell::new(),
+        });
+        clusters.open.insert(secret.clone(), cluster.clone());
+        tracing::info!(secret = %secret.path(), key = %secret.key, server = %access.server, "opened another cluster");
+        Ok(cluster)
+    }
+
+    /// The kubeconfig in `secret`, read as the controller (after the CR's author was found allowed
+    /// to read it).
+    async fn read_kubeconfig(&self, secret: &KubeconfigSecret) -> Result<Vec<u8>, Unusable> {
+        let api = Api::<Secret>::namespaced(self.local.clone(), &secret.namespace);
+        let found = api.get_opt(&secret.name).await.map_err(|e| match &e {
+            kube::Error::Api(s) if s.code == 403 => (
+                Reason::DestinationClusterForbidden,
+                format!(
+                    "the controller may not get Secret {}: {}",
+                    secret.path(),
+                    describe(&e)
+                ),
+            ),
+            _ => (
+                Reason::DestinationClusterUnreachable,
+                format!("reading Secret {} failed: {}", secret.path(), describe(&e)),
+            ),
+        })?;
+        let Some(found) = found else {
+            return Err((
+                Reason::DestinationClusterInvalid,
+                format!("Secret {} holding the kubeconfig does not exist", secret.path()),
+            ));
+        };
+        found
+            .data
+            .and_then(|mut data| data.remove(&secret.key))
+            .map(|bytes| bytes.0)
+            .ok_or_else(|| {
+                (
+                    Reason::DestinationClusterInvalid,
+                    format!("Secret {} has no key {:?}", secret.path(), secret.key),
+                )
+            })
+    }
+
+    /// Forgets that `cr` writes into another cluster (it is gone, or writes here now): a cluster
+    /// no CR uses any more is dropped, and a namespace of it no Projection writes in any more.
+    pub fn forget(&self, cr: &CrName) {
+        let mut clusters = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(secret) = clusters.used_by.remove(cr) else {
+            return;
+        };
+        let users: Vec<&CrName> = clusters
+            .used_by
+            .iter()
+            .filter(|(_, s)| **s == secret)
+            .map(|(user, _)| user)
+            .collect();
+        if users.is_empty() {
+            clusters.open.remove(&secret);
+            tracing::info!(secret = %secret.path(), "closed another cluster: no CR writes there any more");
+            return;
+        }
+        if let CrName::Projection { namespace, .. } = cr {
+            let still: HashSet<&str> = users.iter().filter_map(|u| u.namespace()).collect();
+            if !still.contains(namespace.as_str())
+                && let Some(cluster) = clusters.open.get(&secret)
+            {
+                cluster
+                    .by_namespace
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(namespace);
+            }
+        }
+    }
+}
+
+/// A client for the cluster of `access`, built from its parts only: kube's kubeconfig loaders are
+/// not used, so nothing but what `remote_access` accepted can reach it.
+fn client_of(access: &RemoteAccess) -> Result<Client, String> {
+    let url = access
+        .server
+        .parse()
+        .map_err(|e| format!("server {:?}: {e}", access.server))?;
+    let mut config = Config::new(url);
+    config.tls_server_name = access.tls_server_name.clone();
+    config.connect_timeout = Some(CONNECT_TIMEOUT);
+    if let Some(pem) = &access.certificate_authority {
+        let certificates = pem::parse_many(pem).map_err(|e| format!("certificate-authority-data: {e}"))?;
+        if certificates.is_empty() {
+            return Err("certificate-authority-data holds no PEM certificate".into());
+        }
+        config.root_cert = Some(certificates.into_iter().map(|c| c.into_contents()).collect());
+    }
+    let auth = match &access.credentials {
+        Credentials::Token(token) => serde_json::json!({"token": token}),
+        Credentials::ClientCertificate { certificate, key } => serde_json::json!({
+            "client-certificate-data": STANDARD.encode(certificate),
+            "client-key-data": STANDARD.encode(key),
+        }),
+    };
+    config.auth_info = serde_json::from_value::<AuthInfo>(auth).map_err(|e| e.to_string())?;
+    runtime::kube_client::client_for(config).map_err(|e| describe(&e))
+}

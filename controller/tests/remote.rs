@@ -1,0 +1,331 @@
+//! Copies written into another cluster (`spec.destination.kubeConfig`), against two real control
+//! planes on loopback: the one the CRs live in, and the second one `scripts/test.sh` starts
+//! (`tests/control-plane/remote.sh`). The controller reaches the second with a ServiceAccount's
+//! token, allowed only what each test grants, as a platform team would set it up.
+
+mod common;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::{Api, Client, api::DeleteParams};
+use projection_tests::{
+    ClusterScopedGuard, free_port,
+    remote::{
+        RemoteNamespace, remote_client, remote_server_and_ca, service_account_kubeconfig, token_kubeconfig,
+    },
+};
+use serde_json::{Value, json};
+use shared::api::{
+    crd::ClusterProjection,
+    keys::{OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_PROJECTION, SOURCE_CLUSTER},
+};
+
+use common::*;
+
+/// What the controller's ServiceAccount in the other cluster may do with ConfigMaps where copies
+/// go: everything a copy needs, nothing else.
+fn copy_rules() -> Value {
+    json!([{"apiGroups": [""], "resources": ["configmaps"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}])
+}
+
+/// Writes the kubeconfig `text` into the Secret `name` of `namespace` (key `value`, Flux's default).
+async fn kubeconfig_secret(client: &Client, namespace: &str, name: &str, text: &str) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": name}, "stringData": {"value": text}
+    }))
+    .expect("a Secret");
+    let params = kube::api::PatchParams::apply("projection-tests").force();
+    secrets
+        .patch(name, &params, &kube::api::Patch::Apply(&secret))
+        .await
+        .unwrap_or_else(|e| panic!("cannot write Secret {namespace}/{name}: {e}"));
+}
+
+/// The UID of the local cluster's `kube-system`: the identity its copies carry elsewhere.
+async fn local_identity(client: &Client) -> String {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .get("kube-system")
+        .await
+        .expect("kube-system")
+        .metadata
+        .uid
+        .expect("a uid")
+}
+
+fn annotation<'a>(cm: &'a ConfigMap, key: &str) -> Option<&'a str> {
+    cm.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+#[tokio::test]
+async fn a_projection_writes_its_copy_into_another_cluster_and_keeps_it_there() {
+    let env = env("remote-p").await;
+    let (src, dst) = env.names();
+    let remote = remote_client().await;
+    // The copy lands in the namespace of the Projection's namespace's name there.
+    let there = RemoteNamespace::create_named(&remote, &dst, json!({})).await;
+    let kubeconfig =
+        service_account_kubeconfig(&remote, (there.name(), "copies"), (&[&dst], copy_rules()), None).await;
+    kubeconfig_secret(&env.client, &dst, "other-cluster", &kubeconfig).await;
+    let _controller = controller(&[]).await;
+
+    source_configmap(&env.api(&src), "settings", json!({"level": "1"})).await;
+    let remote_copies: Api<ConfigMap> = Api::namespaced(remote.clone(), &dst);
+    create(
+        &env.projections(),
+        projection(
+            "p",
+            cm_source(&src, "settings"),
+            json!({"destination": {"kubeConfig": {"secretRef": {"name": "other-cluster"}}}}),
+        ),
+    )
+    .await;
+    wait_ready(&env.projections(), "p").await;
+    let identity = local_identity(&env.client).await;
+    let copy = wait_object(
+        &remote_copies,
+        "settings",
+        "the copy in the other cluster",
+        |cm| data_of(cm)["level"] == "1",
+    )
+    .await;
+    assert_eq!(
+        annotation(&copy, OWNED_BY_PROJECTION),
+        Some(format!("{dst}/p").as_str())
+    );
+    assert_eq!(
+        annotation(&copy, SOURCE_CLUSTER),
+        Some(identity.as_str()),
+        "the copy names the cluster its CR is in"
+    );
+    let local_copies: Api<ConfigMap> = env.api(&dst);
+    assert!(
+        local_copies.get_opt("settings").await.expect("get").is_none(),
+        "nothing is written in the CR's own cluster"
+    );
+
+    // A source edit reaches the other cluster; a copy deleted there comes back.
+    merge(
+        &env.api::<ConfigMap>(&src),
+        "settings",
+        json!({"data": {"level": "2"}}),
+    )
+    .await;
+    wait_object(
+        &remote_copies,
+        "settings",
+        "the edit in the other cluster",
+        |cm| data_of(cm)["level"] == "2",
+    )
+    .await;
+    delete(&remote_copies, "settings").await;
+    wait_object(
+        &remote_copies,
+        "settings",
+        "the copy healed in the other cluster",
+        |cm| data_of(cm)["level"] == "2",
+    )
+    .await;
+
+    // Rotated credentials: another ServiceAccount's token in the Secret, the first one gone. The
+    // next pass (a source edit) opens the cluster with the new kubeconfig.
+    let rotated =
+        service_account_kubeconfig(&remote, (there.name(), "copies-2"), (&[&dst], copy_rules()), None).await;
+    kubeconfig_secret(&env.client, &dst, "other-cluster", &rotated).await;
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(remote.clone(), &dst);
+    delete(&accounts, "copies").await;
+    merge(
+        &env.api::<ConfigMap>(&src),
+        "settings",
+        json!({"data": {"level": "3"}}),
+    )
+    .await;
+    wait_object(
+        &remote_copies,
+        "settings",
+        "the edit written with the rotated credentials",
+        |cm| data_of(cm)["level"] == "3",
+    )
+    .await;
+
+    // Deleting the Projection removes its copy from the other cluster.
+    delete(&env.projections(), "p").await;
+    wait_absent(
+        &remote_copies,
+        "settings",
+        "the copy in the other cluster removed",
+    )
+    .await;
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_cluster_projection_writes_into_the_namespaces_of_another_cluster() {
+    let env = env("remote-cp").await;
+    let (src, controller_namespace) = env.names();
+    let remote = remote_client().await;
+    let listed = [
+        RemoteNamespace::create(&remote, "list").await,
+        RemoteNamespace::create(&remote, "list").await,
+    ];
+    let selected = RemoteNamespace::create(&remote, "sel").await;
+    let home = RemoteNamespace::create(&remote, "home").await;
+    // Watching the copies everywhere and selecting namespaces needs a ClusterRole; writing, a Role
+    // in each namespace written (here every one, through the same ClusterRole).
+    let cluster_rules = json!([
+        {"apiGroups": [""], "resources": ["configmaps"],
+         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+    ]);
+    let kubeconfig = service_account_kubeconfig(
+        &remote,
+        (home.name(), "copies"),
+        (&[], json!([])),
+        Some(cluster_rules),
+    )
+    .await;
+    // A ClusterProjection's Secret is in the controller's namespace.
+    kubeconfig_secret(&env.client, &controller_namespace, "fleet", &kubeconfig).await;
+    let _controller = controller(&["--controller-namespace", &controller_namespace]).await;
+
+    source_configmap(&env.api(&src), "ca", json!({"bundle": "pem"})).await;
+    let cps: Api<ClusterProjection> = Api::all(env.client.clone());
+    let names: Vec<&str> = listed.iter().map(RemoteNamespace::name).collect();
+    let listing = format!("{controller_namespace}-list");
+    let _listing_guard = ClusterScopedGuard::new("clusterprojection", &listing);
+    create_cluster_projection(
+        &cps,
+        &listing,
+        json!({"source": cm_source(&src, "ca"),
+               "destination": {"namespaces": names, "kubeConfig": {"secretRef": {"name": "fleet"}}}}),
+    )
+    .await;
+    for namespace in &names {
+        let copies: Api<ConfigMap> = Api::namespaced(remote.clone(), namespace);
+        let copy = wait_object(
+            &copies,
+            "ca",
+            "a listed namespace's copy in the other cluster",
+            |cm| data_of(cm)["bundle"] == "pem",
+        )
+        .await;
+        assert_eq!(
+            annotation(&copy, OWNED_BY_CLUSTER_PROJECTION),
+            Some(listing.as_str())
+        );
+    }
+
+    // A selector is evaluated among the other cluster's namespaces, as their labels change.
+    let selecting = format!("{controller_namespace}-sel");
+    let _selecting_guard = ClusterScopedGuard::new("clusterprojection", &selecting);
+    let label = format!("projection-test-{controller_namespace}");
+    create_cluster_projection(
+        &cps,
+        &selecting,
+        json!({"source": cm_source(&src, "ca"),
+               "destination": {"namespaceSelector": {"matchLabels": {label.clone(): "yes"}},
+                               "name": "ca-selected", "kubeConfig": {"secretRef": {"name": "fleet"}}}}),
+    )
+    .await;
+    let remote_namespaces: Api<Namespace> = Api::all(remote.clone());
+    merge(
+        &remote_namespaces,
+        selected.name(),
+        json!({"metadata": {"labels": {label.clone(): "yes"}}}),
+    )
+    .await;
+    let selected_copies: Api<ConfigMap> = Api::namespaced(remote.clone(), selected.name());
+    wait_object(
+        &selected_copies,
+        "ca-selected",
+        "the copy in the namespace labelled there",
+        |_| true,
+    )
+    .await;
+    merge(
+        &remote_namespaces,
+        selected.name(),
+        json!({"metadata": {"labels": {label: null}}}),
+    )
+    .await;
+    wait_absent(&selected_copies, "ca-selected", "the copy gone with the label").await;
+
+    // Deleting the ClusterProjection removes every copy it wrote there.
+    cps.delete(&listing, &DeleteParams::default())
+        .await
+        .expect("delete");
+    for namespace in &names {
+        let copies: Api<ConfigMap> = Api::namespaced(remote.clone(), namespace);
+        wait_absent(&copies, "ca", "the listed copies removed from the other cluster").await;
+    }
+    cps.delete(&selecting, &DeleteParams::default())
+        .await
+        .expect("delete");
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_kubeconfig_that_runs_a_program_is_refused_and_a_cluster_that_does_not_answer_holds_only_its_cr() {
+    let env = env("remote-bad").await;
+    let (src, dst) = env.names();
+    let (_, ca) = remote_server_and_ca();
+    let runs_a_program = json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "x", "cluster": {"server": "https://127.0.0.1:17443"}}],
+        "users": [{"name": "x", "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1",
+                                                   "command": "/bin/touch", "args": ["/tmp/projection-test-ran"]}}}],
+        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
+    });
+    kubeconfig_secret(
+        &env.client,
+        &dst,
+        "runs-a-program",
+        &serde_yaml::to_string(&runs_a_program).unwrap(),
+    )
+    .await;
+    // Nothing listens on this loopback port.
+    let nowhere = token_kubeconfig(&format!("https://127.0.0.1:{}", free_port()), &ca, "token");
+    kubeconfig_secret(&env.client, &dst, "nowhere", &nowhere).await;
+    let _controller = controller(&[]).await;
+
+    source_configmap(&env.api(&src), "cfg", json!({"k": "v"})).await;
+    let to = |secret: &str| json!({"destination": {"name": format!("cfg-{secret}"), "kubeConfig": {"secretRef": {"name": secret}}}});
+    create(
+        &env.projections(),
+        projection("exec", cm_source(&src, "cfg"), to("runs-a-program")),
+    )
+    .await;
+    create(
+        &env.projections(),
+        projection("nowhere", cm_source(&src, "cfg"), to("nowhere")),
+    )
+    .await;
+    create(
+        &env.projections(),
+        projection("here", cm_source(&src, "cfg"), json!({})),
+    )
+    .await;
+
+    let refused = wait_not_ready(&env.projections(), "exec", "DestinationClusterInvalid").await;
+    let message = refused["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("users[\"x\"].exec would make the controller run a program"),
+        "{message}"
+    );
+    let unreachable = wait_not_ready(&env.projections(), "nowhere", "DestinationClusterUnreachable").await;
+    assert!(
+        unreachable["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("did not answer"),
+        "{unreachable}"
+    );
+    // The local path is not held up by either.
+    wait_ready(&env.projections(), "here").await;
+    assert!(
+        !std::path::Path::new("/tmp/projection-test-ran").exists(),
+        "the exec plugin was run"
+    );
+    env.finish().await;
+}
