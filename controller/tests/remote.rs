@@ -6,7 +6,10 @@
 mod common;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use kube::{Api, Client, api::DeleteParams};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, Patch, PatchParams},
+};
 use projection_tests::{
     ClusterScopedGuard, free_port,
     remote::{
@@ -104,6 +107,23 @@ async fn a_projection_writes_its_copy_into_another_cluster_and_keeps_it_there() 
         local_copies.get_opt("settings").await.expect("get").is_none(),
         "nothing is written in the CR's own cluster"
     );
+    // Where the copies go cannot change under them (they would be left behind): the CRD refuses.
+    for edit in [
+        json!({"spec": {"destination": {"kubeConfig": null}}}),
+        json!({"spec": {"destination": {"kubeConfig": {"secretRef": {"name": "elsewhere"}}}}}),
+    ] {
+        let refused = env
+            .projections()
+            .patch("p", &PatchParams::default(), &Patch::Merge(&edit))
+            .await
+            .expect_err("the edit is refused");
+        assert!(
+            refused
+                .to_string()
+                .contains("destination.kubeConfig cannot change"),
+            "{refused}"
+        );
+    }
 
     // A source edit reaches the other cluster; a copy deleted there comes back.
     merge(
@@ -327,5 +347,59 @@ async fn a_kubeconfig_that_runs_a_program_is_refused_and_a_cluster_that_does_not
         !std::path::Path::new("/tmp/projection-test-ran").exists(),
         "the exec plugin was run"
     );
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn an_author_who_may_not_read_the_kubeconfig_secret_writes_nothing_there() {
+    let env = env("remote-author").await;
+    let (src, dst) = env.names();
+    let remote = remote_client().await;
+    let there = RemoteNamespace::create_named(&remote, &dst, json!({})).await;
+    let kubeconfig =
+        service_account_kubeconfig(&remote, (there.name(), "copies"), (&[&dst], copy_rules()), None).await;
+    kubeconfig_secret(&env.client, &dst, "other-cluster", &kubeconfig).await;
+    let _controller = controller(&["--author-access=enforce"]).await;
+    let user = format!("tenant-{dst}");
+    // The author may read the source, not the Secret.
+    grant(&env.client, &src, &user, rule("", "configmaps", "get")).await;
+    source_configmap(&env.api(&src), "settings", json!({"level": "1"})).await;
+    let mut cr = projection(
+        "p",
+        cm_source(&src, "settings"),
+        json!({"destination": {"kubeConfig": {"secretRef": {"name": "other-cluster"}}}}),
+    );
+    cr["metadata"]["annotations"] = json!({shared::policy::author::AUTHOR: record(&user, &[])});
+    create(&env.projections(), cr).await;
+    let denied = wait_not_ready(&env.projections(), "p", "DestinationClusterForbidden").await;
+    let message = denied["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "the author {user} may not get secrets {dst}/other-cluster"
+        )),
+        "{message}"
+    );
+    let remote_copies: Api<ConfigMap> = Api::namespaced(remote.clone(), &dst);
+    assert!(
+        remote_copies.get_opt("settings").await.expect("get").is_none(),
+        "a copy was written with credentials its author may not read"
+    );
+
+    // Allowed to read that Secret: the retry writes the copy there.
+    grant(
+        &env.client,
+        &dst,
+        &user,
+        json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["other-cluster"]}),
+    )
+    .await;
+    wait_ready(&env.projections(), "p").await;
+    wait_object(
+        &remote_copies,
+        "settings",
+        "the copy in the other cluster",
+        |cm| data_of(cm)["level"] == "1",
+    )
+    .await;
     env.finish().await;
 }

@@ -12,7 +12,7 @@ use common::{
 };
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Secret},
-    rbac::v1::{Role, RoleBinding},
+    rbac::v1::RoleBinding,
 };
 use kube::{Api, Client, api::PostParams};
 use projection_tests::{
@@ -21,7 +21,7 @@ use projection_tests::{
 use serde_json::{Value, json};
 use shared::{
     api::crd::{ClusterProjection, Projection},
-    policy::author::{AUTHOR, Author},
+    policy::author::AUTHOR,
 };
 
 /// A client acting as `user` in `groups` (the admin impersonating them, as `kubectl --as`).
@@ -30,41 +30,6 @@ async fn client_as(user: &str, groups: &[&str]) -> Client {
     config.auth_info.impersonate = Some(user.to_owned());
     config.auth_info.impersonate_groups = Some(groups.iter().map(|g| (*g).to_owned()).collect());
     Client::try_from(config).expect("impersonating client")
-}
-
-/// The record the webhook writes for `user`: impersonated users get `system:authenticated` too.
-fn record(user: &str, groups: &[&str]) -> String {
-    let mut all: Vec<String> = groups.iter().map(|g| (*g).to_owned()).collect();
-    all.push("system:authenticated".to_owned());
-    Author::of(user, &all).expect("recordable").record()
-}
-
-/// Grants `user` the `verbs` on `resources` (core group unless `group`) in `namespace`, optionally
-/// on `names` only.
-async fn grant(client: &Client, namespace: &str, user: &str, rule: Value) {
-    let name = format!("grant-{}", rand_suffix(user, &rule));
-    let roles: Api<Role> = Api::namespaced(client.clone(), namespace);
-    create(&roles, json!({"metadata": {"name": name}, "rules": [rule]})).await;
-    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), namespace);
-    create(
-        &bindings,
-        json!({"metadata": {"name": name},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}),
-    )
-    .await;
-}
-
-/// An RBAC rule: `verb` on `resource` of `group`.
-fn rule(group: &str, resource: &str, verb: &str) -> Value {
-    json!({"apiGroups": [group], "resources": [resource], "verbs": [verb]})
-}
-
-fn rand_suffix(user: &str, rule: &Value) -> String {
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    let mut h = DefaultHasher::new();
-    (user, rule.to_string()).hash(&mut h);
-    format!("{:x}", h.finish())
 }
 
 /// A tenant of `namespace`: manages Projections and ConfigMaps there.

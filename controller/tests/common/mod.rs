@@ -5,7 +5,11 @@
 pub mod account;
 
 use k8s_openapi::{
-    api::core::v1::ConfigMap, apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    api::{
+        core::v1::ConfigMap,
+        rbac::v1::{Role, RoleBinding},
+    },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
 use kube::{
     Api, Client,
@@ -16,7 +20,10 @@ use projection_tests::{
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use shared::api::crd::{ClusterProjection, Projection};
+use shared::{
+    api::crd::{ClusterProjection, Projection},
+    policy::author::Author,
+};
 use std::{fmt::Debug, path::Path, time::Duration};
 
 pub const TIMEOUT: Duration = Duration::from_secs(20);
@@ -529,4 +536,39 @@ pub fn widgets(client: &Client, group: &str, version: &str, namespace: &str) -> 
         plural: "widgets".into(),
     };
     Api::namespaced_with(client.clone(), namespace, &resource)
+}
+
+/// The record the webhook writes for `user`: impersonated users get `system:authenticated` too.
+pub fn record(user: &str, groups: &[&str]) -> String {
+    let mut all: Vec<String> = groups.iter().map(|g| (*g).to_owned()).collect();
+    all.push("system:authenticated".to_owned());
+    Author::of(user, &all).expect("recordable").record()
+}
+
+/// Grants `user` the `verbs` on `resources` (core group unless `group`) in `namespace`, optionally
+/// on `names` only.
+pub async fn grant(client: &Client, namespace: &str, user: &str, rule: Value) {
+    let name = format!("grant-{}", rand_suffix(user, &rule));
+    let roles: Api<Role> = Api::namespaced(client.clone(), namespace);
+    create(&roles, json!({"metadata": {"name": name}, "rules": [rule]})).await;
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), namespace);
+    create(
+        &bindings,
+        json!({"metadata": {"name": name},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}),
+    )
+    .await;
+}
+
+/// An RBAC rule: `verb` on `resource` of `group`.
+pub fn rule(group: &str, resource: &str, verb: &str) -> Value {
+    json!({"apiGroups": [group], "resources": [resource], "verbs": [verb]})
+}
+
+pub fn rand_suffix(user: &str, rule: &Value) -> String {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    (user, rule.to_string()).hash(&mut h);
+    format!("{:x}", h.finish())
 }

@@ -194,6 +194,9 @@ pub struct AppliedOnce {
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
+#[x_kube(
+    validation = Rule::new("(has(self.destination) && has(self.destination.kubeConfig)) == (has(oldSelf.destination) && has(oldSelf.destination.kubeConfig)) && (!has(self.destination) || !has(self.destination.kubeConfig) || self.destination.kubeConfig == oldSelf.destination.kubeConfig)").message("destination.kubeConfig cannot change: delete the Projection (its copy goes with it) and create it again to write into another cluster")
+)]
 #[serde(rename_all = "camelCase")]
 pub struct ProjectionSpec {
     /// The object to mirror.
@@ -252,7 +255,8 @@ pub struct CopyControls {
 #[x_kube(
     validation = Rule::new("!(has(self.namespaces) && has(self.namespaceSelector))").message("namespaces and namespaceSelector are mutually exclusive"),
     validation = Rule::new("has(self.namespaces) || has(self.namespaceSelector)").message("one of namespaces or namespaceSelector must be set"),
-    validation = Rule::new("!has(self.namespaceSelector) || (has(self.namespaceSelector.matchLabels) && size(self.namespaceSelector.matchLabels) > 0) || (has(self.namespaceSelector.matchExpressions) && size(self.namespaceSelector.matchExpressions) > 0)").message("namespaceSelector must not be empty: an empty selector would select every namespace")
+    validation = Rule::new("!has(self.namespaceSelector) || (has(self.namespaceSelector.matchLabels) && size(self.namespaceSelector.matchLabels) > 0) || (has(self.namespaceSelector.matchExpressions) && size(self.namespaceSelector.matchExpressions) > 0)").message("namespaceSelector must not be empty: an empty selector would select every namespace"),
+    validation = Rule::new("has(self.kubeConfig) == has(oldSelf.kubeConfig) && (!has(self.kubeConfig) || self.kubeConfig == oldSelf.kubeConfig)").message("destination.kubeConfig cannot change: delete the ClusterProjection (its copies go with it) and create it again to write into another cluster")
 )]
 pub struct ClusterProjectionDestination {
     /// An explicit set of target namespaces.
