@@ -34,9 +34,11 @@ use std::{
 };
 use tokio::{sync::OnceCell, task::JoinHandle};
 
-/// How long connecting to another cluster may take: one that does not answer fails the pass soon,
-/// and the pass is retried with backoff.
+/// How long connecting to another cluster may take, and waiting for its answer to a request: one
+/// that does not answer fails the pass soon (`DestinationClusterUnreachable`), and the pass is
+/// retried with backoff, instead of holding a reconcile for the minute a local request may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Why another cluster cannot take the copies now: the reason and the message of the CR's status.
 pub type Unusable = (Reason, String);
@@ -352,5 +354,9 @@ fn client_of(access: &RemoteAccess) -> Result<Client, String> {
         }),
     };
     config.auth_info = serde_json::from_value::<AuthInfo>(auth).map_err(|e| e.to_string())?;
-    runtime::kube_client::client_for(config).map_err(|e| describe(&e))
+    let timeouts = runtime::kube_client::Timeouts {
+        response: RESPONSE_TIMEOUT,
+        ..runtime::kube_client::Timeouts::for_config(&config)
+    };
+    runtime::kube_client::client_with_timeouts(config, timeouts).map_err(|e| describe(&e))
 }

@@ -11,10 +11,13 @@ use kube::{
     api::{DeleteParams, Patch, PatchParams},
 };
 use projection_tests::{
-    ClusterScopedGuard, free_port,
+    ClusterScopedGuard,
+    black_hole::BlackHoleProxy,
+    free_port,
     remote::{
         RemoteNamespace, remote_client, remote_server_and_ca, service_account_kubeconfig, token_kubeconfig,
     },
+    wait_for,
 };
 use serde_json::{Value, json};
 use shared::api::{
@@ -399,6 +402,104 @@ async fn an_author_who_may_not_read_the_kubeconfig_secret_writes_nothing_there()
         "settings",
         "the copy in the other cluster",
         |cm| data_of(cm)["level"] == "1",
+    )
+    .await;
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_cluster_that_stops_answering_holds_only_its_cr_and_is_caught_up_when_it_answers_again() {
+    let env = env("remote-gone").await;
+    let (src, dst) = env.names();
+    let remote = remote_client().await;
+    let there = RemoteNamespace::create_named(&remote, &dst, json!({})).await;
+    // The controller reaches the other cluster through a proxy whose path the test cuts: every
+    // connection stays open and nothing comes back, as behind a dead route.
+    let (server, _) = remote_server_and_ca();
+    let upstream: std::net::SocketAddr = server
+        .trim_start_matches("https://")
+        .parse()
+        .expect("the second apiserver's address");
+    let proxy = BlackHoleProxy::start(upstream).await.expect("the proxy");
+    let through_proxy =
+        service_account_kubeconfig(&remote, (there.name(), "copies"), (&[&dst], copy_rules()), None)
+            .await
+            .replace(&server, &format!("https://{}", proxy.addr()));
+    kubeconfig_secret(&env.client, &dst, "other-cluster", &through_proxy).await;
+    let _controller = controller(&[]).await;
+
+    source_configmap(&env.api(&src), "settings", json!({"level": "1"})).await;
+    let to_other = json!({"destination": {"kubeConfig": {"secretRef": {"name": "other-cluster"}}}});
+    create(
+        &env.projections(),
+        projection("p", cm_source(&src, "settings"), to_other),
+    )
+    .await;
+    create(
+        &env.projections(),
+        projection(
+            "here",
+            cm_source(&src, "settings"),
+            json!({"destination": {"name": "local"}}),
+        ),
+    )
+    .await;
+    wait_ready(&env.projections(), "p").await;
+    let remote_copies: Api<ConfigMap> = Api::namespaced(remote.clone(), &dst);
+    wait_object(
+        &remote_copies,
+        "settings",
+        "the copy in the other cluster",
+        |_| true,
+    )
+    .await;
+
+    proxy.black_hole();
+    merge(
+        &env.api::<ConfigMap>(&src),
+        "settings",
+        json!({"data": {"level": "2"}}),
+    )
+    .await;
+    // The local copy follows at once; the CR writing over there reports its cluster, once the
+    // request to it times out (15 s).
+    let local_copies: Api<ConfigMap> = env.api(&dst);
+    wait_object(&local_copies, "local", "the local copy, not held up", |cm| {
+        data_of(cm)["level"] == "2"
+    })
+    .await;
+    let projections = env.projections();
+    let unreachable = wait_for(
+        "p Ready=False DestinationClusterUnreachable",
+        std::time::Duration::from_secs(45),
+        || async {
+            let p = projections.get("p").await.map_err(|e| e.to_string())?;
+            let conditions = p.status.map(|s| s.copy.conditions).unwrap_or_default();
+            match condition(&conditions, "Ready") {
+                Some(c) if c.reason == "DestinationClusterUnreachable" => Ok(c.clone()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(unreachable.status, "False");
+
+    // The path comes back: the retry (with backoff) writes the edit there.
+    proxy.restore();
+    wait_for("p Ready again", std::time::Duration::from_secs(45), || async {
+        let p = projections.get("p").await.map_err(|e| e.to_string())?;
+        let conditions = p.status.map(|s| s.copy.conditions).unwrap_or_default();
+        match condition(&conditions, "Ready") {
+            Some(c) if c.status == "True" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    wait_object(
+        &remote_copies,
+        "settings",
+        "the edit caught up over there",
+        |cm| data_of(cm)["level"] == "2",
     )
     .await;
     env.finish().await;

@@ -270,6 +270,18 @@ impl Reason {
         }
     }
 
+    /// What this failure of a call to another cluster (`spec.destination.kubeConfig`) is reported
+    /// as, by the HTTP status it answered (`None`: no answer, a connection that failed or timed
+    /// out): the cluster not answering, or refusing the kubeconfig's credentials, is the
+    /// cluster's reason, not the copy's.
+    pub fn in_other_cluster(self, answered: Option<u16>) -> Self {
+        match answered {
+            None => Self::DestinationClusterUnreachable,
+            Some(401 | 403) => Self::DestinationClusterForbidden,
+            Some(_) => self,
+        }
+    }
+
     /// The reason named by a wire string, if it is one of ours.
     pub fn parse(wire: &str) -> Option<Self> {
         Self::ALL.iter().copied().find(|r| r.as_str() == wire)
@@ -344,6 +356,25 @@ mod tests {
             results,
             ["success", "conflict", "destination_error", "source_error"]
         );
+    }
+
+    #[test]
+    fn a_failed_call_to_another_cluster_is_the_clusters_unless_it_answered_otherwise() {
+        use Reason::*;
+        let table = [
+            (DestinationUpdateFailed, None, DestinationClusterUnreachable),
+            (DestinationCreateFailed, Some(401), DestinationClusterForbidden),
+            (DestinationFetchFailed, Some(403), DestinationClusterForbidden),
+            (DestinationUpdateFailed, Some(422), DestinationUpdateFailed),
+            (DestinationCreateFailed, Some(500), DestinationCreateFailed),
+        ];
+        for (reason, answered, expected) in table {
+            assert_eq!(
+                reason.in_other_cluster(answered),
+                expected,
+                "{reason} {answered:?}"
+            );
+        }
     }
 
     #[test]

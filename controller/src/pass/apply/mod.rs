@@ -107,6 +107,7 @@ pub async fn write_all(
                 owner,
                 own,
                 writer,
+                remote: cluster.is_remote(),
             };
             async move {
                 let written = writer
@@ -142,6 +143,7 @@ pub async fn remove(
                     Api::namespaced_with(cluster.client.clone(), &at.namespace, resource),
                     None,
                 ),
+                remote: cluster.is_remote(),
             };
             let known = store
                 .and_then(|s| s.get(&at.namespace, &at.name))

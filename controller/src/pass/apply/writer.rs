@@ -33,11 +33,6 @@ fn failed(reason: Reason, message: String) -> CopyWrite {
     CopyWrite::Failed { reason, message }
 }
 
-/// A failed API call of a write, described.
-fn failed_call(reason: Reason) -> impl Fn(kube::Error) -> CopyWrite {
-    move |e| failed(reason, crate::error::describe(&e))
-}
-
 /// The copies of one kind in one namespace, owned by one CR: as the controller (reads, deletions,
 /// releases: its own acts on its own copies) and as their writer (creates and updates: the CR's
 /// author, impersonated, or the controller again; `shared::policy::write_as`). Every write and
@@ -53,9 +48,29 @@ pub struct Writer<'a> {
     pub own: Api<DynamicObject>,
     /// As whoever writes the copies, and that author when it is not the controller.
     pub writer: (Api<DynamicObject>, Option<&'a Author>),
+    /// Whether the copies are in another cluster than the CR's.
+    pub remote: bool,
 }
 
 impl Writer<'_> {
+    /// A failed API call of a write, described; in another cluster, one that got no answer (or a
+    /// refusal of the credentials) is that cluster's failure.
+    fn failed_call(&self, reason: Reason) -> impl Fn(kube::Error) -> CopyWrite {
+        let remote = self.remote;
+        move |e| {
+            let reason = if remote {
+                let answered = match &e {
+                    kube::Error::Api(s) => Some(s.code),
+                    _ => None,
+                };
+                reason.in_other_cluster(answered)
+            } else {
+                reason
+            };
+            failed(reason, crate::error::describe(&e))
+        }
+    }
+
     /// A failed create or update: `DestinationForbidden` naming the author when the apiserver refused
     /// the author (its RBAC, or an admission webhook answering Forbidden), else `other`.
     fn refused(&self, error: kube::Error, other: Reason) -> CopyWrite {
@@ -77,7 +92,7 @@ impl Writer<'_> {
                     ),
                 )
             }
-            _ => failed_call(other)(error),
+            _ => self.failed_call(other)(error),
         }
     }
 
@@ -134,7 +149,7 @@ impl Writer<'_> {
                 .own
                 .get_opt(&name)
                 .await
-                .map_err(failed_call(Reason::DestinationFetchFailed))?
+                .map_err(self.failed_call(Reason::DestinationFetchFailed))?
                 .map(Arc::new),
             None => None,
         };
@@ -144,7 +159,7 @@ impl Writer<'_> {
                 .own
                 .get_opt(&name)
                 .await
-                .map_err(failed_call(Reason::DestinationFetchFailed))?;
+                .map_err(self.failed_call(Reason::DestinationFetchFailed))?;
             Ok::<_, CopyWrite>(object.map(Arc::new))
         };
         let mut last_error = None;
@@ -229,7 +244,7 @@ impl Writer<'_> {
             }
         }
         Err(match last_error {
-            Some(e) => failed_call(Reason::DestinationUpdateFailed)(e),
+            Some(e) => self.failed_call(Reason::DestinationUpdateFailed)(e),
             None => failed(
                 Reason::DestinationConflict,
                 format!("destination {namespace}/{name} kept changing while being written"),
@@ -307,7 +322,7 @@ impl Writer<'_> {
         match self.own.delete(&key.name, &params).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.is_not_found() => {}
-            Err(e) => return Err(failed_call(Reason::DestinationUpdateFailed)(e)),
+            Err(e) => return Err(self.failed_call(Reason::DestinationUpdateFailed)(e)),
         }
         // The delete may still be in progress (finalizers of others): try the create again every
         // 100 ms, 50 tries in all, while the name is still taken.
