@@ -1,5 +1,6 @@
 //! Source policy at admission: the kind must be namespaced, the requesting user must be allowed to
-//! read the source (confused-deputy defence), and an existing source must let itself be projected.
+//! read the source (confused-deputy defence), and an existing source must let itself be projected;
+//! a Projection that writes into another cluster names a kubeconfig Secret its writer may read.
 //! Runs only for an authenticated caller with the access check on (`PolicySettings::reads_sources`).
 
 use crate::{
@@ -8,7 +9,7 @@ use crate::{
 };
 use kube::discovery::ApiResource;
 use shared::{
-    api::crd::SourceRef,
+    api::crd::{SecretKeyReference, SourceRef},
     api::keys::PROJECTABLE,
     api::reason::Reason,
     api::source::cluster_scoped_message,
@@ -47,6 +48,28 @@ impl PolicySettings {
     pub fn reads_sources(&self) -> bool {
         self.caller_authenticated && self.check_source_access
     }
+}
+
+/// Whether `user` may get the kubeconfig Secret `secret` of a Projection in `namespace`
+/// (`spec.destination.kubeConfig`): nobody writes through credentials they could not read, nor
+/// learns through the controller what another tenant's reach. `Some` is the denial.
+pub async fn check_kubeconfig_access<C: ClusterView>(
+    cluster: &C,
+    user: &UserInfo,
+    namespace: &str,
+    secret: &SecretKeyReference,
+) -> Result<Option<String>, PolicyError> {
+    let secrets = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
+    if cluster.can_get(user, &secrets, namespace, &secret.name).await? {
+        return Ok(None);
+    }
+    let who = user.username.as_deref().unwrap_or("the requesting user");
+    Ok(Some(format!(
+        "{who} may not get secrets {namespace}/{}, the kubeconfig of spec.destination.kubeConfig; \
+         the copy would be written with credentials its author cannot read (ask for get access to \
+         that Secret, or name one you may read)",
+        secret.name
+    )))
 }
 
 /// Checks `source` for a request from `user`.

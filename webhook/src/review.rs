@@ -11,7 +11,7 @@ use crate::{
     cluster_view::{ClusterView, KindScope},
     content_check::{ContentVerdict, check_content},
     error::PolicyError,
-    policy::{PolicySettings, PolicyVerdict, check_source},
+    policy::{PolicySettings, PolicyVerdict, check_kubeconfig_access, check_source},
 };
 use kube::core::{
     DynamicObject,
@@ -230,6 +230,26 @@ pub async fn review<C: ClusterView>(
                     );
                 }
             };
+            // A Projection's kubeconfig Secret, like its source, must be one its writer may read.
+            if let Checked::Projection(projection) = &checked
+                && let Some(kube_config) = projection
+                    .destination
+                    .as_ref()
+                    .and_then(|d| d.kube_config.as_ref())
+            {
+                match check_kubeconfig_access(cluster, &request.user_info, namespace, &kube_config.secret_ref)
+                    .await
+                {
+                    Ok(None) => {}
+                    Ok(Some(denial)) => return deny(denial),
+                    Err(error) => {
+                        return (
+                            AdmissionResponse::from(request).deny(policy_failure(&error)),
+                            Verdict::Error(error.category()),
+                        );
+                    }
+                }
+            }
             let changed =
                 |field: &str| old_spec.and_then(|s| s.get(field)) != spec.and_then(|s| s.get(field));
             // The other CRs: a loop is denied, an overlap warned of (when the copies may have moved).

@@ -331,6 +331,29 @@ async fn a_change_of_spec_keys_is_checked_like_a_new_source() {
 }
 
 #[tokio::test]
+async fn a_projection_into_another_cluster_names_a_kubeconfig_secret_its_writer_may_read() {
+    let cluster = FixedCluster {
+        sources: BTreeMap::from([("platform/shared-settings".to_owned(), projectable("true"))]),
+        unreadable: vec!["team-a/someone-elses".to_owned()],
+    };
+    let app = app_with(cluster, default_settings(false));
+    let into = |secret: &str| {
+        with_spec(json!({
+            "source": {"kind": "ConfigMap", "namespace": "platform", "name": "shared-settings"},
+            "destination": {"kubeConfig": {"secretRef": {"name": secret}}}}))
+    };
+    let denied = post(&app, "/validate", &into("someone-elses")).await;
+    assert!(
+        denial(&denied).starts_with(
+            "alice may not get secrets team-a/someone-elses, the kubeconfig of spec.destination.kubeConfig"
+        ),
+        "{denied}"
+    );
+    let allowed = post(&app, "/validate", &into("ours")).await;
+    assert_eq!(allowed["allowed"], true, "{allowed}");
+}
+
+#[tokio::test]
 async fn source_policy_verdicts() {
     let cluster = || FixedCluster {
         sources: BTreeMap::from([

@@ -6,7 +6,7 @@
 //! namespaces as they are now.
 
 use crate::{
-    api::crd::{ClusterProjectionSpec, ProjectionSpec, SourceRef},
+    api::crd::{ClusterProjectionSpec, KubeConfigReference, ProjectionSpec, SourceRef},
     pass::targets::TargetRule,
 };
 use std::{
@@ -14,9 +14,13 @@ use std::{
     fmt,
 };
 
-/// An object, by group, kind, namespace and name (versions do not matter: one object).
+/// An object, by group, kind, namespace and name (versions do not matter: one object), in this
+/// cluster or in the one a kubeconfig Secret names.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Coordinates {
+    /// The other cluster it is in, by the kubeconfig Secret that reaches it (`None`: this one).
+    /// Two CRs are known to write the same object there only when they name the same Secret.
+    pub cluster: Option<String>,
     /// API group; empty for the core group.
     pub group: String,
     /// Kind.
@@ -30,6 +34,7 @@ pub struct Coordinates {
 impl Coordinates {
     fn of_source(source: &SourceRef) -> Self {
         Self {
+            cluster: None,
             group: source.group.clone(),
             kind: source.kind.clone(),
             namespace: source.namespace.clone(),
@@ -37,8 +42,9 @@ impl Coordinates {
         }
     }
 
-    fn copy_of(source: &SourceRef, namespace: &str, name: &str) -> Self {
+    fn copy_of(source: &SourceRef, (cluster, namespace): (Option<&str>, &str), name: &str) -> Self {
         Self {
+            cluster: cluster.map(str::to_owned),
             namespace: namespace.to_owned(),
             name: name.to_owned(),
             ..Self::of_source(source)
@@ -53,7 +59,11 @@ impl fmt::Display for Coordinates {
         } else {
             format!(".{}", self.group)
         };
-        write!(f, "{}{group} {}/{}", self.kind, self.namespace, self.name)
+        write!(f, "{}{group} {}/{}", self.kind, self.namespace, self.name)?;
+        match &self.cluster {
+            Some(cluster) => write!(f, " in the cluster of {cluster}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -69,16 +79,28 @@ pub struct Claim {
     pub copies: Vec<Coordinates>,
 }
 
+/// The cluster a kubeconfig Secret reaches, as claims name it: the Secret's namespace (`None`: the
+/// controller's, a ClusterProjection's), name and key.
+fn cluster_of(namespace: Option<&str>, kube_config: Option<&KubeConfigReference>) -> Option<String> {
+    let secret = &kube_config?.secret_ref;
+    let namespace = namespace.unwrap_or("the controller's namespace");
+    Some(format!("Secret {namespace}/{} key {}", secret.name, secret.key()))
+}
+
 /// The claim of a Projection in `namespace`.
 pub fn projection_claim(namespace: &str, spec: &ProjectionSpec) -> Claim {
-    let name = spec
-        .destination
-        .as_ref()
+    let destination = spec.destination.as_ref();
+    let name = destination
         .and_then(|d| d.name.as_deref())
         .unwrap_or(&spec.source.name);
+    let cluster = cluster_of(Some(namespace), destination.and_then(|d| d.kube_config.as_ref()));
     Claim {
         source: Coordinates::of_source(&spec.source),
-        copies: vec![Coordinates::copy_of(&spec.source, namespace, name)],
+        copies: vec![Coordinates::copy_of(
+            &spec.source,
+            (cluster.as_deref(), namespace),
+            name,
+        )],
     }
 }
 
@@ -87,22 +109,25 @@ pub fn projection_claim(namespace: &str, spec: &ProjectionSpec) -> Claim {
 pub fn cluster_claim(spec: &ClusterProjectionSpec, namespaces: &[String]) -> Claim {
     let name = spec.destination.name.as_deref().unwrap_or(&spec.source.name);
     let source = Coordinates::of_source(&spec.source);
+    let cluster = cluster_of(None, spec.destination.kube_config.as_ref());
     let copies = namespaces
         .iter()
-        .map(|ns| Coordinates::copy_of(&spec.source, ns, name))
+        .map(|ns| Coordinates::copy_of(&spec.source, (cluster.as_deref(), ns), name))
         .filter(|copy| *copy != source)
         .collect();
     Claim { source, copies }
 }
 
 /// The namespaces a ClusterProjection claims now: every listed one (existing or not), or those of
-/// `namespaces` (name → labels) its selector matches. An unusable destination claims none.
+/// `namespaces` (name → labels) its selector matches. An unusable destination claims none, nor a
+/// selector evaluated in another cluster, whose namespaces admission does not see.
 pub fn cluster_targets(
     spec: &ClusterProjectionSpec,
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
 ) -> Vec<String> {
     match TargetRule::of(&spec.destination) {
         Ok(TargetRule::List(list)) => list,
+        Ok(_) if spec.destination.kube_config.is_some() => Vec::new(),
         Ok(rule) => namespaces
             .iter()
             .filter(|(name, labels)| rule.selects(name, labels))
@@ -304,6 +329,7 @@ mod tests {
 
     fn cm(namespace: &str, name: &str) -> Coordinates {
         Coordinates {
+            cluster: None,
             group: String::new(),
             kind: "ConfigMap".into(),
             namespace: namespace.into(),
@@ -367,6 +393,43 @@ mod tests {
                 .denial
                 .is_some_and(|d| d.contains("Projection b/p copies ConfigMap a/cfg"))
         );
+    }
+
+    #[test]
+    fn copies_in_another_cluster_overlap_only_there_and_close_no_loop_here() {
+        let remote = |secret: &str, source: (&str, &str)| -> ProjectionSpec {
+            serde_json::from_value(json!({
+                "source": {"kind": "ConfigMap", "namespace": source.0, "name": source.1},
+                "destination": {"name": "cfg", "kubeConfig": {"secretRef": {"name": secret}}}}))
+            .unwrap()
+        };
+        let mut index = ClaimIndex::default();
+        index.set(
+            projection("b", "local"),
+            projection_claim("b", &projection_spec("a", "cfg", None)),
+        );
+        // The same name in the same namespace, but over there: no overlap with the local copy.
+        let there = projection_claim("b", &remote("other", ("z", "x")));
+        assert_eq!(
+            there.copies[0].cluster.as_deref(),
+            Some("Secret b/other key value")
+        );
+        assert!(
+            check(&index, &projection("b", "remote"), &there)
+                .warnings
+                .is_empty()
+        );
+        index.set(projection("b", "remote"), there);
+        // Another CR writing the same object through the same Secret does overlap.
+        let again = projection_claim("b", &remote("other", ("y", "w")));
+        let verdict = check(&index, &projection("b", "again"), &again);
+        assert_eq!(verdict.warnings.len(), 1, "{verdict:?}");
+        assert!(verdict.warnings[0].contains("in the cluster of Secret b/other key value"));
+        // z/back copies b/cfg (here) to z/x, which b/remote copies to b/cfg over there: not the
+        // b/cfg here, so no loop.
+        let back = projection_claim("z", &projection_spec("b", "cfg", Some("x")));
+        let verdict = check(&index, &projection("z", "back"), &back);
+        assert_eq!(verdict.denial, None);
     }
 
     #[test]
