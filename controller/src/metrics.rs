@@ -87,6 +87,8 @@ pub struct Metrics {
     pub copy_writer: Family<WriterLabels, Gauge>,
     pub watched_gvks: Gauge,
     pub watched_dest_gvks: Gauge,
+    /// Other clusters open for copies (`spec.destination.kubeConfig`).
+    pub remote_clusters: Gauge,
     /// The controller-runtime names the Go operator exposed.
     pub queue: crate::queue_metrics::QueueMetrics,
     /// client-go's `rest_client_requests_total`, for the controller's client.
@@ -112,6 +114,7 @@ impl Metrics {
             copy_writer: Family::default(),
             watched_gvks: Gauge::default(),
             watched_dest_gvks: Gauge::default(),
+            remote_clusters: Gauge::default(),
             queue: crate::queue_metrics::QueueMetrics::register(registry),
             rest_client: runtime::rest_client_metrics::RestClientMetrics::register(registry),
             replica: Arc::default(),
@@ -155,6 +158,11 @@ impl Metrics {
             "projection_watched_dest_gvks",
             "Destination kinds with a running watch",
             metrics.watched_dest_gvks.clone(),
+        );
+        registry.register(
+            "projection_remote_clusters",
+            "Other clusters open for copies (spec.destination.kubeConfig): each named by at least one CR",
+            metrics.remote_clusters.clone(),
         );
         registry.register_collector(Box::new(ReplicaCollector(metrics.replica.clone())));
         registry.register_collector(Box::new(runtime::process_metrics::ProcessCollector::default()));

@@ -238,13 +238,14 @@ impl RemoteClusters {
                 secret.key
             ))
         })?;
-        let client = client_of(&access).map_err(|message| {
-            invalid(format!(
-                "the kubeconfig in Secret {} (key {:?}) cannot be used: {message}",
-                secret.path(),
-                secret.key
-            ))
-        })?;
+        let client =
+            client_of(&access, (&self.settings.metrics.rest_client, secret.alias())).map_err(|message| {
+                invalid(format!(
+                    "the kubeconfig in Secret {} (key {:?}) cannot be used: {message}",
+                    secret.path(),
+                    secret.key
+                ))
+            })?;
         // A new kubeconfig (rotated credentials, or a cluster not open yet): the old connections
         // and watches go when the last pass holding them ends.
         let cluster = Arc::new(RemoteCluster {
@@ -256,7 +257,11 @@ impl RemoteClusters {
             everywhere: OnceCell::new(),
         });
         clusters.open.insert(secret.clone(), cluster.clone());
-        tracing::info!(secret = %secret.path(), key = %secret.key, server = %access.server, "opened another cluster");
+        self.settings
+            .metrics
+            .remote_clusters
+            .set(clusters.open.len() as i64);
+        tracing::info!(secret = %secret.path(), key = %secret.key, cluster = %secret.alias(), "opened another cluster");
         Ok(cluster)
     }
 
@@ -311,7 +316,11 @@ impl RemoteClusters {
             .collect();
         if users.is_empty() {
             clusters.open.remove(&secret);
-            tracing::info!(secret = %secret.path(), "closed another cluster: no CR writes there any more");
+            self.settings
+                .metrics
+                .remote_clusters
+                .set(clusters.open.len() as i64);
+            tracing::info!(secret = %secret.path(), cluster = %secret.alias(), "closed another cluster: no CR writes there any more");
             return;
         }
         if let CrName::Projection { namespace, .. } = cr {
@@ -330,8 +339,12 @@ impl RemoteClusters {
 }
 
 /// A client for the cluster of `access`, built from its parts only: kube's kubeconfig loaders are
-/// not used, so nothing but what `remote_access` accepted can reach it.
-fn client_of(access: &RemoteAccess) -> Result<Client, String> {
+/// not used, so nothing but what `remote_access` accepted can reach it. Its requests are counted in
+/// `rest_client_requests_total` under the cluster's alias (never its URL).
+fn client_of(
+    access: &RemoteAccess,
+    (requests, alias): (&runtime::rest_client_metrics::RestClientMetrics, String),
+) -> Result<Client, String> {
     let url = access
         .server
         .parse()
@@ -358,5 +371,6 @@ fn client_of(access: &RemoteAccess) -> Result<Client, String> {
         response: RESPONSE_TIMEOUT,
         ..runtime::kube_client::Timeouts::for_config(&config)
     };
-    runtime::kube_client::client_with_timeouts(config, timeouts).map_err(|e| describe(&e))
+    runtime::kube_client::client_counted_as(config, timeouts, Some((requests, alias)))
+        .map_err(|e| describe(&e))
 }

@@ -13,16 +13,19 @@ use kube::{
 use projection_tests::{
     ClusterScopedGuard,
     black_hole::BlackHoleProxy,
-    free_port,
+    free_port, metric_value,
     remote::{
         RemoteNamespace, remote_client, remote_server_and_ca, service_account_kubeconfig, token_kubeconfig,
     },
     wait_for,
 };
 use serde_json::{Value, json};
-use shared::api::{
-    crd::ClusterProjection,
-    keys::{OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_PROJECTION, SOURCE_CLUSTER},
+use shared::{
+    api::{
+        crd::ClusterProjection,
+        keys::{OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_PROJECTION, SOURCE_CLUSTER},
+    },
+    policy::kubeconfig::KubeconfigSecret,
 };
 
 use common::*;
@@ -74,7 +77,7 @@ async fn a_projection_writes_its_copy_into_another_cluster_and_keeps_it_there() 
     let kubeconfig =
         service_account_kubeconfig(&remote, (there.name(), "copies"), (&[&dst], copy_rules()), None).await;
     kubeconfig_secret(&env.client, &dst, "other-cluster", &kubeconfig).await;
-    let _controller = controller(&[]).await;
+    let controller = controller(&[]).await;
 
     source_configmap(&env.api(&src), "settings", json!({"level": "1"})).await;
     let remote_copies: Api<ConfigMap> = Api::namespaced(remote.clone(), &dst);
@@ -109,6 +112,29 @@ async fn a_projection_writes_its_copy_into_another_cluster_and_keeps_it_there() 
     assert!(
         local_copies.get_opt("settings").await.expect("get").is_none(),
         "nothing is written in the CR's own cluster"
+    );
+    // The other cluster is counted, and its requests under its alias, never its URL.
+    let alias = KubeconfigSecret {
+        namespace: dst.clone(),
+        name: "other-cluster".into(),
+        key: "value".into(),
+    }
+    .alias();
+    let metrics = controller.metrics();
+    assert_eq!(
+        metric_value(&metrics, "projection_remote_clusters "),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("rest_client_requests_total") && l.contains(&format!("host=\"{alias}\""))),
+        "no request counted under {alias}"
+    );
+    assert!(
+        !metrics.contains("17443"),
+        "the other cluster's address became a label"
     );
     // Where the copies go cannot change under them (they would be left behind): the CRD refuses.
     for edit in [

@@ -75,7 +75,8 @@ pub fn client_with_timeouts(config: Config, timeouts: Timeouts) -> Result<Client
     client_counted(config, timeouts, None)
 }
 
-/// As [`client_with_timeouts`], each request (each retry too) counted in `requests` when given.
+/// As [`client_with_timeouts`], each request (each retry too) counted in `requests` when given,
+/// under the apiserver's `host:port`.
 pub fn client_counted(
     config: Config,
     timeouts: Timeouts,
@@ -86,6 +87,16 @@ pub fn client_counted(
         .authority()
         .map(|a| a.to_string())
         .unwrap_or_default();
+    client_counted_as(config, timeouts, requests.map(|r| (r, host)))
+}
+
+/// As [`client_counted`], the requests counted under the `host` label given (another cluster's
+/// alias, when its URL must not become a label).
+pub fn client_counted_as(
+    config: Config,
+    timeouts: Timeouts,
+    requests: Option<(&RestClientMetrics, String)>,
+) -> Result<Client, kube::Error> {
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
@@ -116,7 +127,7 @@ pub fn client_counted(
                 .then(|| RetryLayer::new(RetryPolicy::server_retry())),
         )
         // Inside the retry: each attempt is a request, as client-go counts them.
-        .option_layer(requests.map(|r| r.layer(host)))
+        .option_layer(requests.map(|(r, host)| r.layer(host)))
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
         .layer(trace)

@@ -93,6 +93,16 @@ impl KubeconfigSecret {
     pub fn path(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
+
+    /// The name metrics and logs give the cluster this Secret reaches: `cluster-` and 12 hex digits
+    /// of a SHA-256 of the Secret's namespace, name and key. Never its URL; as many values as
+    /// Secrets the CRs name.
+    pub fn alias(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(format!("{}\n{}\n{}", self.namespace, self.name, self.key));
+        let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+        format!("cluster-{hex}")
+    }
 }
 
 /// Why a kubeconfig is refused, naming the field.
@@ -431,6 +441,12 @@ mod tests {
             ("team/remote".to_owned(), "value")
         );
         assert_eq!(secret.question().describe(), "get secrets team/remote");
+        let alias = secret.alias();
+        assert!(
+            alias.starts_with("cluster-") && alias.len() == "cluster-".len() + 12,
+            "{alias}"
+        );
+        assert_eq!(alias, secret.clone().alias(), "stable");
 
         let cluster: ClusterProjection = serde_json::from_value(json!({
             "apiVersion": "projection.sh/v1", "kind": "ClusterProjection",
@@ -442,6 +458,7 @@ mod tests {
         let secret = KubeconfigSecret::of(&cluster.view(), "projection-system").expect("remote");
         assert_eq!(secret.path(), "projection-system/fleet");
         assert_eq!(secret.key, "eu.yaml");
+        assert_ne!(secret.alias(), alias, "another Secret, another alias");
 
         let local: Projection = serde_json::from_value(json!({
             "apiVersion": "projection.sh/v1", "kind": "Projection",
