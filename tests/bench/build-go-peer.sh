@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds (or reuses) the Go operator's manager, the benchmark peer of tests/examples/bench.rs
+# Builds (or reuses) the Go operator's manager, the benchmark peer of tests/examples/bench/
 # (`--peer`). Its Go module is refused by the Go module proxy, so its upstream sources are read from
 # PROJECTION_GO_SOURCES (default: ../shared/third_party/projection-go/v0.3.2 next to the repository;
 # its README says why); its dependencies come from the Go module proxy. Nothing of it enters the

@@ -24,6 +24,8 @@ use kube::{
 };
 use serde_json::{Value, json};
 use shared::api::crd::{ClusterProjection, Projection};
+mod remote;
+
 use std::{
     collections::{BTreeMap, HashMap},
     path::PathBuf,
@@ -43,7 +45,8 @@ const PARALLEL: usize = 32;
 #[command(about = "Black-box benchmark of a projection.sh/v1 controller")]
 struct Args {
     /// smoke, projections-100, projections-1000, projections-10000, selector-50, selector-1000,
-    /// list-10, list-100, crowded, mixed.
+    /// list-10, list-100, crowded, mixed; remote-smoke and remote (copies into another cluster:
+    /// Projections and a ClusterProjection's list of namespaces there).
     #[arg(long, default_value = "smoke")]
     profile: String,
     /// Override the profile's number of Projections.
@@ -106,6 +109,10 @@ struct Args {
     /// time by default).
     #[arg(long, default_value_t = 16)]
     write_concurrency: usize,
+    /// The other cluster of the remote profiles (default: the second local control plane's
+    /// `.testenv-remote/admin.kubeconfig`); the harness creates and deletes objects there.
+    #[arg(long)]
+    remote_kubeconfig: Option<PathBuf>,
 }
 
 /// The flags the Go operator's manager needs out of the cluster, besides its metrics and probe
@@ -122,6 +129,8 @@ struct Plan {
     fan_out: usize,
     by_selector: bool,
     unrelated: usize,
+    /// Copies go to another cluster (`spec.destination.kubeConfig`).
+    remote: bool,
 }
 
 fn plan(args: &Args) -> anyhow::Result<Plan> {
@@ -136,8 +145,11 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
         "list-100" => (0, 1, 0, 100, false, 0),
         "crowded" => (10, 1, 2, 0, true, 10000),
         "mixed" => (200, 5, 10, 50, true, 1000),
+        "remote-smoke" => (5, 1, 1, 10, false, 0),
+        "remote" => (20, 1, 1, 100, false, 0),
         other => bail!("unknown profile {other:?}"),
     };
+    let remote = args.profile.starts_with("remote");
     Ok(Plan {
         projections: args.projections.unwrap_or(projections),
         kinds: args.kinds.unwrap_or(kinds).max(1),
@@ -145,6 +157,7 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
         fan_out: args.fan_out.unwrap_or(fan_out),
         by_selector,
         unrelated: args.unrelated.unwrap_or(unrelated),
+        remote,
     })
 }
 
@@ -600,9 +613,16 @@ async fn run_once(
     );
     let sampler = pid.map(ProcessSampler::start);
     let started = Instant::now();
-    let result = measure(client, args, plan, run, sampler.as_ref()).await;
+    let other = match plan.remote {
+        true => Some(remote::connect(args).await?),
+        false => None,
+    };
+    let result = measure((client, other.as_ref()), args, plan, run, sampler.as_ref()).await;
     if !args.keep {
         cleanup(client, run).await;
+        if let Some(other) = &other {
+            remote::cleanup((client, other), run).await;
+        }
     }
     let mut report = result?;
     report["elapsed_seconds"] = json!(started.elapsed().as_secs_f64().round());
@@ -665,7 +685,7 @@ fn controller_runtime_figures(exposition: &str) -> Value {
 }
 
 async fn measure(
-    client: &Client,
+    (client, other): (&Client, Option<&Client>),
     args: &Args,
     plan: &Plan,
     run: &str,
@@ -727,8 +747,12 @@ async fn measure(
         report["unrelated_created_seconds"] = json!(t.elapsed().as_secs_f64());
     }
 
+    // Copies into another cluster: the remote profiles measure only those (and the idle window).
+    if let Some(other) = other {
+        remote::measure((client, other), args, plan, (run, &source_ns), &mut report).await?;
+    }
     // Projections: source i of kind i % kinds, copied into destination namespace i % namespaces.
-    if plan.projections > 0 {
+    if plan.projections > 0 && !plan.remote {
         let dest: Vec<String> = (0..plan.namespaces).map(|i| format!("{run}-d{i}")).collect();
         for ns in &dest {
             create_namespace(client, ns, json!({RUN_LABEL: run})).await?;
@@ -810,7 +834,7 @@ async fn measure(
     }
 
     // ClusterProjection fan-out.
-    if plan.fan_out > 0 {
+    if plan.fan_out > 0 && !plan.remote {
         measure_fan_out(client, args, plan, run, &source_ns, &mut report).await?;
     }
 
@@ -1093,8 +1117,13 @@ async fn cleanup(client: &Client, run: &str) {
 }
 
 /// The latency figures of a report, in the order they are printed.
-const LATENCIES: [&str; 11] = [
+const LATENCIES: [&str; 16] = [
     "apiserver_write_to_watch",
+    "remote_apiserver_write_to_watch",
+    "remote_source_edit_to_copy",
+    "remote_copy_deleted_to_restored",
+    "remote_fan_out_edit_first_copy",
+    "remote_fan_out_edit_last_copy",
     "source_edit_to_copy",
     "copy_deleted_to_restored",
     "fan_out_edit_first_copy",
@@ -1125,6 +1154,8 @@ fn print_table(profile: &str, report: &Value) {
     for key in [
         "projections_ready_seconds",
         "fan_out_initial_seconds",
+        "remote_projections_ready_seconds",
+        "remote_fan_out_initial_seconds",
         "requests_per_source_edit",
         "fan_out_requests_per_source_edit",
         "requests_per_idle_minute_all_clients",
