@@ -76,6 +76,11 @@ pub enum Command {
         /// Events shown (the latest).
         #[arg(long, default_value_t = 10)]
         events: usize,
+        /// For a copy written from another cluster (it carries projection.sh/source-cluster): the
+        /// kubeconfig context of the cluster its CR lives in, where the CR, its source and its
+        /// events are read (checked to be the cluster the copy names).
+        #[arg(long, value_name = "NAME")]
+        source_context: Option<String>,
     },
     /// Every Projection and ClusterProjection that reads this object, where their copies are and
     /// whether each is current.

@@ -76,9 +76,9 @@ pub async fn read_copy(
         .transpose()?)
 }
 
-/// The state of `cr`'s copy in `namespace`.
+/// The state of `cr`'s copy in `namespace` of `cluster` (written from the cluster `from`, when another).
 pub async fn state_in(
-    cluster: &Cluster,
+    (cluster, from): (&Cluster, Option<&str>),
     cr: &AnyCr,
     built: &Built,
     namespace: &str,
@@ -89,7 +89,11 @@ pub async fn state_in(
         });
     };
     let object = read_copy(cluster, resource, namespace, cr.view().copy_name).await?;
-    let owner = Owner::of_cr(&cr.view());
+    // A copy written from another cluster (`from`) is ours only when it names that cluster.
+    let owner = match from {
+        Some(from) => Owner::of_cr(&cr.view()).from_cluster(from),
+        None => Owner::of_cr(&cr.view()),
+    };
     Ok(copy_state(
         object.as_ref(),
         &owner,

@@ -58,7 +58,11 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<Code, Failure> {
     let global = &cli.global;
     match cli.command {
-        Command::Why { reference, events } => why::run(global, &reference, events).await,
+        Command::Why {
+            reference,
+            events,
+            source_context,
+        } => why::run(global, &reference, events, source_context.as_deref()).await,
         Command::Sources { reference } => sources::run(global, &reference).await,
         Command::Preview {
             files,

@@ -65,7 +65,7 @@ pub async fn run(global: &Global, reference: &str) -> Result<Code, Failure> {
         let mut copies = Vec::new();
         for place in places {
             copies.push(Copy {
-                state: state_in(cluster, &cr, &built, &place).await?,
+                state: state_in((cluster, None), &cr, &built, &place).await?,
                 namespace: place,
                 name: cr.view().copy_name.to_owned(),
             });

@@ -19,7 +19,7 @@ use shared::inspect::summary::of_cr;
 use shared::{
     api::{
         crd::{Condition, SourceRef},
-        keys::{OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_PROJECTION},
+        keys::{OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_PROJECTION, SOURCE_CLUSTER},
         source::GroupKind,
     },
     copy::adoption::adoption_value,
@@ -39,6 +39,9 @@ struct Report {
     /// For an object no CR owns.
     #[serde(skip_serializing_if = "Option::is_none")]
     not_owned: Option<NotOwned>,
+    /// For a copy written from another cluster: that cluster, where its CR was read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    written_from: Option<WrittenFrom>,
 }
 
 #[derive(Serialize)]
@@ -98,8 +101,68 @@ impl EventLine {
     }
 }
 
+/// The cluster a copy's CR lives in, when the copy was written from another cluster.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WrittenFrom {
+    /// The UID of that cluster's `kube-system` namespace, as the copy names it.
+    cluster: String,
+    /// The kubeconfig context it was read through.
+    context: String,
+}
+
+/// Where the CRs that own `object` live: this cluster, or the one of `source_context` when the
+/// copy names another (`projection.sh/source-cluster`), checked to be that one.
+async fn cluster_of_owners(
+    global: &Global,
+    object: &Value,
+    source_context: Option<&str>,
+) -> Result<Option<(Cluster, WrittenFrom)>, Failure> {
+    let Some(from) = object["metadata"]["annotations"][SOURCE_CLUSTER].as_str() else {
+        return Ok(None);
+    };
+    let Some(context) = source_context else {
+        return Err(Failure::Usage(format!(
+            "this copy was written from another cluster (its {SOURCE_CLUSTER} is {from}, the uid of \
+             that cluster's kube-system namespace): name that cluster's kubeconfig context with \
+             --source-context to read the CR that owns it"
+        )));
+    };
+    let source_global = Global {
+        context: Some(context.to_owned()),
+        namespace: None,
+        ..global.clone()
+    };
+    let cluster = Cluster::connect(&source_global).await?;
+    let identity = Api::<Namespace>::all(cluster.client.clone())
+        .get("kube-system")
+        .await
+        .with_context(|| format!("reading the identity of context {context}"))?
+        .metadata
+        .uid
+        .unwrap_or_default();
+    if identity != from {
+        return Err(Failure::Usage(format!(
+            "context {context} is the cluster whose kube-system uid is {identity}, but this copy was \
+             written from {from}: name the context of that cluster"
+        )));
+    }
+    Ok(Some((
+        cluster,
+        WrittenFrom {
+            cluster: from.to_owned(),
+            context: context.to_owned(),
+        },
+    )))
+}
+
 /// Runs `why`.
-pub async fn run(global: &Global, reference: &str, event_count: usize) -> Result<Code, Failure> {
+pub async fn run(
+    global: &Global,
+    reference: &str,
+    event_count: usize,
+    source_context: Option<&str>,
+) -> Result<Code, Failure> {
     let Named {
         cluster,
         resource,
@@ -124,13 +187,29 @@ pub async fn run(global: &Global, reference: &str, event_count: usize) -> Result
         },
         owned_by: Vec::new(),
         not_owned: None,
+        written_from: None,
     };
     let owners = named_owners(&object);
+    let elsewhere = match owners.is_empty() {
+        true => None,
+        false => cluster_of_owners(global, &object, source_context).await?,
+    };
+    let copy_at = Placed {
+        cluster: &cluster,
+        from: elsewhere.as_ref().map(|(_, from)| from.cluster.as_str()),
+        group_kind: &group_kind,
+        namespace: &namespace,
+        name,
+    };
+    let crs_in = elsewhere
+        .as_ref()
+        .map_or(&cluster, |(owners_cluster, _)| owners_cluster);
     for owner in &owners {
         report
             .owned_by
-            .push(owned(&cluster, owner, &group_kind, &namespace, name, event_count).await?);
+            .push(owned(crs_in, owner, &copy_at, event_count).await?);
     }
+    report.written_from = elsewhere.map(|(_, from)| from);
     if owners.is_empty() {
         report.not_owned = Some(not_owned(&cluster, &object, &group_kind, &namespace, name).await?);
     }
@@ -150,14 +229,24 @@ pub async fn run(global: &Global, reference: &str, event_count: usize) -> Result
     Ok(code)
 }
 
+/// Where the copy is: its cluster (and the one its CR wrote it from, when another), kind and
+/// coordinates.
+struct Placed<'a> {
+    cluster: &'a Cluster,
+    from: Option<&'a str>,
+    group_kind: &'a GroupKind,
+    namespace: &'a str,
+    name: &'a str,
+}
+
+/// What `owner`, read from `cluster` (the CR's), says of the copy at `copy`.
 async fn owned(
     cluster: &Cluster,
     owner: &CrName,
-    group_kind: &GroupKind,
-    namespace: &str,
-    name: &str,
+    copy: &Placed<'_>,
     event_count: usize,
 ) -> Result<Owned, Failure> {
+    let (group_kind, namespace, name) = (copy.group_kind, copy.namespace, copy.name);
     let Some(cr) = AnyCr::get(cluster, owner).await? else {
         return Ok(Owned {
             cr: owner.clone(),
@@ -173,7 +262,7 @@ async fn owned(
     // CR that does not write it.
     let copy = if cr.view().source.group_kind() == *group_kind && cr.view().copy_name == name {
         let built: Built = build_now(cluster, &cr).await?;
-        state_in(cluster, &cr, &built, namespace).await?
+        state_in((copy.cluster, copy.from), &cr, &built, namespace).await?
     } else {
         CopyState::Unknown {
             why: format!(
@@ -292,6 +381,12 @@ fn render(report: &Report, wide: bool) -> String {
             out.push_str("No CR would write it.\n");
         }
         return out;
+    }
+    if let Some(from) = &report.written_from {
+        out.push_str(&format!(
+            "Written from another cluster (kube-system uid {}), read through context {}\n",
+            from.cluster, from.context
+        ));
     }
     for owned in &report.owned_by {
         out.push_str(&format!("Owned by:    {}\n", kubectl_name(&owned.cr)));

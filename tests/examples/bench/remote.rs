@@ -63,7 +63,8 @@ pub async fn measure(
     let mut round_trips = Vec::new();
     for _ in 0..args.samples {
         let value = now_nanos();
-        let observer = Observer::start(probes.clone(), watcher::Config::default(), stamped(value.clone())).await;
+        let observer =
+            Observer::start(probes.clone(), watcher::Config::default(), stamped(value.clone())).await;
         let t = Instant::now();
         stamp(&probes, "round-trip", &value).await?;
         if let Some(at) = observer.wait(1, Duration::from_secs(30)).await.first() {
@@ -81,9 +82,13 @@ pub async fn measure(
          "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
     ]);
-    let kubeconfig =
-        projection_tests::remote::service_account_kubeconfig(remote, (&home, "bench"), (&[], json!([])), Some(rules))
-            .await;
+    let kubeconfig = projection_tests::remote::service_account_kubeconfig(
+        remote,
+        (&home, "bench"),
+        (&[], json!([])),
+        Some(rules),
+    )
+    .await;
     let secret_name = format!("bench-remote-{run}");
     let author = projection_tests::author_annotation(client).await?;
 
@@ -95,33 +100,44 @@ pub async fn measure(
         write_secret(client, &dest, &secret_name, &kubeconfig).await?;
         let t = Instant::now();
         in_parallel((0..plan.projections).collect(), |i| {
-            let (client, source_ns, dest, author) = (client.clone(), source_ns.to_owned(), dest.clone(), author.clone());
+            let (client, source_ns, dest, author) =
+                (client.clone(), source_ns.to_owned(), dest.clone(), author.clone());
             let secret_name = secret_name.clone();
             async move {
                 let resource = kind_resource(0);
                 let name = format!("s-{i}");
                 let api = Api::<DynamicObject>::namespaced_with(client.clone(), &source_ns, &resource);
-                api.create(&PostParams::default(), &source_object(&resource, &source_ns, &name)?).await?;
+                api.create(
+                    &PostParams::default(),
+                    &source_object(&resource, &source_ns, &name)?,
+                )
+                .await?;
                 let p: Projection = serde_json::from_value(json!({
                     "metadata": {"name": name, "labels": {RUN_LABEL: run}, "annotations": author},
                     "spec": {"source": {"kind": "ConfigMap", "namespace": source_ns, "name": name},
                              "destination": {"kubeConfig": {"secretRef": {"name": secret_name}}}}}))?;
-                Api::<Projection>::namespaced(client, &dest).create(&PostParams::default(), &p).await?;
+                Api::<Projection>::namespaced(client, &dest)
+                    .create(&PostParams::default(), &p)
+                    .await?;
                 Ok(())
             }
         })
         .await?;
         let projections: Api<Projection> = Api::namespaced(client.clone(), &dest);
         let lp = ListParams::default().labels(&format!("{RUN_LABEL}={run}"));
-        let ready_after = wait_until("every remote Projection Ready", Duration::from_secs(600), || async {
-            let list = projections.list(&lp).await?;
-            let ready = list
-                .items
-                .iter()
-                .filter(|p| is_ready(p.status.as_ref().map(|s| &s.copy.conditions[..])))
-                .count();
-            Ok(ready == plan.projections)
-        })
+        let ready_after = wait_until(
+            "every remote Projection Ready",
+            Duration::from_secs(600),
+            || async {
+                let list = projections.list(&lp).await?;
+                let ready = list
+                    .items
+                    .iter()
+                    .filter(|p| is_ready(p.status.as_ref().map(|s| &s.copy.conditions[..])))
+                    .count();
+                Ok(ready == plan.projections)
+            },
+        )
         .await?;
         report["remote_projections_ready_seconds"] = json!(t.elapsed().max(ready_after).as_secs_f64());
 
@@ -131,7 +147,8 @@ pub async fn measure(
         for sample in 0..args.samples {
             let name = format!("s-{}", (sample * 7919) % plan.projections);
             let value = now_nanos();
-            let observer = Observer::start(copies.clone(), watcher::Config::default(), stamped(value.clone())).await;
+            let observer =
+                Observer::start(copies.clone(), watcher::Config::default(), stamped(value.clone())).await;
             let t = Instant::now();
             stamp(&sources, &name, &value).await?;
             if let Some(at) = observer.wait(1, Duration::from_secs(30)).await.first() {
@@ -140,11 +157,16 @@ pub async fn measure(
             drop(observer);
             let old_uid = copies.get(&name).await?.uid();
             let wanted = name.clone();
-            let observer = Observer::start(copies.clone(), watcher::Config::default(), move |event| match event {
-                Event::Apply(o) if o.name_any() == wanted && o.uid() != old_uid => Some(o.name_any()),
-                _ => None,
-            })
-            .await;
+            let observer =
+                Observer::start(
+                    copies.clone(),
+                    watcher::Config::default(),
+                    move |event| match event {
+                        Event::Apply(o) if o.name_any() == wanted && o.uid() != old_uid => Some(o.name_any()),
+                        _ => None,
+                    },
+                )
+                .await;
             let t = Instant::now();
             copies.delete(&name, &DeleteParams::default()).await?;
             if let Some(at) = observer.wait(1, Duration::from_secs(30)).await.first() {
@@ -165,7 +187,10 @@ pub async fn measure(
         write_secret(client, CONTROLLER_NAMESPACE, &secret_name, &kubeconfig).await?;
         let sources: Api<DynamicObject> = Api::namespaced_with(client.clone(), source_ns, &kind_resource(0));
         sources
-            .create(&PostParams::default(), &source_object(&kind_resource(0), source_ns, "fanout")?)
+            .create(
+                &PostParams::default(),
+                &source_object(&kind_resource(0), source_ns, "fanout")?,
+            )
             .await?;
         let cp: ClusterProjection = serde_json::from_value(json!({
             "metadata": {"name": run, "labels": {RUN_LABEL: run}, "annotations": author},
@@ -176,17 +201,21 @@ pub async fn measure(
         let t = Instant::now();
         let created = cps.create(&PostParams::default(), &cp).await?;
         let expected = plan.fan_out as i32;
-        wait_until("the remote fan-out to complete", Duration::from_secs(600), || async {
-            let cp = cps.get(run).await?;
-            Ok(cp.status.is_some_and(|s| s.counts.namespaces_written == expected))
-        })
+        wait_until(
+            "the remote fan-out to complete",
+            Duration::from_secs(600),
+            || async {
+                let cp = cps.get(run).await?;
+                Ok(cp.status.is_some_and(|s| s.counts.namespaces_written == expected))
+            },
+        )
         .await?;
         report["remote_fan_out_initial_seconds"] = json!(t.elapsed().as_secs_f64());
 
         let uid = created.uid().unwrap_or_default();
         let copies = Api::<DynamicObject>::all_with(remote.clone(), &kind_resource(0));
-        let config =
-            watcher::Config::default().labels(&format!("projection.sh/owned-by-cluster-projection-uid={uid}"));
+        let config = watcher::Config::default()
+            .labels(&format!("projection.sh/owned-by-cluster-projection-uid={uid}"));
         let (mut first, mut last) = (Vec::new(), Vec::new());
         for _ in 0..args.samples.min(10) {
             let value = now_nanos();
@@ -195,9 +224,16 @@ pub async fn measure(
             stamp(&sources, "fanout", &value).await?;
             let seen = observer.wait(plan.fan_out, Duration::from_secs(120)).await;
             if seen.len() < plan.fan_out {
-                bail!("only {} of {} remote copies were updated", seen.len(), plan.fan_out);
+                bail!(
+                    "only {} of {} remote copies were updated",
+                    seen.len(),
+                    plan.fan_out
+                );
             }
-            let since = |at: Option<&Instant>| at.map(|at| at.duration_since(t).as_secs_f64()).unwrap_or_default();
+            let since = |at: Option<&Instant>| {
+                at.map(|at| at.duration_since(t).as_secs_f64())
+                    .unwrap_or_default()
+            };
             first.push(since(seen.iter().min()));
             last.push(since(seen.iter().max()));
         }
@@ -213,7 +249,11 @@ async fn write_secret(client: &Client, namespace: &str, name: &str, text: &str) 
         "metadata": {"name": name, "labels": {RUN_LABEL: "remote"}}, "stringData": {"value": text}
     }))?;
     Api::<Secret>::namespaced(client.clone(), namespace)
-        .patch(name, &PatchParams::apply("projection-bench").force(), &Patch::Apply(&secret))
+        .patch(
+            name,
+            &PatchParams::apply("projection-bench").force(),
+            &Patch::Apply(&secret),
+        )
         .await?;
     Ok(())
 }
@@ -227,7 +267,9 @@ pub async fn cleanup((client, remote): (&Client, &Client), run: &str) {
         let _ = in_parallel(list.items, |ns| {
             let namespaces = namespaces.clone();
             async move {
-                namespaces.delete(&ns.name_any(), &DeleteParams::default()).await?;
+                namespaces
+                    .delete(&ns.name_any(), &DeleteParams::default())
+                    .await?;
                 Ok(())
             }
         })
