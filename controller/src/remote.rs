@@ -17,7 +17,7 @@ use crate::{
     watches::{Reach, WatchRegistry},
 };
 use base64::{Engine, engine::general_purpose::STANDARD};
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client, Config, config::AuthInfo};
 use sha2::{Digest, Sha256};
 use shared::{
@@ -132,7 +132,7 @@ pub struct RemoteClusters {
     /// Where a ClusterProjection's Secret is.
     controller_namespace: String,
     settings: RemoteSettings,
-    /// The UID of the local `kube-system` namespace, read once.
+    /// The identity of the CRs' own cluster (`runtime::cluster_identity`), read once.
     identity: OnceCell<String>,
     clusters: Mutex<Clusters>,
 }
@@ -175,19 +175,12 @@ impl RemoteClusters {
     async fn identity(&self) -> Result<String, Unusable> {
         self.identity
             .get_or_try_init(|| async {
-                let namespace = Api::<Namespace>::all(self.local.clone())
-                    .get("kube-system")
-                    .await
-                    .map_err(|e| {
-                        (
-                            Reason::DestinationClusterUnreachable,
-                            format!(
-                                "cannot read this cluster's identity (the uid of namespace kube-system): {}",
-                                describe(&e)
-                            ),
-                        )
-                    })?;
-                Ok(namespace.metadata.uid.unwrap_or_default())
+                runtime::cluster_identity::read(&self.local).await.map_err(|e| {
+                    (
+                        Reason::DestinationClusterUnreachable,
+                        format!("cannot read this cluster's identity: {}", describe(&e)),
+                    )
+                })
             })
             .await
             .cloned()

@@ -5,7 +5,10 @@
 
 mod common;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::{
+    api::core::v1::{ConfigMap, Namespace, Secret},
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
 use kube::{
     Api, Client,
     api::{DeleteParams, Patch, PatchParams},
@@ -528,5 +531,83 @@ async fn a_cluster_that_stops_answering_holds_only_its_cr_and_is_caught_up_when_
         |cm| data_of(cm)["level"] == "2",
     )
     .await;
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_cluster_property_of_the_about_api_names_the_source_cluster_where_served() {
+    let env = env("remote-about").await;
+    let (src, dst) = env.names();
+    // The About API (KEP-2149), served here for this test only: its CRD and the property naming
+    // this cluster in its ClusterSet.
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "clusterproperties.about.k8s.io",
+                     "annotations": {"api-approved.kubernetes.io": "unapproved, this test's stand-in"}},
+        "spec": {"group": "about.k8s.io", "scope": "Cluster",
+                 "names": {"plural": "clusterproperties", "singular": "clusterproperty", "kind": "ClusterProperty"},
+                 "versions": [{"name": "v1alpha1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                     "type": "object", "properties": {"spec": {"type": "object", "properties": {"value": {"type": "string"}}}}}}}]}}))
+    .expect("a CRD");
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    crds.patch(
+        "clusterproperties.about.k8s.io",
+        &PatchParams::apply("projection-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("the About API's CRD");
+    let _crd_guard = ClusterScopedGuard::new("crd", "clusterproperties.about.k8s.io");
+    projection_tests::wait_crd_established(&env.client, "clusterproperties.about.k8s.io").await;
+    let properties = Api::<kube::api::DynamicObject>::all_with(
+        env.client.clone(),
+        &kube::api::ApiResource {
+            group: "about.k8s.io".into(),
+            version: "v1alpha1".into(),
+            api_version: "about.k8s.io/v1alpha1".into(),
+            kind: "ClusterProperty".into(),
+            plural: "clusterproperties".into(),
+        },
+    );
+    let identity = format!("eu-{dst}");
+    let property = json!({"apiVersion": "about.k8s.io/v1alpha1", "kind": "ClusterProperty",
+                          "metadata": {"name": "cluster.clusterset.k8s.io"}, "spec": {"value": identity}});
+    properties
+        .patch(
+            "cluster.clusterset.k8s.io",
+            &PatchParams::apply("projection-tests").force(),
+            &Patch::Apply(&property),
+        )
+        .await
+        .expect("the property");
+
+    let remote = remote_client().await;
+    let there = RemoteNamespace::create_named(&remote, &dst, json!({})).await;
+    let kubeconfig =
+        service_account_kubeconfig(&remote, (there.name(), "copies"), (&[&dst], copy_rules()), None).await;
+    kubeconfig_secret(&env.client, &dst, "other-cluster", &kubeconfig).await;
+    let _controller = controller(&[]).await;
+    source_configmap(&env.api(&src), "settings", json!({"level": "1"})).await;
+    create(
+        &env.projections(),
+        projection(
+            "p",
+            cm_source(&src, "settings"),
+            json!({"destination": {"kubeConfig": {"secretRef": {"name": "other-cluster"}}}}),
+        ),
+    )
+    .await;
+    let remote_copies: Api<ConfigMap> = Api::namespaced(remote.clone(), &dst);
+    let copy = wait_object(
+        &remote_copies,
+        "settings",
+        "the copy in the other cluster",
+        |_| true,
+    )
+    .await;
+    assert_eq!(
+        annotation(&copy, SOURCE_CLUSTER),
+        Some(identity.as_str()),
+        "the copy names the cluster by its ClusterProperty"
+    );
     env.finish().await;
 }

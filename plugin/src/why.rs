@@ -105,7 +105,7 @@ impl EventLine {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct WrittenFrom {
-    /// The UID of that cluster's `kube-system` namespace, as the copy names it.
+    /// That cluster's identity, as the copy names it.
     cluster: String,
     /// The kubeconfig context it was read through.
     context: String,
@@ -123,9 +123,9 @@ async fn cluster_of_owners(
     };
     let Some(context) = source_context else {
         return Err(Failure::Usage(format!(
-            "this copy was written from another cluster (its {SOURCE_CLUSTER} is {from}, the uid of \
-             that cluster's kube-system namespace): name that cluster's kubeconfig context with \
-             --source-context to read the CR that owns it"
+            "this copy was written from another cluster (its {SOURCE_CLUSTER} is {from}: that cluster's \
+             cluster.clusterset.k8s.io ClusterProperty, or the uid of its kube-system namespace): name \
+             that cluster's kubeconfig context with --source-context to read the CR that owns it"
         )));
     };
     let source_global = Global {
@@ -134,17 +134,13 @@ async fn cluster_of_owners(
         ..global.clone()
     };
     let cluster = Cluster::connect(&source_global).await?;
-    let identity = Api::<Namespace>::all(cluster.client.clone())
-        .get("kube-system")
+    let identity = runtime::cluster_identity::read(&cluster.client)
         .await
-        .with_context(|| format!("reading the identity of context {context}"))?
-        .metadata
-        .uid
-        .unwrap_or_default();
+        .with_context(|| format!("reading the identity of context {context}"))?;
     if identity != from {
         return Err(Failure::Usage(format!(
-            "context {context} is the cluster whose kube-system uid is {identity}, but this copy was \
-             written from {from}: name the context of that cluster"
+            "context {context} is the cluster {identity}, but this copy was written from {from}: name \
+             the context of that cluster"
         )));
     }
     Ok(Some((
@@ -384,7 +380,7 @@ fn render(report: &Report, wide: bool) -> String {
     }
     if let Some(from) = &report.written_from {
         out.push_str(&format!(
-            "Written from another cluster (kube-system uid {}), read through context {}\n",
+            "Written from another cluster ({}), read through context {}\n",
             from.cluster, from.context
         ));
     }

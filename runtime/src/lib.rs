@@ -5,6 +5,7 @@
 pub mod api_error;
 pub mod backoff;
 pub mod cidr;
+pub mod cluster_identity;
 pub mod crypto;
 pub mod http;
 pub mod kube_client;

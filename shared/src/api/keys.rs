@@ -18,7 +18,8 @@ pub const OWNED_BY_CLUSTER_PROJECTION: &str = "projection.sh/owned-by-cluster-pr
 pub const OWNED_BY_CLUSTER_PROJECTION_UID: &str = "projection.sh/owned-by-cluster-projection-uid";
 
 /// Annotation on a copy in another cluster (`spec.destination.kubeConfig`): the identity of the
-/// cluster whose CR owns it (the UID of its `kube-system` namespace). Part of the ownership proof
+/// cluster whose CR owns it (its About API `cluster.clusterset.k8s.io` ClusterProperty where
+/// served, else the UID of its `kube-system` namespace). Part of the ownership proof
 /// there: a copy is ours only when it names our cluster, and a copy in our own cluster that names
 /// any is another cluster's, so two clusters' controllers never fight over one object and nothing
 /// is adopted across clusters by accident.
