@@ -24,6 +24,10 @@ struct Reader {
     /// Why its targets cannot be resolved, if so.
     #[serde(skip_serializing_if = "Option::is_none")]
     targets_error: Option<String>,
+    /// The other cluster its copies go to (`spec.destination.kubeConfig`), by its kubeconfig
+    /// Secret: their state is read there (`why` with that cluster's context).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cluster: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -57,6 +61,20 @@ pub async fn run(global: &Global, reference: &str) -> Result<Code, Failure> {
         if !reads(cr.view().source, &named.group_kind, namespace, name) {
             continue;
         }
+        if let Some(secret) = cr.view().cluster {
+            readers.push(Reader {
+                cr: cr.view().name(),
+                ready: of_cr(&cr.view()).ready,
+                copies: Vec::new(),
+                targets_error: None,
+                cluster: Some(format!(
+                    "the cluster of Secret {} key {}",
+                    secret.name,
+                    secret.key()
+                )),
+            });
+            continue;
+        }
         let built = build_now(cluster, &cr).await?;
         let (places, targets_error) = match placements(&cr, &namespaces) {
             Ok(places) => (places, None),
@@ -75,6 +93,7 @@ pub async fn run(global: &Global, reference: &str) -> Result<Code, Failure> {
             ready: of_cr(&cr.view()).ready,
             copies,
             targets_error,
+            cluster: None,
         });
     }
     readers.sort_by(|a, b| a.cr.cmp(&b.cr));
@@ -119,6 +138,13 @@ fn render(report: &Report, wide: bool) -> String {
         };
         if let Some(e) = &reader.targets_error {
             rows.push(base("<none>".into(), format!("targets not resolved: {e}")));
+        }
+        if let Some(cluster) = &reader.cluster {
+            rows.push(base(
+                format!("in {cluster}"),
+                "read there: kubectl projection why ... --source-context <this cluster>".into(),
+            ));
+            continue;
         }
         if reader.copies.is_empty() && reader.targets_error.is_none() {
             rows.push(base("<none>".into(), "no target namespace".into()));

@@ -1,6 +1,7 @@
-//! `kubectl projection why` on a copy written from another cluster: run against the cluster the
-//! copy is in, it names the cluster its CR lives in, and with `--source-context` reads the CR, its
-//! source and its events there, after checking that context is the cluster the copy names.
+//! `kubectl projection` and copies in another cluster: `why` run against the cluster the copy is in
+//! names the cluster its CR lives in, and with `--source-context` reads the CR, its source and its
+//! events there, after checking that context is the cluster the copy names; `sources` in the CR's
+//! cluster says where the copies are.
 
 mod common;
 
@@ -132,6 +133,31 @@ async fn why_follows_a_copy_in_another_cluster_back_to_its_cr() {
     let report = why(&["--source-context", "here", "-o", "json"]).expect(0).json();
     assert_eq!(report["writtenFrom"]["context"], "here");
     assert_eq!(report["ownedBy"][0]["copy"]["state"], "current");
+
+    // sources, in the CR's cluster: the reader, and where its copies are, not read here.
+    let sources = |output: &str| -> Run {
+        let args = [
+            "--kubeconfig",
+            merged.to_str().expect("UTF-8"),
+            "--context",
+            "here",
+            "sources",
+            "cm/settings",
+            "-n",
+            src.name(),
+            "-o",
+            output,
+        ];
+        plugin_raw(&args, None, &[])
+    };
+    sources("table")
+        .expect(0)
+        .line_with(&["mirror", "in the cluster of Secret other-cluster key value"]);
+    let report = sources("json").expect(0).json();
+    assert_eq!(
+        report["readers"][0]["cluster"],
+        "the cluster of Secret other-cluster key value"
+    );
 
     Api::<Projection>::namespaced(client.clone(), dst.name())
         .delete("mirror", &Default::default())
