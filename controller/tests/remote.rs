@@ -70,29 +70,56 @@ fn annotation<'a>(cm: &'a ConfigMap, key: &str) -> Option<&'a str> {
     cm.metadata.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
+/// The Secret every Projection test names.
+const SECRET: &str = "other-cluster";
+
+/// The other cluster's side of a Projection test: the namespace there of the name of the test's
+/// destination namespace, and the kubeconfig Secret [`SECRET`] there here, for the ServiceAccount
+/// `account` allowed ConfigMaps there (reached at `server` instead, when given).
+async fn other_cluster_for(
+    env: &Env,
+    remote: &Client,
+    account: &str,
+    server: Option<&str>,
+) -> RemoteNamespace {
+    let dst = env.dest.name();
+    let there = RemoteNamespace::create_named(remote, dst, json!({})).await;
+    let mut kubeconfig =
+        service_account_kubeconfig(remote, (there.name(), account), (&[dst], copy_rules()), None).await;
+    if let Some(server) = server {
+        kubeconfig = kubeconfig.replace(&remote_server_and_ca().0, server);
+    }
+    kubeconfig_secret(&env.client, dst, SECRET, &kubeconfig).await;
+    there
+}
+
+/// The Projection `name` of the source namespace's ConfigMap `settings` (created with `level: 1`
+/// unless it exists), writing into the cluster of [`SECRET`], with `annotations`.
+async fn project_settings_there(env: &Env, name: &str, annotations: Value) {
+    let src = env.source.name();
+    let sources: Api<ConfigMap> = env.api(src);
+    if sources.get_opt("settings").await.expect("get").is_none() {
+        source_configmap(&sources, "settings", json!({"level": "1"})).await;
+    }
+    let mut cr = projection(
+        name,
+        cm_source(src, "settings"),
+        json!({"destination": {"kubeConfig": {"secretRef": {"name": SECRET}}}}),
+    );
+    cr["metadata"]["annotations"] = annotations;
+    create(&env.projections(), cr).await;
+}
+
 #[tokio::test]
 async fn a_projection_writes_its_copy_into_another_cluster_and_keeps_it_there() {
     let env = env("remote-p").await;
     let (src, dst) = env.names();
     let remote = remote_client().await;
     // The copy lands in the namespace of the Projection's namespace's name there.
-    let there = RemoteNamespace::create_named(&remote, &dst, json!({})).await;
-    let kubeconfig =
-        service_account_kubeconfig(&remote, (there.name(), "copies"), (&[&dst], copy_rules()), None).await;
-    kubeconfig_secret(&env.client, &dst, "other-cluster", &kubeconfig).await;
+    let there = other_cluster_for(&env, &remote, "copies", None).await;
     let controller = controller(&[]).await;
-
-    source_configmap(&env.api(&src), "settings", json!({"level": "1"})).await;
     let remote_copies: Api<ConfigMap> = Api::namespaced(remote.clone(), &dst);
-    create(
-        &env.projections(),
-        projection(
-            "p",
-            cm_source(&src, "settings"),
-            json!({"destination": {"kubeConfig": {"secretRef": {"name": "other-cluster"}}}}),
-        ),
-    )
-    .await;
+    project_settings_there(&env, "p", json!({})).await;
     wait_ready(&env.projections(), "p").await;
     let identity = local_identity(&env.client).await;
     let copy = wait_object(
@@ -387,22 +414,17 @@ async fn an_author_who_may_not_read_the_kubeconfig_secret_writes_nothing_there()
     let env = env("remote-author").await;
     let (src, dst) = env.names();
     let remote = remote_client().await;
-    let there = RemoteNamespace::create_named(&remote, &dst, json!({})).await;
-    let kubeconfig =
-        service_account_kubeconfig(&remote, (there.name(), "copies"), (&[&dst], copy_rules()), None).await;
-    kubeconfig_secret(&env.client, &dst, "other-cluster", &kubeconfig).await;
+    let _there = other_cluster_for(&env, &remote, "copies", None).await;
     let _controller = controller(&["--author-access=enforce"]).await;
     let user = format!("tenant-{dst}");
     // The author may read the source, not the Secret.
     grant(&env.client, &src, &user, rule("", "configmaps", "get")).await;
-    source_configmap(&env.api(&src), "settings", json!({"level": "1"})).await;
-    let mut cr = projection(
+    project_settings_there(
+        &env,
         "p",
-        cm_source(&src, "settings"),
-        json!({"destination": {"kubeConfig": {"secretRef": {"name": "other-cluster"}}}}),
-    );
-    cr["metadata"]["annotations"] = json!({shared::policy::author::AUTHOR: record(&user, &[])});
-    create(&env.projections(), cr).await;
+        json!({shared::policy::author::AUTHOR: record(&user, &[])}),
+    )
+    .await;
     let denied = wait_not_ready(&env.projections(), "p", "DestinationClusterForbidden").await;
     let message = denied["message"].as_str().unwrap_or_default();
     assert!(
@@ -441,7 +463,6 @@ async fn a_cluster_that_stops_answering_holds_only_its_cr_and_is_caught_up_when_
     let env = env("remote-gone").await;
     let (src, dst) = env.names();
     let remote = remote_client().await;
-    let there = RemoteNamespace::create_named(&remote, &dst, json!({})).await;
     // The controller reaches the other cluster through a proxy whose path the test cuts: every
     // connection stays open and nothing comes back, as behind a dead route.
     let (server, _) = remote_server_and_ca();
@@ -450,20 +471,10 @@ async fn a_cluster_that_stops_answering_holds_only_its_cr_and_is_caught_up_when_
         .parse()
         .expect("the second apiserver's address");
     let proxy = BlackHoleProxy::start(upstream).await.expect("the proxy");
-    let through_proxy =
-        service_account_kubeconfig(&remote, (there.name(), "copies"), (&[&dst], copy_rules()), None)
-            .await
-            .replace(&server, &format!("https://{}", proxy.addr()));
-    kubeconfig_secret(&env.client, &dst, "other-cluster", &through_proxy).await;
+    let through_proxy = format!("https://{}", proxy.addr());
+    let _there = other_cluster_for(&env, &remote, "copies", Some(&through_proxy)).await;
     let _controller = controller(&[]).await;
-
-    source_configmap(&env.api(&src), "settings", json!({"level": "1"})).await;
-    let to_other = json!({"destination": {"kubeConfig": {"secretRef": {"name": "other-cluster"}}}});
-    create(
-        &env.projections(),
-        projection("p", cm_source(&src, "settings"), to_other),
-    )
-    .await;
+    project_settings_there(&env, "p", json!({})).await;
     create(
         &env.projections(),
         projection(
@@ -537,7 +548,7 @@ async fn a_cluster_that_stops_answering_holds_only_its_cr_and_is_caught_up_when_
 #[tokio::test]
 async fn a_cluster_property_of_the_about_api_names_the_source_cluster_where_served() {
     let env = env("remote-about").await;
-    let (src, dst) = env.names();
+    let dst = env.dest.name().to_owned();
     // The About API (KEP-2149), served here for this test only: its CRD and the property naming
     // this cluster in its ClusterSet.
     let crd: CustomResourceDefinition = serde_json::from_value(json!({
@@ -581,21 +592,9 @@ async fn a_cluster_property_of_the_about_api_names_the_source_cluster_where_serv
         .expect("the property");
 
     let remote = remote_client().await;
-    let there = RemoteNamespace::create_named(&remote, &dst, json!({})).await;
-    let kubeconfig =
-        service_account_kubeconfig(&remote, (there.name(), "copies"), (&[&dst], copy_rules()), None).await;
-    kubeconfig_secret(&env.client, &dst, "other-cluster", &kubeconfig).await;
+    let _there = other_cluster_for(&env, &remote, "copies", None).await;
     let _controller = controller(&[]).await;
-    source_configmap(&env.api(&src), "settings", json!({"level": "1"})).await;
-    create(
-        &env.projections(),
-        projection(
-            "p",
-            cm_source(&src, "settings"),
-            json!({"destination": {"kubeConfig": {"secretRef": {"name": "other-cluster"}}}}),
-        ),
-    )
-    .await;
+    project_settings_there(&env, "p", json!({})).await;
     let remote_copies: Api<ConfigMap> = Api::namespaced(remote.clone(), &dst);
     let copy = wait_object(
         &remote_copies,

@@ -51,27 +51,8 @@ pub async fn measure(
 ) -> anyhow::Result<()> {
     let labels = json!({RUN_LABEL: run});
     // The floor over there.
-    let probe_ns = format!("{run}-probe");
-    create_namespace(remote, &probe_ns, labels.clone()).await?;
-    let probes: Api<DynamicObject> = Api::namespaced_with(remote.clone(), &probe_ns, &kind_resource(0));
-    probes
-        .create(
-            &PostParams::default(),
-            &source_object(&kind_resource(0), &probe_ns, "round-trip")?,
-        )
-        .await?;
-    let mut round_trips = Vec::new();
-    for _ in 0..args.samples {
-        let value = now_nanos();
-        let observer =
-            Observer::start(probes.clone(), watcher::Config::default(), stamped(value.clone())).await;
-        let t = Instant::now();
-        stamp(&probes, "round-trip", &value).await?;
-        if let Some(at) = observer.wait(1, Duration::from_secs(30)).await.first() {
-            round_trips.push(at.duration_since(t).as_secs_f64());
-        }
-    }
-    report["remote_apiserver_write_to_watch"] = json!(summarize(round_trips));
+    report["remote_apiserver_write_to_watch"] =
+        json!(super::write_to_watch_floor(remote, run, args.samples).await?);
 
     // The credentials a platform team would give: a ServiceAccount there with a ClusterRole for
     // ConfigMaps and namespaces.
