@@ -770,40 +770,17 @@ async fn measure(
         report["projections_ready_seconds"] = json!((t.elapsed().max(ready_after)).as_secs_f64());
 
         // Source edit -> copy updated, and copy deleted -> restored.
-        let mut edits = Vec::new();
-        let mut heals = Vec::new();
-        for sample in 0..args.samples {
+        let (edits, heals) = edit_and_heal_times(args.samples, |sample| {
             let i = (sample * 7919) % plan.projections;
             let resource = kind_resource(i % plan.kinds);
-            let (name, dest_ns) = (format!("s-{i}"), dest[i % dest.len()].clone());
-            let copies = Api::<DynamicObject>::namespaced_with(client.clone(), &dest_ns, &resource);
-            let value = now_nanos();
-            let config = watcher::Config::default();
-            let observer = Observer::start(copies.clone(), config.clone(), stamped(value.clone())).await;
-            let t = Instant::now();
-            stamp(
-                &Api::namespaced_with(client.clone(), &source_ns, &resource),
-                &name,
-                &value,
+            let dest_ns = &dest[i % dest.len()];
+            (
+                Api::namespaced_with(client.clone(), &source_ns, &resource),
+                Api::namespaced_with(client.clone(), dest_ns, &resource),
+                format!("s-{i}"),
             )
-            .await?;
-            if let Some(at) = observer.wait(1, Duration::from_secs(30)).await.first() {
-                edits.push(at.duration_since(t).as_secs_f64());
-            }
-            drop(observer);
-            let old_uid = copies.get(&name).await?.uid();
-            let wanted = name.clone();
-            let observer = Observer::start(copies.clone(), config, move |event| match event {
-                Event::Apply(o) if o.name_any() == wanted && o.uid() != old_uid => Some(o.name_any()),
-                _ => None,
-            })
-            .await;
-            let t = Instant::now();
-            copies.delete(&name, &DeleteParams::default()).await?;
-            if let Some(at) = observer.wait(1, Duration::from_secs(30)).await.first() {
-                heals.push(at.duration_since(t).as_secs_f64());
-            }
-        }
+        })
+        .await?;
         report["source_edit_to_copy"] = json!(summarize(edits));
         report["copy_deleted_to_restored"] = json!(summarize(heals));
 
@@ -846,6 +823,41 @@ async fn measure(
         }
     }
     Ok(report)
+}
+
+/// Per sample, `at(sample)` names a source (its API), the API its copy is in and their name: the
+/// source is stamped and the time until its copy shows the stamp recorded, then the copy is deleted
+/// and the time until it is back. Returns both lists of seconds.
+async fn edit_and_heal_times<F>(samples: usize, at: F) -> anyhow::Result<(Vec<f64>, Vec<f64>)>
+where
+    F: Fn(usize) -> (Api<DynamicObject>, Api<DynamicObject>, String),
+{
+    let (mut edits, mut heals) = (Vec::new(), Vec::new());
+    for sample in 0..samples {
+        let (sources, copies, name) = at(sample);
+        let value = now_nanos();
+        let config = watcher::Config::default();
+        let observer = Observer::start(copies.clone(), config.clone(), stamped(value.clone())).await;
+        let t = Instant::now();
+        stamp(&sources, &name, &value).await?;
+        if let Some(at) = observer.wait(1, Duration::from_secs(30)).await.first() {
+            edits.push(at.duration_since(t).as_secs_f64());
+        }
+        drop(observer);
+        let old_uid = copies.get(&name).await?.uid();
+        let wanted = name.clone();
+        let observer = Observer::start(copies.clone(), config, move |event| match event {
+            Event::Apply(o) if o.name_any() == wanted && o.uid() != old_uid => Some(o.name_any()),
+            _ => None,
+        })
+        .await;
+        let t = Instant::now();
+        copies.delete(&name, &DeleteParams::default()).await?;
+        if let Some(at) = observer.wait(1, Duration::from_secs(30)).await.first() {
+            heals.push(at.duration_since(t).as_secs_f64());
+        }
+    }
+    Ok((edits, heals))
 }
 
 /// The floor of a cluster (`client`'s): how long its apiserver takes to deliver a write to a

@@ -14,7 +14,7 @@ use kube::{
     Api, Client, Config, ResourceExt,
     api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
-    runtime::watcher::{self, Event},
+    runtime::watcher,
 };
 use serde_json::{Value, json};
 use shared::api::crd::{ClusterProjection, Projection};
@@ -124,36 +124,11 @@ pub async fn measure(
 
         let copies: Api<DynamicObject> = Api::namespaced_with(remote.clone(), &dest, &kind_resource(0));
         let sources: Api<DynamicObject> = Api::namespaced_with(client.clone(), source_ns, &kind_resource(0));
-        let (mut edits, mut heals) = (Vec::new(), Vec::new());
-        for sample in 0..args.samples {
+        let (edits, heals) = super::edit_and_heal_times(args.samples, |sample| {
             let name = format!("s-{}", (sample * 7919) % plan.projections);
-            let value = now_nanos();
-            let observer =
-                Observer::start(copies.clone(), watcher::Config::default(), stamped(value.clone())).await;
-            let t = Instant::now();
-            stamp(&sources, &name, &value).await?;
-            if let Some(at) = observer.wait(1, Duration::from_secs(30)).await.first() {
-                edits.push(at.duration_since(t).as_secs_f64());
-            }
-            drop(observer);
-            let old_uid = copies.get(&name).await?.uid();
-            let wanted = name.clone();
-            let observer =
-                Observer::start(
-                    copies.clone(),
-                    watcher::Config::default(),
-                    move |event| match event {
-                        Event::Apply(o) if o.name_any() == wanted && o.uid() != old_uid => Some(o.name_any()),
-                        _ => None,
-                    },
-                )
-                .await;
-            let t = Instant::now();
-            copies.delete(&name, &DeleteParams::default()).await?;
-            if let Some(at) = observer.wait(1, Duration::from_secs(30)).await.first() {
-                heals.push(at.duration_since(t).as_secs_f64());
-            }
-        }
+            (sources.clone(), copies.clone(), name)
+        })
+        .await?;
         report["remote_source_edit_to_copy"] = json!(summarize(edits));
         report["remote_copy_deleted_to_restored"] = json!(summarize(heals));
     }
