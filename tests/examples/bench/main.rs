@@ -1119,9 +1119,14 @@ async fn cleanup(client: &Client, run: &str) {
         Ok(projections.list(&lp).await?.items.is_empty() && cps.list(&lp).await?.items.is_empty())
     })
     .await;
-    // Namespaces have no `deletecollection`: one DELETE each.
+    delete_namespaces(client, &lp).await;
+}
+
+/// Deletes the namespaces `lp` selects in `client`'s cluster (namespaces have no
+/// `deletecollection`: one DELETE each).
+async fn delete_namespaces(client: &Client, lp: &ListParams) {
     let namespaces = Api::<Namespace>::all(client.clone());
-    if let Ok(list) = namespaces.list(&lp).await {
+    if let Ok(list) = namespaces.list(lp).await {
         let _ = in_parallel(list.items, |ns| {
             let namespaces = namespaces.clone();
             async move {

@@ -9,7 +9,7 @@ use super::{
     source_object, stamp, stamped, summarize, wait_until,
 };
 use anyhow::{Context as _, bail};
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client, Config, ResourceExt,
     api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
@@ -218,19 +218,7 @@ async fn write_secret(client: &Client, namespace: &str, name: &str, text: &str) 
 /// and the ClusterProjection's Secret here.
 pub async fn cleanup((client, remote): (&Client, &Client), run: &str) {
     let lp = ListParams::default().labels(&format!("{RUN_LABEL}={run}"));
-    let namespaces = Api::<Namespace>::all(remote.clone());
-    if let Ok(list) = namespaces.list(&lp).await {
-        let _ = in_parallel(list.items, |ns| {
-            let namespaces = namespaces.clone();
-            async move {
-                namespaces
-                    .delete(&ns.name_any(), &DeleteParams::default())
-                    .await?;
-                Ok(())
-            }
-        })
-        .await;
-    }
+    super::delete_namespaces(remote, &lp).await;
     let home = format!("{run}-home-bench");
     for plural in ["clusterroles", "clusterrolebindings"] {
         let resource = kube::api::ApiResource {
