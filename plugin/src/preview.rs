@@ -199,6 +199,14 @@ fn check(document: Value, default_namespace: &str, settings: &Settings) -> Resul
         AnyCr::Cluster(cr)
     };
     check_kind(&cr.view().source.group_kind(), &settings.allow_power_kinds).map_err(denied)?;
+    // Its copies would go to another cluster, whose namespaces and objects this preview does not
+    // read: better no answer than one about the wrong cluster.
+    if cr.view().cluster.is_some() {
+        return Err(Failure::Usage(format!(
+            "{kind} {name} writes into another cluster (spec.destination.kubeConfig): preview reads \
+             only this cluster, so it cannot say what would be written there"
+        )));
+    }
     Ok(Manifest { cr })
 }
 

@@ -1,7 +1,7 @@
 //! `kubectl projection` and copies in another cluster: `why` run against the cluster the copy is in
 //! names the cluster its CR lives in, and with `--source-context` reads the CR, its source and its
 //! events there, after checking that context is the cluster the copy names; `sources` in the CR's
-//! cluster says where the copies are.
+//! cluster says where the copies are; `preview` refuses to plan such a CR against this cluster.
 
 mod common;
 
@@ -157,6 +157,30 @@ async fn why_follows_a_copy_in_another_cluster_back_to_its_cr() {
     assert_eq!(
         report["readers"][0]["cluster"],
         "the cluster of Secret other-cluster key value"
+    );
+
+    // preview: no answer about the wrong cluster.
+    let manifest = serde_json::to_string(&json!({
+        "apiVersion": "projection.sh/v1", "kind": "Projection",
+        "metadata": {"name": "other", "namespace": dst.name()},
+        "spec": {"source": {"version": "v1", "kind": "ConfigMap", "namespace": src.name(), "name": "settings"},
+                 "destination": {"kubeConfig": {"secretRef": {"name": "other-cluster"}}}}
+    }))
+    .expect("JSON");
+    let args = [
+        "--kubeconfig",
+        merged.to_str().expect("UTF-8"),
+        "--context",
+        "here",
+        "preview",
+        "-f",
+        "-",
+    ];
+    let run = plugin_raw(&args, Some(&manifest), &[]).expect(2);
+    assert!(
+        run.stderr
+            .contains("writes into another cluster (spec.destination.kubeConfig)"),
+        "{run:?}"
     );
 
     Api::<Projection>::namespaced(client.clone(), dst.name())
