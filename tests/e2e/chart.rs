@@ -177,6 +177,17 @@ fn template_refuses_inconsistent_values_with_a_clear_message() {
             ],
             "webhook.certificate.provided.caBundle is required",
         ),
+        (
+            vec![("webhook.hostNetwork", json!(true)), ("webhook.port", json!(443))],
+            "webhook.hostNetwork: webhook.port 443 is below 1024",
+        ),
+        (
+            vec![
+                ("webhook.hostNetwork", json!(true)),
+                ("webhook.port", json!(10250)),
+            ],
+            "webhook.port 10250 is the kubelet's port",
+        ),
     ];
     for (values, expected) in cases {
         let err = render("projection", NS, &values)
@@ -296,6 +307,36 @@ fn deployments_are_hardened_and_probe_the_right_ports() {
         let controller_labels = &controller["spec"]["template"]["metadata"]["labels"];
         assert!(!selects(&service["spec"]["selector"], controller_labels));
     }
+}
+
+#[test]
+fn the_webhook_on_the_nodes_network_serves_on_its_port_one_pod_per_node() {
+    let default = rendered(&[]);
+    let pod = &default.get("Deployment", "projection-webhook")["spec"]["template"]["spec"];
+    assert!(pod.get("hostNetwork").is_none(), "off by default");
+    let r = rendered(&[
+        ("webhook.hostNetwork", json!(true)),
+        ("webhook.port", json!(10443)),
+    ]);
+    let deployment = r.get("Deployment", "projection-webhook");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+    assert!(
+        pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"].is_array(),
+        "two replicas cannot bind one port on one node: {}",
+        pod["affinity"]
+    );
+    assert_eq!(
+        flag_value(deployment, "--bind-address"),
+        Some("0.0.0.0:10443".to_owned())
+    );
+    assert_eq!(container_port(container(deployment), "https"), 10443);
+    let service = r.get("Service", "projection-webhook");
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "https");
+    // The controller stays on the pod network.
+    let controller = &r.get("Deployment", "projection-controller")["spec"]["template"]["spec"];
+    assert!(controller.get("hostNetwork").is_none());
 }
 
 fn container_port(container: &Value, name: &str) -> u64 {
