@@ -755,18 +755,7 @@ async fn measure(
             }
         })
         .await?;
-        let projections: Api<Projection> = Api::all(client.clone());
-        let lp = ListParams::default().labels(&format!("{RUN_LABEL}={run}"));
-        let ready_after = wait_until("every Projection Ready", Duration::from_secs(600), || async {
-            let list = projections.list(&lp).await?;
-            let ready = list
-                .items
-                .iter()
-                .filter(|p| is_ready(p.status.as_ref().map(|s| &s.copy.conditions[..])))
-                .count();
-            Ok(ready == plan.projections)
-        })
-        .await?;
+        let ready_after = all_ready(&Api::all(client.clone()), run, plan.projections).await?;
         report["projections_ready_seconds"] = json!((t.elapsed().max(ready_after)).as_secs_f64());
 
         // Source edit -> copy updated, and copy deleted -> restored.
@@ -823,6 +812,22 @@ async fn measure(
         }
     }
     Ok(report)
+}
+
+/// Waits until the `expected` Projections of `run` that `projections` lists are Ready; returns how
+/// long that took.
+async fn all_ready(projections: &Api<Projection>, run: &str, expected: usize) -> anyhow::Result<Duration> {
+    let lp = ListParams::default().labels(&format!("{RUN_LABEL}={run}"));
+    wait_until("every Projection Ready", Duration::from_secs(600), || async {
+        let list = projections.list(&lp).await?;
+        let ready = list
+            .items
+            .iter()
+            .filter(|p| is_ready(p.status.as_ref().map(|s| &s.copy.conditions[..])))
+            .count();
+        Ok(ready == expected)
+    })
+    .await
 }
 
 /// Per sample, `at(sample)` names a source (its API), the API its copy is in and their name: the

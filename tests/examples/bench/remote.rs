@@ -5,8 +5,8 @@
 //! source) plus a write there is seen (the harness's watch of the copy).
 
 use super::{
-    Args, Observer, Plan, RUN_LABEL, create_namespace, in_parallel, is_ready, kind_resource, now_nanos,
-    source_object, stamp, stamped, summarize, wait_until,
+    Args, Observer, Plan, RUN_LABEL, create_namespace, in_parallel, kind_resource, now_nanos, source_object,
+    stamp, stamped, summarize, wait_until,
 };
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::Secret;
@@ -105,21 +105,7 @@ pub async fn measure(
         })
         .await?;
         let projections: Api<Projection> = Api::namespaced(client.clone(), &dest);
-        let lp = ListParams::default().labels(&format!("{RUN_LABEL}={run}"));
-        let ready_after = wait_until(
-            "every remote Projection Ready",
-            Duration::from_secs(600),
-            || async {
-                let list = projections.list(&lp).await?;
-                let ready = list
-                    .items
-                    .iter()
-                    .filter(|p| is_ready(p.status.as_ref().map(|s| &s.copy.conditions[..])))
-                    .count();
-                Ok(ready == plan.projections)
-            },
-        )
-        .await?;
+        let ready_after = super::all_ready(&projections, run, plan.projections).await?;
         report["remote_projections_ready_seconds"] = json!(t.elapsed().max(ready_after).as_secs_f64());
 
         let copies: Api<DynamicObject> = Api::namespaced_with(remote.clone(), &dest, &kind_resource(0));
