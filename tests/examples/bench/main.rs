@@ -814,6 +814,40 @@ async fn measure(
     Ok(report)
 }
 
+/// The watch of a ClusterProjection's copies (by its UID label).
+fn copies_of(cp: &ClusterProjection) -> watcher::Config {
+    let uid = cp.uid().unwrap_or_default();
+    watcher::Config::default().labels(&format!("projection.sh/owned-by-cluster-projection-uid={uid}"))
+}
+
+/// Per sample, `name` of `source` is stamped and the times until the first and the last of its
+/// `expected` copies (watched through `copies` with `config`) show the stamp are recorded.
+async fn fan_out_edit_times(
+    (source, name): (&Api<DynamicObject>, &str),
+    (copies, config): (&Api<DynamicObject>, &watcher::Config),
+    expected: usize,
+    samples: usize,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let (mut first, mut last) = (Vec::new(), Vec::new());
+    for _ in 0..samples {
+        let value = now_nanos();
+        let observer = Observer::start(copies.clone(), config.clone(), stamped(value.clone())).await;
+        let t = Instant::now();
+        stamp(source, name, &value).await?;
+        let seen = observer.wait(expected, Duration::from_secs(120)).await;
+        if seen.len() < expected {
+            bail!("only {} of {} copies were updated", seen.len(), expected);
+        }
+        let since = |at: Option<&Instant>| {
+            at.map(|at| at.duration_since(t).as_secs_f64())
+                .unwrap_or_default()
+        };
+        first.push(since(seen.iter().min()));
+        last.push(since(seen.iter().max()));
+    }
+    Ok((first, last))
+}
+
 /// Waits until the `expected` Projections of `run` that `projections` lists are Ready; returns how
 /// long that took.
 async fn all_ready(projections: &Api<Projection>, run: &str, expected: usize) -> anyhow::Result<Duration> {
@@ -960,34 +994,16 @@ async fn measure_fan_out(
     .await?;
     report["fan_out_initial_seconds"] = json!(t.elapsed().as_secs_f64());
 
-    let uid = created.uid().unwrap_or_default();
     let copies = Api::<DynamicObject>::all_with(client.clone(), &kind_resource(0));
-    let config =
-        watcher::Config::default().labels(&format!("projection.sh/owned-by-cluster-projection-uid={uid}"));
+    let config = copies_of(&created);
     let source = Api::<DynamicObject>::namespaced_with(client.clone(), source_ns, &kind_resource(0));
-    let (mut first, mut last) = (Vec::new(), Vec::new());
-    for _ in 0..args.samples.min(10) {
-        let value = now_nanos();
-        let observer = Observer::start(copies.clone(), config.clone(), stamped(value.clone())).await;
-        let t = Instant::now();
-        stamp(&source, "fanout", &value).await?;
-        let seen = observer.wait(plan.fan_out, Duration::from_secs(120)).await;
-        if seen.len() < plan.fan_out {
-            bail!("only {} of {} copies were updated", seen.len(), plan.fan_out);
-        }
-        first.push(
-            seen.iter()
-                .min()
-                .map(|at| at.duration_since(t).as_secs_f64())
-                .unwrap_or_default(),
-        );
-        last.push(
-            seen.iter()
-                .max()
-                .map(|at| at.duration_since(t).as_secs_f64())
-                .unwrap_or_default(),
-        );
-    }
+    let (first, last) = fan_out_edit_times(
+        (&source, "fanout"),
+        (&copies, &config),
+        plan.fan_out,
+        args.samples.min(10),
+    )
+    .await?;
     report["fan_out_edit_first_copy"] = json!(summarize(first));
     report["fan_out_edit_last_copy"] = json!(summarize(last));
     apiserver_fan_out(client, args, run, &targets, report).await?;

@@ -5,16 +5,14 @@
 //! source) plus a write there is seen (the harness's watch of the copy).
 
 use super::{
-    Args, Observer, Plan, RUN_LABEL, create_namespace, in_parallel, kind_resource, now_nanos, source_object,
-    stamp, stamped, summarize, wait_until,
+    Args, Plan, RUN_LABEL, create_namespace, in_parallel, kind_resource, source_object, summarize, wait_until,
 };
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
-    Api, Client, Config, ResourceExt,
+    Api, Client, Config,
     api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
-    runtime::watcher,
 };
 use serde_json::{Value, json};
 use shared::api::crd::{ClusterProjection, Projection};
@@ -154,31 +152,15 @@ pub async fn measure(
         .await?;
         report["remote_fan_out_initial_seconds"] = json!(t.elapsed().as_secs_f64());
 
-        let uid = created.uid().unwrap_or_default();
         let copies = Api::<DynamicObject>::all_with(remote.clone(), &kind_resource(0));
-        let config = watcher::Config::default()
-            .labels(&format!("projection.sh/owned-by-cluster-projection-uid={uid}"));
-        let (mut first, mut last) = (Vec::new(), Vec::new());
-        for _ in 0..args.samples.min(10) {
-            let value = now_nanos();
-            let observer = Observer::start(copies.clone(), config.clone(), stamped(value.clone())).await;
-            let t = Instant::now();
-            stamp(&sources, "fanout", &value).await?;
-            let seen = observer.wait(plan.fan_out, Duration::from_secs(120)).await;
-            if seen.len() < plan.fan_out {
-                bail!(
-                    "only {} of {} remote copies were updated",
-                    seen.len(),
-                    plan.fan_out
-                );
-            }
-            let since = |at: Option<&Instant>| {
-                at.map(|at| at.duration_since(t).as_secs_f64())
-                    .unwrap_or_default()
-            };
-            first.push(since(seen.iter().min()));
-            last.push(since(seen.iter().max()));
-        }
+        let config = super::copies_of(&created);
+        let (first, last) = super::fan_out_edit_times(
+            (&sources, "fanout"),
+            (&copies, &config),
+            plan.fan_out,
+            args.samples.min(10),
+        )
+        .await?;
         report["remote_fan_out_edit_first_copy"] = json!(summarize(first));
         report["remote_fan_out_edit_last_copy"] = json!(summarize(last));
     }
