@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks, and installs where it can, what building and testing need on a fresh machine:
-# Debian packages (openssl, curl, iproute2 for ss, ca-certificates; for the local node: containerd,
+# Debian packages (openssl, curl, iproute2 for ss, ca-certificates, lua5.4; for the local node: containerd,
 # runc, containernetworking-plugins, iptables), the Rust toolchain with rustfmt and clippy, and a Go
 # toolchain new enough for Kubernetes v1.36 (go 1.26). No service is started or enabled: the node
 # scripts run containerd themselves.
@@ -19,6 +19,8 @@ command -v runc >/dev/null || missing+=(runc)
 [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
 command -v iptables >/dev/null || missing+=(iptables)
 command -v nsenter >/dev/null || missing+=(util-linux)
+# The Argo CD health script of docs/observability.md runs under Lua in the tests (Argo CD embeds Lua 5.x).
+command -v lua5.4 >/dev/null || missing+=(lua5.4)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd="sudo"

@@ -22,6 +22,8 @@ stop_demo_services
 # What only the monitoring tests use (promtool, Prometheus, prometheus-operator; cached by version),
 # before the node so that their images are imported with the others.
 tests/control-plane/build-monitoring.sh >/dev/null
+# What only the GitOps health tests use (the kstatus library and Helm 4; cached by version).
+tests/control-plane/build-gitops.sh >/dev/null
 # The node, with the images built here imported and cert-manager installed by its own chart.
 tests/control-plane/cert-manager.sh
 

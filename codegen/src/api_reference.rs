@@ -3,9 +3,7 @@
 //! The `apidocs` binary writes it; a test fails when the committed file is stale.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::CustomResourceExt;
 use serde_json::Value;
-use shared::api::crd::{ClusterProjection, Projection};
 use std::fmt::Write as _;
 
 /// Where the reference lives, relative to the workspace root.
@@ -32,7 +30,7 @@ pub fn render() -> String {
          messages and adds checks that need the cluster ([webhook.md](webhook.md)).\n\n",
     );
     out.push_str("- [`Projection`](#projection)\n- [`ClusterProjection`](#clusterprojection)\n\n");
-    for crd in [Projection::crd(), ClusterProjection::crd()] {
+    for crd in crate::crds::definitions() {
         render_crd(&mut out, &crd);
     }
     // One trailing newline.

@@ -8,6 +8,7 @@
 pub mod attack;
 pub mod black_hole;
 pub mod chart;
+pub mod gitops;
 pub mod log_lines;
 pub mod node;
 pub mod prometheus;

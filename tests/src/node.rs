@@ -23,21 +23,63 @@ pub fn node_with_cert_manager() {
             .env("TESTENV_DIR", testenv_dir())
             .output()
             .map_err(|e| format!("cannot run tests/control-plane/cert-manager.sh: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
+        if !out.status.success() {
+            return Err(format!(
                 "{}\n{}",
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
-            ))
+            ));
         }
+        cert_manager_available()
     });
     if let Err(why) = ready {
         panic!(
             "the local node (kubelet, containerd, cert-manager) could not start; the node is a real \
              part of these tests, nothing stands in for it:\n{why}"
         );
+    }
+}
+
+/// cert-manager's Deployments, which the chart's cert-manager mode needs answering.
+const CERT_MANAGER_DEPLOYMENTS: [&str; 3] =
+    ["cert-manager", "cert-manager-webhook", "cert-manager-cainjector"];
+
+/// Waits (up to three minutes) until the node is Ready and cert-manager's Deployments are
+/// Available: the release cert-manager.sh keeps from an earlier step may have lost its pods since
+/// (a node that was not Ready for a while). Says what the node and the pods look like when not.
+fn cert_manager_available() -> Result<(), String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    loop {
+        let node = String::from_utf8_lossy(
+            &kubectl(&[
+                "get",
+                "node",
+                NODE_NAME,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
+            ])
+            .stdout,
+        )
+        .into_owned();
+        let unavailable: Vec<&str> = CERT_MANAGER_DEPLOYMENTS
+            .into_iter()
+            .filter(|d| deployment_available("cert-manager", d) != "True")
+            .collect();
+        if node == "True" && unavailable.is_empty() {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            let diagnosis = Command::new(repo_root().join("tests/control-plane/diagnose.sh"))
+                .env("TESTENV_DIR", testenv_dir())
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_else(|e| format!("tests/control-plane/diagnose.sh did not run: {e}"));
+            return Err(format!(
+                "after 180s the node's Ready is {node:?} and these cert-manager Deployments are not \
+                 Available: {unavailable:?}\n{diagnosis}"
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_secs(2));
     }
 }
 

@@ -70,6 +70,7 @@ pub async fn hold<K: ProjectionKind>(cr: &K, report: &Report) -> Result<Action, 
     let current = Status::of(&view);
     let mut next = current.clone();
     let now = Time(Timestamp::now());
+    next.copy.observed_generation = view.meta.generation;
     next.copy.conditions = suspended_conditions(&current.copy.conditions, view.meta.generation, &now);
     write_status(cr, report, &current, &next).await?;
     next_action(
@@ -112,6 +113,7 @@ pub async fn withdrawn_for_deletion<K: ProjectionKind>(
         .await;
     let current = Status::of(&view);
     let mut next = current.clone();
+    next.copy.observed_generation = view.meta.generation;
     next.copy.conditions = deletion_blocked_conditions(
         &current.copy.conditions,
         &message,

@@ -187,6 +187,17 @@ pub struct AppliedOnce {
         json_path = ".status.conditions[?(@.type=='Ready')].status"
     ),
     printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type=='Ready')].reason"
+    ),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type=='Ready')].message",
+        priority = 1
+    ),
+    printcolumn(
         name = "Suspended",
         type_ = "boolean",
         json_path = ".spec.suspend",
@@ -326,6 +337,17 @@ pub struct ClusterProjectionDestination {
         json_path = ".status.conditions[?(@.type=='Ready')].status"
     ),
     printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type=='Ready')].reason"
+    ),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type=='Ready')].message",
+        priority = 1
+    ),
+    printcolumn(
         name = "Suspended",
         type_ = "boolean",
         json_path = ".spec.suspend",
@@ -407,7 +429,14 @@ impl WrittenDestination {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CopyStatus {
-    /// `SourceResolved`, `DestinationWritten` and `Ready`.
+    /// The `metadata.generation` the last pass worked on: while it differs from the CR's, the
+    /// controller has not acted on the latest spec yet (kstatus reads it so). `0` until the first
+    /// pass (the schema's default, so that a CR read before then is not taken for done).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub observed_generation: Option<i64>,
+    /// `SourceResolved`, `DestinationWritten` and `Ready`; `Reconciling` or `Stalled` while the CR
+    /// is not ready (kstatus), and `Suspended` while `spec.suspend` is true.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// Name of the copies once written.

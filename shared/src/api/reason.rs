@@ -166,6 +166,20 @@ pub enum Retry {
     Backoff,
 }
 
+/// What a CR ending with a reason tells GitOps tools (kstatus, as Flux's health checks and Helm 4's
+/// `--wait` read it): done, still being worked on, or stuck until a person changes something.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Nothing left to do: no `Reconciling` or `Stalled` condition.
+    Settled,
+    /// `Reconciling=True`: retried, or waiting for something that may still come (a source not
+    /// created yet, a kind not served yet, an apiserver or another cluster that failed to answer).
+    Reconciling,
+    /// `Stalled=True`: no retry can help until a person changes the spec, the source, a stranger's
+    /// object or the RBAC (a refusal, a conflict, a spec that cannot make a valid copy).
+    Stalled,
+}
+
 impl Reason {
     /// The action verb of this reason's event, `None` for a reason that appears on conditions only.
     pub fn verb(self) -> Option<Verb> {
@@ -234,6 +248,44 @@ impl Reason {
             Resolved | Projected | Updated | DestinationRecreated | DestinationDeleted
             | DestinationLeftAlone | SourceNotResolved | Suspended | DestinationOrphaned
             | DestinationAdopted => Retry::OnChange,
+        }
+    }
+
+    /// What a CR whose `Ready` condition carries this reason tells GitOps tools. A refusal is
+    /// `Stalled` even where the controller keeps retrying it (an author's access, another
+    /// cluster's credentials): the retry only notices a fix that no watch reports, and a tool
+    /// waiting for the CR should fail now with the reason rather than at its timeout.
+    pub fn progress(self) -> Progress {
+        use Reason::*;
+        match self {
+            Resolved | Projected | Updated | DestinationRecreated | DestinationDeleted
+            | DestinationLeftAlone | Suspended | DestinationOrphaned | DestinationAdopted => {
+                Progress::Settled
+            }
+            // May still come: the source, its kind, an answer.
+            SourceNotFound
+            | SourceDeleted
+            | SourceResolutionFailed
+            | SourceNotResolved
+            | SourceFetchFailed
+            | DestinationFetchFailed
+            | DestinationCreateFailed
+            | DestinationUpdateFailed
+            | DestinationDeleteFailed
+            | DestinationWriteFailed
+            | DeletionBlocked
+            | DestinationClusterUnreachable => Progress::Reconciling,
+            // A person must act.
+            SourceForbidden
+            | SourceOptedOut
+            | SourceNotProjectable
+            | DestinationConflict
+            | TargetResolutionFailed
+            | DestinationInvalid
+            | DestinationForbidden
+            | DestinationImmutable
+            | DestinationClusterForbidden
+            | DestinationClusterInvalid => Progress::Stalled,
         }
     }
 
@@ -576,6 +628,53 @@ mod tests {
             assert_eq!(reason.is_warning(), warning, "{reason}");
             assert_eq!(reason.retry(), retry, "{reason}");
             assert_eq!(reason.category().as_str(), result, "{reason}");
+        }
+    }
+
+    #[test]
+    fn gitops_tools_are_told_settled_reconciling_or_stalled() {
+        use Reason::*;
+        let reconciling = [
+            SourceNotFound,
+            SourceDeleted,
+            SourceResolutionFailed,
+            SourceNotResolved,
+            SourceFetchFailed,
+            DestinationFetchFailed,
+            DestinationCreateFailed,
+            DestinationUpdateFailed,
+            DestinationDeleteFailed,
+            DestinationWriteFailed,
+            DeletionBlocked,
+            DestinationClusterUnreachable,
+        ];
+        let stalled = [
+            SourceForbidden,
+            SourceOptedOut,
+            SourceNotProjectable,
+            DestinationConflict,
+            TargetResolutionFailed,
+            DestinationInvalid,
+            DestinationForbidden,
+            DestinationImmutable,
+            DestinationClusterForbidden,
+            DestinationClusterInvalid,
+        ];
+        for reason in Reason::ALL {
+            let expected = if reconciling.contains(reason) {
+                Progress::Reconciling
+            } else if stalled.contains(reason) {
+                Progress::Stalled
+            } else {
+                Progress::Settled
+            };
+            assert_eq!(reason.progress(), expected, "{reason}");
+            // Only failures are unsettled, and every failure is.
+            assert_eq!(
+                expected == Progress::Settled,
+                reason.category() == ResultCategory::Success,
+                "{reason}"
+            );
         }
     }
 

@@ -7,6 +7,7 @@ use crate::{
     api::keys::{REQUESTED_AT, SOURCE_CLUSTER, SOURCE_HASH},
     api::reason::Reason,
     copy::ownership::Owner,
+    pass::status::{RECONCILING, is_progress, progress_condition},
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::{Map, Value, json};
@@ -44,9 +45,11 @@ pub fn suspended_conditions(current: &[Condition], generation: Option<i64>, now:
         .iter()
         .find(|c| c.r#type == SUSPENDED && c.status == "True")
         .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+    // Nothing is worked on while suspended: `Reconciling` goes; `Stalled` stays true (the last
+    // pass's verdict still holds).
     let mut conditions: Vec<Condition> = current
         .iter()
-        .filter(|c| c.r#type != SUSPENDED)
+        .filter(|c| c.r#type != SUSPENDED && c.r#type != RECONCILING)
         .cloned()
         .collect();
     conditions.push(Condition {
@@ -80,8 +83,10 @@ pub fn deletion_blocked_conditions(
         observed_generation: generation,
         last_transition_time: since,
     };
+    let progress = progress_condition(current, Reason::DeletionBlocked, message, generation, now);
     let mut conditions: Vec<Condition> = current
         .iter()
+        .filter(|c| !is_progress(c))
         .map(|c| {
             if c.r#type == ready.r#type {
                 ready.clone()
@@ -93,6 +98,7 @@ pub fn deletion_blocked_conditions(
     if !conditions.iter().any(|c| c.r#type == ready.r#type) {
         conditions.push(ready);
     }
+    conditions.extend(progress);
     conditions
 }
 
@@ -276,6 +282,22 @@ mod tests {
                 7,
             ),
             (vec![], 30, 30),
+            (
+                vec![
+                    condition("Ready", "False", "SourceNotFound", 5),
+                    condition(RECONCILING, "True", "SourceNotFound", 5),
+                ],
+                40,
+                40,
+            ),
+            (
+                vec![
+                    condition("Ready", "False", "DestinationConflict", 5),
+                    condition("Stalled", "True", "DestinationConflict", 5),
+                ],
+                50,
+                50,
+            ),
         ];
         for (current, now, since) in table {
             let next = suspended_conditions(&current, Some(2), &at(now));
@@ -284,9 +306,9 @@ mod tests {
                 kept,
                 current
                     .iter()
-                    .filter(|c| c.r#type != SUSPENDED)
+                    .filter(|c| c.r#type != SUSPENDED && c.r#type != RECONCILING)
                     .collect::<Vec<_>>(),
-                "the other conditions keep their values"
+                "the other conditions keep their values, but nothing is worked on"
             );
             let suspended = next.last().expect("Suspended is last");
             assert_eq!(
@@ -415,6 +437,15 @@ mod tests {
                 8,
             ),
             (vec![], 30, 30),
+            (
+                vec![
+                    resolved.clone(),
+                    condition("Ready", "False", "DestinationConflict", 6),
+                    condition("Stalled", "True", "DestinationConflict", 6),
+                ],
+                40,
+                6,
+            ),
         ];
         for (current, now, since) in table {
             let next = deletion_blocked_conditions(&current, "blocked: x", Some(4), &at(now));
@@ -429,8 +460,23 @@ mod tests {
             );
             assert_eq!(ready.last_transition_time, at(since));
             assert_eq!(ready.observed_generation, Some(4));
-            let others: Vec<&Condition> = next.iter().filter(|c| c.r#type != "Ready").collect();
-            let before: Vec<&Condition> = current.iter().filter(|c| c.r#type != "Ready").collect();
+            let reconciling = next.last().expect("Reconciling is last");
+            assert_eq!(
+                (reconciling.r#type.as_str(), reconciling.reason.as_str()),
+                (RECONCILING, "DeletionBlocked")
+            );
+            assert!(
+                !next.iter().any(|c| c.r#type == "Stalled"),
+                "retried, not stalled"
+            );
+            let others: Vec<&Condition> = next
+                .iter()
+                .filter(|c| c.r#type != "Ready" && !is_progress(c))
+                .collect();
+            let before: Vec<&Condition> = current
+                .iter()
+                .filter(|c| c.r#type != "Ready" && !is_progress(c))
+                .collect();
             assert_eq!(others, before, "the other conditions keep their values");
         }
     }

@@ -7,7 +7,7 @@ use crate::{
     api::{
         crd::{AppliedOnce, Condition, CopyStatus, NamespaceCounts, WrittenDestination},
         kind::{CrView, Scope},
-        reason::{Reason, ResultCategory, Retry, retry_after},
+        reason::{Progress, Reason, ResultCategory, Retry, retry_after},
     },
     pass::tally::{EventNote, Removal, Tally, summarize_failures},
 };
@@ -21,8 +21,15 @@ pub const SOURCE_RESOLVED: &str = "SourceResolved";
 pub const DESTINATION_WRITTEN: &str = "DestinationWritten";
 /// Condition type: everything is in place.
 pub const READY: &str = "Ready";
-/// Every condition type, in the order they are written.
-pub const CONDITION_TYPES: [&str; 3] = [SOURCE_RESOLVED, DESTINATION_WRITTEN, READY];
+/// Condition type (kstatus): the CR is being worked on, or retried for something that may still
+/// come. Present only while `True`.
+pub const RECONCILING: &str = "Reconciling";
+/// Condition type (kstatus): no retry can help until a person changes something. Present only
+/// while `True`.
+pub const STALLED: &str = "Stalled";
+/// Every condition type a pass reports, in the order they are written (the last two only while
+/// they are `True`).
+pub const CONDITION_TYPES: [&str; 5] = [SOURCE_RESOLVED, DESTINATION_WRITTEN, READY, RECONCILING, STALLED];
 
 /// What a reconcile ended with, as far as the conditions are concerned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,32 +119,82 @@ impl Outcome {
 
 /// The conditions after `outcome`, computed from the current ones: `lastTransitionTime` moves only
 /// when a condition's status changes, so an unchanged outcome yields identical conditions (and no
-/// status write).
+/// status write). A failure adds `Reconciling` or `Stalled` by its reason's [`Progress`].
 pub fn next_conditions(
     current: &[Condition],
     outcome: &Outcome,
     generation: Option<i64>,
     now: &Time,
 ) -> Vec<Condition> {
-    outcome
+    let mut conditions: Vec<Condition> = outcome
         .conditions()
         .into_iter()
         .map(|(type_, status, reason, message)| {
-            let previous = current.iter().find(|c| c.r#type == type_);
-            let last_transition_time = match previous {
-                Some(p) if p.status == status => p.last_transition_time.clone(),
-                _ => now.clone(),
-            };
-            Condition {
-                r#type: type_.to_owned(),
-                status: status.to_owned(),
-                reason: reason.as_str().to_owned(),
-                message,
-                observed_generation: generation,
-                last_transition_time,
-            }
+            condition(current, (type_, status), reason, message, generation, now)
         })
-        .collect()
+        .collect();
+    conditions.extend(progress_condition(
+        current,
+        outcome.reason(),
+        outcome.message(),
+        generation,
+        now,
+    ));
+    conditions
+}
+
+/// The `Reconciling` or `Stalled` condition of a CR whose `Ready` carries `reason` (none when it
+/// is settled), its transition time kept from `current` while it stays.
+pub fn progress_condition(
+    current: &[Condition],
+    reason: Reason,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> Option<Condition> {
+    let type_ = match reason.progress() {
+        Progress::Settled => return None,
+        Progress::Reconciling => RECONCILING,
+        Progress::Stalled => STALLED,
+    };
+    Some(condition(
+        current,
+        (type_, "True"),
+        reason,
+        message.to_owned(),
+        generation,
+        now,
+    ))
+}
+
+/// Whether `condition` says how far the CR has come (`Reconciling`, `Stalled`): replaced whenever
+/// `Ready` is.
+pub fn is_progress(condition: &Condition) -> bool {
+    condition.r#type == RECONCILING || condition.r#type == STALLED
+}
+
+/// A condition of `type_` with `status`, its transition time kept from `current` while its status
+/// stays.
+fn condition(
+    current: &[Condition],
+    (type_, status): (&str, &str),
+    reason: Reason,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    let last_transition_time = match current.iter().find(|c| c.r#type == type_) {
+        Some(previous) if previous.status == status => previous.last_transition_time.clone(),
+        _ => now.clone(),
+    };
+    Condition {
+        r#type: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.as_str().to_owned(),
+        message,
+        observed_generation: generation,
+        last_transition_time,
+    }
 }
 
 /// Why a pass stopped before it applied a plan. Every failed read, refused plan or content that
@@ -331,6 +388,7 @@ impl Status {
                 let failures = &concluded.tally.failures;
                 Self {
                     copy: CopyStatus {
+                        observed_generation: generation,
                         conditions,
                         destination_name: if named {
                             Some(record.name.clone())
@@ -355,6 +413,7 @@ impl Status {
                 let written = stop.keeps(current.written_destination.as_ref());
                 Self {
                     copy: CopyStatus {
+                        observed_generation: generation,
                         conditions,
                         destination_name: current.destination_name.clone(),
                         written_destination: written.cloned(),
@@ -558,6 +617,50 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_says_whether_it_is_still_worked_on_or_stalled() {
+        let types = |c: &[Condition]| c.iter().map(|c| c.r#type.clone()).collect::<Vec<_>>();
+        let missing = Outcome::SourceFailed {
+            reason: Reason::SourceNotFound,
+            message: "source a/b not found".into(),
+        };
+        let waiting = next_conditions(&[], &missing, Some(1), &at(10));
+        assert_eq!(
+            types(&waiting),
+            [SOURCE_RESOLVED, DESTINATION_WRITTEN, READY, RECONCILING]
+        );
+        assert_eq!(
+            (
+                waiting[3].status.as_str(),
+                waiting[3].reason.as_str(),
+                waiting[3].message.as_str()
+            ),
+            ("True", "SourceNotFound", "source a/b not found")
+        );
+        // The source stays missing: nothing moves. A conflict replaces Reconciling by Stalled.
+        assert_eq!(next_conditions(&waiting, &missing, Some(1), &at(20)), waiting);
+        let conflict = Outcome::DestinationFailed {
+            resolved: String::new(),
+            reason: Reason::DestinationConflict,
+            message: "a stranger holds it".into(),
+        };
+        let stalled = next_conditions(&waiting, &conflict, Some(2), &at(30));
+        assert_eq!(
+            types(&stalled),
+            [SOURCE_RESOLVED, DESTINATION_WRITTEN, READY, STALLED]
+        );
+        assert_eq!(stalled[3].last_transition_time, at(30));
+        assert_eq!(stalled[3].observed_generation, Some(2));
+        // Projected: neither.
+        let ok = Outcome::Projected {
+            resolved: String::new(),
+            note: String::new(),
+        };
+        let done = next_conditions(&stalled, &ok, Some(2), &at(40));
+        assert_eq!(types(&done), [SOURCE_RESOLVED, DESTINATION_WRITTEN, READY]);
+        assert!(!done.iter().any(is_progress));
+    }
+
+    #[test]
     fn a_projection_names_its_copy_once_projected() {
         let current = Status {
             copy: CopyStatus {
@@ -576,6 +679,7 @@ mod tests {
         assert_eq!(next.copy.written_destination, Some(recorded("new")));
         assert_eq!(next.copy.source_hash.as_deref(), Some("h"));
         assert_eq!(next.copy.conditions[2].observed_generation, Some(3));
+        assert_eq!(next.copy.observed_generation, Some(3));
         assert_eq!(next.counts, None);
         let conflict = Outcome::DestinationFailed {
             resolved: String::new(),
