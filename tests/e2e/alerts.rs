@@ -1000,12 +1000,15 @@ async fn dashboard_and_rules_name_only_metrics_the_binaries_export() {
 #[tokio::test]
 async fn not_ready_fires_for_a_projection_whose_source_is_missing_and_resolves_when_it_appears() {
     let stack = Stack::start(1, WebhookSetup::default()).await;
-    let labels = [("kind", "Projection"), ("reason", "SourceNotFound")];
-    stack
-        .baseline("ProjectionNotReady", &[("kind", "Projection")])
-        .await;
     let source = TestNamespace::create(&stack.client, "alerts-ready-src").await;
     let dest = TestNamespace::create(&stack.client, "alerts-ready-dst").await;
+    // One alert for this CR, named and in its own namespace (for routing to its owner).
+    let labels = [
+        ("kind", "Projection"),
+        ("namespace", dest.name()),
+        ("name", "settings"),
+    ];
+    stack.baseline("ProjectionNotReady", &labels).await;
     Api::<Projection>::namespaced(stack.client.clone(), dest.name())
         .create(
             &PostParams::default(),
@@ -1016,16 +1019,20 @@ async fn not_ready_fires_for_a_projection_whose_source_is_missing_and_resolves_w
 
     let alert = stack.fires("ProjectionNotReady", &labels).await;
     assert_eq!(value(&alert), 1.0);
-    assert_eq!(alert.annotations["summary"], "1 Projection(s) not Ready");
+    assert_eq!(
+        alert.annotations["summary"],
+        format!("Projection {}/settings not Ready", dest.name())
+    );
     assert!(
-        alert.annotations["description"].contains("(reason SourceNotFound) for 3s"),
+        alert.annotations["description"].contains(&format!(
+            "for 3s; its Ready condition says why: kubectl get projection settings -n {} -o wide",
+            dest.name()
+        )),
         "{alert:?}"
     );
 
     create_source(&stack.client, source.name(), "settings").await;
-    stack
-        .resolves("ProjectionNotReady", &[("kind", "Projection")])
-        .await;
+    stack.resolves("ProjectionNotReady", &labels).await;
     delete_projections(&stack.client, dest.name()).await;
 }
 
@@ -1070,12 +1077,14 @@ async fn fan_out_failures_fire_for_a_namespace_a_cluster_projection_cannot_write
         alert.annotations["summary"],
         "ClusterProjections fail to write 1 namespace(s)"
     );
-    stack
+    // A ClusterProjection has no namespace of its own: its alert keeps the controller's.
+    let alert = stack
         .fires(
             "ProjectionNotReady",
-            &[("kind", "ClusterProjection"), ("reason", "DestinationConflict")],
+            &[("kind", "ClusterProjection"), ("name", &name)],
         )
         .await;
+    assert_eq!(alert.labels["namespace"], NAMESPACE, "{alert:?}");
 
     // The platform team takes the namespace out of the fan-out.
     api.patch(
@@ -1087,7 +1096,10 @@ async fn fan_out_failures_fire_for_a_namespace_a_cluster_projection_cannot_write
     .expect("ClusterProjection patched");
     stack.resolves("ProjectionFanOutFailures", &[]).await;
     stack
-        .resolves("ProjectionNotReady", &[("kind", "ClusterProjection")])
+        .resolves(
+            "ProjectionNotReady",
+            &[("kind", "ClusterProjection"), ("name", &name)],
+        )
         .await;
 
     api.delete(&name, &DeleteParams::default())

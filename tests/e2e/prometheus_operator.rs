@@ -460,7 +460,12 @@ async fn the_real_prometheus_operator_scrapes_the_chart_and_fires_its_alerts() {
             "source": {"version": "v1", "kind": "ConfigMap", "namespace": source_ns, "name": "settings"},
         },
     }));
-    let labels = [("kind", "Projection"), ("reason", "SourceNotFound")];
+    // Named, and in the Projection's own namespace (the scraped label arrives as exported_namespace).
+    let labels = [
+        ("kind", "Projection"),
+        ("namespace", team_ns.as_str()),
+        ("name", "settings"),
+    ];
     let alert = prometheus.wait_firing("ProjectionNotReady", &labels, FIRE).await;
     println!(
         "ProjectionNotReady fired after {:?}: {}",
@@ -479,7 +484,7 @@ async fn the_real_prometheus_operator_scrapes_the_chart_and_fires_its_alerts() {
         "data": {"key": "value"},
     }));
     prometheus
-        .wait_inactive("ProjectionNotReady", &[("kind", "Projection")], FIRE)
+        .wait_inactive("ProjectionNotReady", &labels, FIRE)
         .await;
     println!("ProjectionNotReady resolved after {:?}", started.elapsed());
 

@@ -10,8 +10,8 @@
 //! microseconds, against the milliseconds of the API calls it makes.
 //!
 //! What the scrape-time gauges count of each CR (its `Ready` condition, a ClusterProjection's
-//! namespace counts) is read once, when the CR is stored, into a [`ReadySummary`] of 12 bytes, so a
-//! scrape decodes no CR.
+//! namespace counts, `spec.suspend`) is read once, when the CR is stored, into a [`ReadySummary`]
+//! of 16 bytes, so a scrape decodes no CR.
 
 use crate::cache::{cache_trim::trim_cr, packed_text::PackedText};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -32,16 +32,18 @@ pub struct StoredCr<K> {
     kind: PhantomData<fn() -> K>,
 }
 
-/// What the controller's scrape-time gauges (`projection_resources`,
-/// `projection_cluster_projection_namespaces`) count of a CR, read from its status when it is
-/// stored: the status and reason of its `Ready` condition as bounded label values, and a
-/// ClusterProjection's `namespacesWritten` and `namespacesFailed` (0 for a Projection).
+/// What the controller's scrape-time gauges (`projection_resources`, `projection_resource_info`,
+/// `projection_cluster_projection_namespaces`) count of a CR, read from it when it is stored: the
+/// status and reason of its `Ready` condition as bounded label values, a ClusterProjection's
+/// `namespacesWritten` and `namespacesFailed` (0 for a Projection), and `spec.suspend`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReadySummary {
     status: ReadyStatus,
     reason: ReadyReason,
     pub namespaces_written: i32,
     pub namespaces_failed: i32,
+    /// `spec.suspend` is true.
+    pub suspended: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -87,8 +89,15 @@ impl ReadySummary {
     fn of_text(text: &[u8]) -> Result<Self, serde_json::Error> {
         #[derive(Deserialize)]
         struct Cr<'a> {
+            #[serde(default)]
+            spec: Option<Spec>,
             #[serde(borrow, default)]
             status: Option<Status<'a>>,
+        }
+        #[derive(Deserialize)]
+        struct Spec {
+            #[serde(default)]
+            suspend: Option<bool>,
         }
         #[derive(Deserialize)]
         #[serde(rename_all = "camelCase")]
@@ -109,8 +118,13 @@ impl ReadySummary {
             #[serde(borrow, default)]
             reason: Cow<'a, str>,
         }
-        let Some(status) = serde_json::from_slice::<Cr<'_>>(text)?.status else {
-            return Ok(Self::default());
+        let cr = serde_json::from_slice::<Cr<'_>>(text)?;
+        let suspended = cr.spec.and_then(|s| s.suspend) == Some(true);
+        let Some(status) = cr.status else {
+            return Ok(Self {
+                suspended,
+                ..Self::default()
+            });
         };
         let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
         Ok(Self {
@@ -127,6 +141,7 @@ impl ReadySummary {
             }),
             namespaces_written: status.namespaces_written,
             namespaces_failed: status.namespaces_failed,
+            suspended,
         })
     }
 }
