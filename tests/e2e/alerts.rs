@@ -426,6 +426,7 @@ fn dashboard_queries(dashboard: &Value) -> Vec<(String, String)> {
     }
     let substitutions = [
         ("$__rate_interval", "2m".to_owned()),
+        ("$cluster", ".*".to_owned()),
         ("$namespace", NAMESPACE.to_owned()),
         ("$controller_job", CONTROLLER_JOB.to_owned()),
         ("$webhook_job", WEBHOOK_JOB.to_owned()),
