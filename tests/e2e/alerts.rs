@@ -73,9 +73,23 @@ fn rendered(values: &[(&str, Value)]) -> projection_tests::chart::Rendered {
     render(RELEASE, NAMESPACE, values).unwrap_or_else(|e| panic!("helm template failed: {e}"))
 }
 
-/// The rule file of the chart's PrometheusRule (its `spec`) rendered with `values`, as YAML.
+/// What makes the chart's targets scraped, so that every alert is rendered: its ServiceMonitors,
+/// and a Prometheus let through the NetworkPolicy.
+fn scraped() -> Vec<(&'static str, Value)> {
+    vec![
+        ("metrics.serviceMonitor.enabled", json!(true)),
+        (
+            "networkPolicy.metricsFrom",
+            json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]),
+        ),
+    ]
+}
+
+/// The rule file of the chart's PrometheusRule (its `spec`) rendered with `values` (after
+/// [`scraped`]), as YAML.
 fn rules_yaml(values: &[(&str, Value)]) -> String {
     let mut all = vec![("metrics.prometheusRule.enabled", json!(true))];
+    all.extend(scraped());
     all.extend_from_slice(values);
     let objects = rendered(&all);
     let rule = objects.get("PrometheusRule", RELEASE);
@@ -181,6 +195,66 @@ fn promtool_checks_the_rules_in_every_configuration() {
     // An alert can be turned off on its own.
     let rules = rules_yaml(&[("metrics.prometheusRule.alerts.notReady.enabled", json!(false))]);
     assert!(!rules.contains("ProjectionNotReady") && rules.contains("ProjectionFanOutFailures"));
+}
+
+#[test]
+fn down_alerts_are_rendered_only_where_the_targets_are_scraped_and_notes_say_why() {
+    let alerts_with = |values: &[(&str, Value)]| -> (Vec<String>, String) {
+        let mut all = vec![("metrics.prometheusRule.enabled", json!(true))];
+        all.extend_from_slice(values);
+        let objects = rendered(&all);
+        let rule = objects.get("PrometheusRule", RELEASE);
+        let alerts = rule["spec"]["groups"][0]["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .filter_map(|r| r["alert"].as_str().map(str::to_owned))
+            .filter(|a| a.ends_with("Down"))
+            .collect();
+        (alerts, notes(&all))
+    };
+    let down = ["ProjectionControllerDown", "ProjectionWebhookDown"];
+    // The PrometheusRule alone (no ServiceMonitor): nothing scrapes the targets.
+    let (alerts, notes_text) = alerts_with(&[]);
+    assert!(alerts.is_empty(), "{alerts:?}");
+    assert!(
+        notes_text.contains("set metrics.serviceMonitor.enabled=true"),
+        "{notes_text}"
+    );
+    // ServiceMonitors, but the default NetworkPolicy keeps Prometheus out.
+    let (alerts, notes_text) = alerts_with(&[("metrics.serviceMonitor.enabled", json!(true))]);
+    assert!(alerts.is_empty(), "{alerts:?}");
+    assert!(
+        notes_text.contains("set networkPolicy.metricsFrom"),
+        "{notes_text}"
+    );
+    assert!(
+        !notes_text.contains("set metrics.serviceMonitor.enabled=true"),
+        "{notes_text}"
+    );
+    // Both: the alerts are there, NOTES is silent about them.
+    let (alerts, notes_text) = alerts_with(&scraped());
+    assert_eq!(alerts, down);
+    assert!(!notes_text.contains("are not installed"), "{notes_text}");
+    // A scrape of the user's own, no NetworkPolicy: the selectors say where the targets are.
+    let (alerts, _) = alerts_with(&[
+        ("networkPolicy.enabled", json!(false)),
+        (
+            "metrics.prometheusRule.controllerSelector",
+            json!(r#"job="ops-controller""#),
+        ),
+        (
+            "metrics.prometheusRule.webhookSelector",
+            json!(r#"job="ops-webhook""#),
+        ),
+    ]);
+    assert_eq!(alerts, down);
+}
+
+/// The chart's NOTES rendered with `values`.
+fn notes(values: &[(&str, Value)]) -> String {
+    projection_tests::chart::notes(RELEASE, NAMESPACE, values)
+        .unwrap_or_else(|e| panic!("rendering NOTES failed: {e}"))
 }
 
 #[test]

@@ -123,6 +123,64 @@ fn render_with(
     Ok(Rendered::parse(&String::from_utf8_lossy(&out.stdout)))
 }
 
+/// The chart's NOTES rendered for `values`, without a cluster: `helm template` does not print
+/// NOTES.txt, so a copy of the chart gets a template that renders the same text into a ConfigMap.
+pub fn notes(release: &str, namespace: &str, values: Values<'_>) -> Result<String, String> {
+    let copy = std::env::temp_dir().join(format!(
+        "projection-chart-notes-{}-{}",
+        std::process::id(),
+        NOTES_COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    copy_dir(&chart_dir(), &copy).map_err(|e| format!("copying the chart: {e}"))?;
+    let text = std::fs::read_to_string(chart_dir().join("templates/NOTES.txt"))
+        .map_err(|e| format!("templates/NOTES.txt: {e}"))?;
+    std::fs::write(
+        copy.join("templates/zz-rendered-notes.yaml"),
+        format!(
+            "{{{{- define \"rendered-notes\" }}}}{text}{{{{- end }}}}\napiVersion: v1\nkind: ConfigMap\n\
+             metadata:\n  name: rendered-notes\ndata:\n  notes: |\n{{{{ include \"rendered-notes\" . | indent 4 }}}}\n"
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut args = vec![
+        "template".to_owned(),
+        release.to_owned(),
+        copy.to_string_lossy().into_owned(),
+        "--namespace".to_owned(),
+        namespace.to_owned(),
+        "--show-only".to_owned(),
+        "templates/zz-rendered-notes.yaml".to_owned(),
+    ];
+    args.extend(value_args(values));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = helm(&args);
+    let _ = std::fs::remove_dir_all(&copy);
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let rendered = Rendered::parse(&String::from_utf8_lossy(&out.stdout));
+    rendered.0[0]["data"]["notes"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("no notes in {rendered:?}"))
+}
+
+static NOTES_COPIES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}
+
 /// Rendered manifests, as JSON values.
 #[derive(Debug, Clone)]
 pub struct Rendered(pub Vec<Value>);
