@@ -85,7 +85,7 @@ pub async fn run(global: &Global) -> Result<Code, Failure> {
         });
     }
     lines.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    match structured(global.output, &lines)? {
+    match structured(&global.output, &lines)? {
         Some(text) => print!("{text}"),
         None if lines.is_empty() => {
             eprintln!(

@@ -38,9 +38,49 @@ pub struct Global {
     #[arg(short = 'A', long, global = true)]
     pub all_namespaces: bool,
 
-    /// Output format.
-    #[arg(short = 'o', long, global = true, value_enum, default_value = "table")]
+    /// Output format: table, wide, json, yaml, name (status: resource/name, as kubectl -o name),
+    /// or jsonpath=TEMPLATE (kubectl's template syntax over what -o json prints, e.g.
+    /// jsonpath='{[*].name}').
+    #[arg(short = 'o', long, global = true, default_value = "table", value_parser = parse_output)]
     pub output: Output,
+    /// Act as this user, as kubectl --as (needs the right to impersonate it).
+    #[arg(long = "as", global = true, value_name = "USER")]
+    pub as_user: Option<String>,
+    /// Act as a member of this group, as kubectl --as-group; repeatable; needs --as.
+    #[arg(long = "as-group", global = true, value_name = "GROUP")]
+    pub as_groups: Vec<String>,
+    /// How long to wait for each answer of the apiserver, as kubectl --request-timeout: 30s, 1m,
+    /// or a number of seconds; 0 waits without limit.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_request_timeout)]
+    pub request_timeout: Option<Duration>,
+}
+
+/// `-o` as kubectl takes it.
+fn parse_output(text: &str) -> Result<Output, String> {
+    Ok(match text {
+        "table" => Output::Table,
+        "wide" => Output::Wide,
+        "json" => Output::Json,
+        "yaml" => Output::Yaml,
+        "name" => Output::Name,
+        other => match other.strip_prefix("jsonpath=") {
+            Some(template) if !template.is_empty() => Output::JsonPath(template.to_owned()),
+            _ => {
+                return Err(format!(
+                    "unknown output format {other:?}: use table, wide, json, yaml, name or jsonpath=TEMPLATE"
+                ));
+            }
+        },
+    })
+}
+
+/// `--request-timeout` as kubectl takes it: a duration (`30s`, `1m`) or a number of seconds; `0`
+/// is no limit (`Duration::ZERO`).
+fn parse_request_timeout(text: &str) -> Result<Duration, String> {
+    match text.parse::<u64>() {
+        Ok(seconds) => Ok(Duration::from_secs(seconds)),
+        Err(_) => humantime::parse_duration(text).map_err(|e| format!("{text:?} is not a duration: {e}")),
+    }
 }
 
 /// The controller's `--author-access`, as `preview` takes it.
@@ -53,7 +93,7 @@ pub enum AuthorAccess {
 }
 
 /// `-o`.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Output {
     /// Columns (the default).
     Table,
@@ -63,6 +103,10 @@ pub enum Output {
     Json,
     /// YAML.
     Yaml,
+    /// `resource/name` per CR, as kubectl prints them (`status` only).
+    Name,
+    /// kubectl's JSONPath template over what `-o json` prints.
+    JsonPath(String),
 }
 
 #[derive(Subcommand, Debug)]

@@ -74,6 +74,23 @@ pub struct Cluster {
     pub all_namespaces: bool,
 }
 
+/// `--as` and `--as-group`, as kubectl takes them: groups only with a user.
+fn impersonate(config: &mut Config, global: &Global) -> Result<(), Failure> {
+    match &global.as_user {
+        Some(user) => {
+            config.auth_info.impersonate = Some(user.clone());
+            if !global.as_groups.is_empty() {
+                config.auth_info.impersonate_groups = Some(global.as_groups.clone());
+            }
+            Ok(())
+        }
+        None if !global.as_groups.is_empty() => Err(Failure::Usage(
+            "--as-group needs --as: the groups are those of the user impersonated".to_owned(),
+        )),
+        None => Ok(()),
+    }
+}
+
 impl Cluster {
     /// Connects as kubectl would: `--kubeconfig`, else `$KUBECONFIG` (several files merged), else
     /// `~/.kube/config`, else the in-cluster ServiceAccount; `--context` picks the context.
@@ -99,11 +116,24 @@ impl Cluster {
                     .map_err(|_| anyhow::Error::new(e).context("no kubeconfig, and not in a cluster"))?,
             },
         };
+        let mut config = config;
+        impersonate(&mut config, global)?;
         let namespace = global
             .namespace
             .clone()
             .unwrap_or_else(|| config.default_namespace.clone());
-        let client = runtime::kube_client::client_for(config.clone()).context("cannot build the client")?;
+        let mut timeouts = runtime::kube_client::Timeouts::for_config(&config);
+        if let Some(limit) = global.request_timeout {
+            // kubectl's 0 is no limit: a day stands for it.
+            let limit = if limit.is_zero() {
+                std::time::Duration::from_secs(24 * 3600)
+            } else {
+                limit
+            };
+            (timeouts.response, timeouts.read, timeouts.write) = (limit, limit, limit);
+        }
+        let client = runtime::kube_client::client_with_timeouts(config.clone(), timeouts)
+            .context("cannot build the client")?;
         Ok(Self {
             client,
             config,
@@ -207,25 +237,79 @@ impl Cluster {
         Api::namespaced_with(self.client.clone(), namespace, resource)
     }
 
-    /// Every Projection (of every namespace) and ClusterProjection.
+    /// Every Projection (of every namespace) and ClusterProjection the user may list. A tenant
+    /// may list neither cluster-wide: the Projections of the namespace stand in for all of them,
+    /// and the ClusterProjections are skipped, each said in one line on stderr.
     pub async fn all_crs(&self) -> Result<(Vec<Projection>, Vec<ClusterProjection>), Failure> {
-        let projections = Api::<Projection>::all(self.client.clone())
-            .list(&ListParams::default())
+        let projections = self.projections(true, &ListParams::default()).await?;
+        let clusters = self.cluster_projections(&ListParams::default()).await?;
+        Ok((projections, clusters))
+    }
+
+    /// The Projections matching `params`: of every namespace when `everywhere` (and allowed), else
+    /// of the namespace.
+    pub async fn projections(
+        &self,
+        everywhere: bool,
+        params: &ListParams,
+    ) -> Result<Vec<Projection>, Failure> {
+        if everywhere {
+            match Api::<Projection>::all(self.client.clone()).list(params).await {
+                Ok(list) => return Ok(list.items),
+                Err(kube::Error::Api(s)) if s.code == 403 => eprintln!(
+                    "note: you may not list Projections in all namespaces; only those of namespace {} are shown",
+                    self.namespace
+                ),
+                Err(e) => return Err(anyhow::Error::new(e).context("listing Projections").into()),
+            }
+        }
+        Ok(
+            Api::<Projection>::namespaced(self.client.clone(), &self.namespace)
+                .list(params)
+                .await
+                .with_context(|| format!("listing Projections in {}", self.namespace))?
+                .items,
+        )
+    }
+
+    /// The ClusterProjections matching `params`; none, said in one line on stderr, for a user who
+    /// may not list them.
+    pub async fn cluster_projections(&self, params: &ListParams) -> Result<Vec<ClusterProjection>, Failure> {
+        match Api::<ClusterProjection>::all(self.client.clone())
+            .list(params)
             .await
-            .context("listing Projections")?;
-        let clusters = Api::<ClusterProjection>::all(self.client.clone())
-            .list(&ListParams::default())
-            .await
-            .context("listing ClusterProjections")?;
-        Ok((projections.items, clusters.items))
+        {
+            Ok(list) => Ok(list.items),
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                eprintln!("note: you may not list ClusterProjections; they are not shown");
+                Ok(Vec::new())
+            }
+            Err(e) => Err(anyhow::Error::new(e).context("listing ClusterProjections").into()),
+        }
     }
 
     /// The namespaces as the controller's targets see them.
+    /// A user who may not list namespaces gets the current one alone (its labels unknown), said in
+    /// one line on stderr.
     pub async fn namespaces(&self) -> Result<Vec<NamespaceInfo>, Failure> {
-        let list = Api::<Namespace>::all(self.client.clone())
+        let list = match Api::<Namespace>::all(self.client.clone())
             .list(&ListParams::default())
             .await
-            .context("listing namespaces")?;
+        {
+            Ok(list) => list,
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                eprintln!(
+                    "note: you may not list namespaces; ClusterProjections' targets are evaluated against namespace {} alone",
+                    self.namespace
+                );
+                return Ok(vec![NamespaceInfo {
+                    name: self.namespace.clone(),
+                    labels: Default::default(),
+                    terminating: false,
+                }]);
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context("listing namespaces").into()),
+        };
         Ok(list
             .items
             .into_iter()

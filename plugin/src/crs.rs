@@ -30,6 +30,21 @@ impl ProjectionCr for AnyCr {
 }
 
 impl AnyCr {
+    /// `resource.group/name`, as `kubectl get -o name` prints it (a Projection's namespace is not
+    /// part of it, as with kubectl).
+    pub fn resource_name(&self) -> String {
+        match self {
+            Self::Projection(p) => format!(
+                "projection.projection.sh/{}",
+                p.metadata.name.as_deref().unwrap_or_default()
+            ),
+            Self::Cluster(c) => format!(
+                "clusterprojection.projection.sh/{}",
+                c.metadata.name.as_deref().unwrap_or_default()
+            ),
+        }
+    }
+
     /// Takes the UID and the status of `stored`, the CR of the same kind and name in the cluster: a
     /// pass over this spec then finds that CR's copies and records, as the controller's next would.
     pub fn take_state_of(&mut self, stored: &AnyCr) {

@@ -117,7 +117,7 @@ pub async fn run(global: &Global, files: &[PathBuf], settings: &Settings) -> Res
     let attention = previews
         .iter()
         .any(|p| p.stopped.is_some() || needs_attention(&p.rows));
-    match structured(global.output, &previews)? {
+    match structured(&global.output, &previews)? {
         Some(text) => print!("{text}"),
         None => print!("{}", render(&previews, global.output == Output::Wide)),
     }

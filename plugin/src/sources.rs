@@ -107,7 +107,7 @@ pub async fn run(global: &Global, reference: &str) -> Result<Code, Failure> {
         exists,
         readers,
     };
-    match structured(global.output, &report)? {
+    match structured(&global.output, &report)? {
         Some(text) => print!("{text}"),
         None => print!("{}", render(&report, global.output == Output::Wide)),
     }

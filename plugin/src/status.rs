@@ -7,15 +7,11 @@ use crate::{
     exit::{Code, Failure},
     output::{or_none, structured, table},
 };
-use anyhow::Context as _;
-use kube::{Api, api::ListParams};
+use kube::api::ListParams;
 use serde::Serialize;
 use shared::api::kind::ProjectionCr;
 use shared::inspect::summary::of_cr;
-use shared::{
-    api::crd::{ClusterProjection, Projection},
-    inspect::{copy_of::CrName, summary::Summary},
-};
+use shared::inspect::{copy_of::CrName, summary::Summary};
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -29,21 +25,12 @@ struct Line {
 /// The CRs `status` lists: the Projections of the namespace (every namespace with `-A`) and every
 /// ClusterProjection (they live in no namespace).
 pub async fn listed(cluster: &Cluster, params: &ListParams) -> Result<Vec<AnyCr>, Failure> {
-    let projections = if cluster.all_namespaces {
-        Api::<Projection>::all(cluster.client.clone())
-    } else {
-        Api::<Projection>::namespaced(cluster.client.clone(), &cluster.namespace)
-    };
-    let projections = projections.list(params).await.context("listing Projections")?;
-    let clusters = Api::<ClusterProjection>::all(cluster.client.clone())
-        .list(params)
-        .await
-        .context("listing ClusterProjections")?;
+    let projections = cluster.projections(cluster.all_namespaces, params).await?;
+    let clusters = cluster.cluster_projections(params).await?;
     Ok(projections
-        .items
         .into_iter()
         .map(AnyCr::Projection)
-        .chain(clusters.items.into_iter().map(AnyCr::Cluster))
+        .chain(clusters.into_iter().map(AnyCr::Cluster))
         .collect())
 }
 
@@ -64,7 +51,13 @@ pub async fn run(global: &Global, selector: Option<&str>) -> Result<Code, Failur
         .collect();
     lines.sort_by(|a, b| a.cr.cmp(&b.cr));
     let attention = lines.iter().any(|l| l.summary.needs_attention());
-    match structured(global.output, &lines)? {
+    if global.output == Output::Name {
+        for cr in &crs {
+            println!("{}", cr.resource_name());
+        }
+        return Ok(if attention { Code::Attention } else { Code::Ok });
+    }
+    match structured(&global.output, &lines)? {
         Some(text) => print!("{text}"),
         None if lines.is_empty() => eprintln!("No Projections or ClusterProjections found."),
         None => print!("{}", render(&lines, global.output == Output::Wide)),

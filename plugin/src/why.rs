@@ -218,7 +218,7 @@ pub async fn run(
     } else {
         Code::Attention
     };
-    match structured(global.output, &report)? {
+    match structured(&global.output, &report)? {
         Some(text) => print!("{text}"),
         None => print!("{}", render(&report, global.output == Output::Wide)),
     }

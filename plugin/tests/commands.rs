@@ -1041,3 +1041,81 @@ async fn check_tells_who_writes_each_controllers_copies() {
         "{table:?}"
     );
 }
+
+/// A tenant who may manage Projections and read ConfigMaps in one namespace only, acting through
+/// `--as` (the apiserver then authorizes every request as that ServiceAccount): every listing
+/// works, what the tenant may not list is skipped with one line saying so, and the output formats
+/// a script uses work as kubectl's do.
+#[tokio::test]
+async fn a_namespace_tenant_uses_status_and_sources_with_as_name_and_jsonpath() {
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create(&client, "plugin-tenant").await;
+    let ns = ns.name().to_owned();
+    apply(&format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: tenant, namespace: {ns}}}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: tenant, namespace: {ns}}}\n\
+         rules:\n- {{apiGroups: [projection.sh], resources: [projections], verbs: ['*']}}\n\
+         - {{apiGroups: [''], resources: [configmaps], verbs: [get, list, watch]}}\n\
+         - {{apiGroups: [events.k8s.io], resources: [events], verbs: [get, list, watch]}}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: tenant, namespace: {ns}}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenant}}\n\
+         subjects: [{{kind: ServiceAccount, name: tenant, namespace: {ns}}}]\n"
+    ));
+    apply(&source_configmap(&ns, "settings", "k: v"));
+    apply(&projection_yaml(
+        &ns,
+        "copy",
+        &ns,
+        ", destination: {name: settings-copy}",
+    ));
+    let user = format!("system:serviceaccount:{ns}:tenant");
+    let tenant = |args: &[&str]| {
+        let mut all = vec!["--as", user.as_str(), "-n", ns.as_str()];
+        all.extend_from_slice(args);
+        plugin(&all)
+    };
+
+    // status: the namespace's Projections; ClusterProjections skipped in one line, not exit 1.
+    let run = tenant(&["status"]);
+    assert!(matches!(run.code, 0 | 4), "{run:?}");
+    assert!(run.stdout.contains("copy"), "{run:?}");
+    assert!(
+        run.stderr.contains("you may not list ClusterProjections"),
+        "{run:?}"
+    );
+    // -A: all namespaces may not be listed either; the namespace stands in.
+    let run = tenant(&["status", "-A"]);
+    assert!(matches!(run.code, 0 | 4), "{run:?}");
+    assert!(
+        run.stderr
+            .contains("you may not list Projections in all namespaces"),
+        "{run:?}"
+    );
+    assert!(run.stdout.contains("copy"), "{run:?}");
+    // The formats scripts use.
+    let run = tenant(&["status", "-o", "name"]);
+    assert_eq!(run.stdout, "projection.projection.sh/copy\n", "{run:?}");
+    let run = tenant(&["status", "-o", "jsonpath={[*].name}"]);
+    assert_eq!(run.stdout, "copy", "{run:?}");
+    // sources: which CRs read the tenant's ConfigMap, as far as the tenant may see.
+    let run = tenant(&["sources", "configmap/settings"]);
+    assert!(run.code != 1, "{run:?}");
+    assert!(run.stdout.contains("copy"), "{run:?}");
+
+    // Wrong use names the flag, exit 2; the kubeconfig's own identity is the admin's.
+    let run = plugin(&["--as-group", "team", "status", "-n", &ns]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("--as-group needs --as"), "{run:?}");
+    let run = plugin(&["status", "-n", &ns, "-o", "jsonpath={range [*]}{.name}{end}"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("not supported"), "{run:?}");
+    let run = plugin(&["status", "-n", &ns, "--request-timeout", "soon"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    let run = plugin(&["status", "-n", &ns, "--request-timeout", "20"]);
+    assert!(matches!(run.code, 0 | 4), "{run:?}");
+    assert!(
+        !run.stderr.contains("may not list"),
+        "the admin lists everything: {run:?}"
+    );
+}
