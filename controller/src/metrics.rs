@@ -220,7 +220,8 @@ pub struct ReadyLabels {
 }
 
 /// The labels of a CR's `projection_resource_info` series: `kind`, `namespace` (empty for a
-/// ClusterProjection), `name`, `ready` and `reason` (as in `projection_resources`), `suspended`
+/// ClusterProjection), `name`, `ready` and `reason` (as in `projection_resources`), `cause` (`tenant`, `platform`, empty when
+/// ready: whose move it is), `suspended`
 /// (`true` or `false`). The only labels of ours that name objects, on purpose (the convention of
 /// kube-state-metrics' `kube_*_info`, Flux's `gotk_resource_info`, cert-manager's per-certificate
 /// series), so an alert can name the CR and be routed by its namespace; bounded by the CRs that
@@ -229,13 +230,14 @@ fn info_labels<'a>(
     kind: &'static str,
     meta: &'a ObjectMeta,
     summary: &ReadySummary,
-) -> [(&'static str, &'a str); 6] {
+) -> [(&'static str, &'a str); 7] {
     [
         ("kind", kind),
         ("namespace", meta.namespace.as_deref().unwrap_or_default()),
         ("name", meta.name.as_deref().unwrap_or_default()),
         ("ready", summary.ready()),
         ("reason", summary.reason()),
+        ("cause", summary.cause()),
         ("suspended", if summary.suspended { "true" } else { "false" }),
     ]
 }
@@ -295,7 +297,7 @@ impl Collector for ReplicaCollector {
         }
         let mut family = encoder.encode_descriptor(
             "projection_resource_info",
-            "1 for each Projection and ClusterProjection the controller's cache holds, naming it, with the status and reason of its Ready condition and whether it is suspended",
+            "1 for each Projection and ClusterProjection the controller's cache holds, naming it, with the status and reason of its Ready condition, whose move it is (cause: tenant or platform) and whether it is suspended",
             None,
             MetricType::Gauge,
         )?;
@@ -477,9 +479,9 @@ mod tests {
             r#"projection_resources{kind="ClusterProjection",ready="True",reason="Projected"} 1000"#,
             r#"projection_cluster_projection_namespaces{state="written"} 2000"#,
             r#"projection_cluster_projection_namespaces{state="failed"} 500"#,
-            r#"projection_resource_info{kind="Projection",namespace="team-10",name="p-10",ready="False",reason="SourceNotFound",suspended="false"} 1"#,
-            r#"projection_resource_info{kind="Projection",namespace="team-11",name="p-11",ready="True",reason="Projected",suspended="false"} 1"#,
-            r#"projection_resource_info{kind="ClusterProjection",namespace="",name="c-7",ready="True",reason="Projected",suspended="false"} 1"#,
+            r#"projection_resource_info{kind="Projection",namespace="team-10",name="p-10",ready="False",reason="SourceNotFound",cause="tenant",suspended="false"} 1"#,
+            r#"projection_resource_info{kind="Projection",namespace="team-11",name="p-11",ready="True",reason="Projected",cause="",suspended="false"} 1"#,
+            r#"projection_resource_info{kind="ClusterProjection",namespace="",name="c-7",ready="True",reason="Projected",cause="",suspended="false"} 1"#,
         ] {
             assert!(text.contains(sample), "no {sample} in:\n{text}");
         }

@@ -1095,6 +1095,10 @@ async fn not_ready_fires_for_a_projection_whose_source_is_missing_and_resolves_w
     let alert = stack.fires("ProjectionNotReady", &labels).await;
     assert_eq!(value(&alert), 1.0);
     assert_eq!(
+        alert.labels["cause"], "tenant",
+        "a missing source is the tenant's: {alert:?}"
+    );
+    assert_eq!(
         alert.annotations["summary"],
         format!("Projection {}/settings not Ready", dest.name())
     );

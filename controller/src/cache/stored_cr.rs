@@ -85,6 +85,17 @@ impl ReadySummary {
         }
     }
 
+    /// Whose move it is ([`shared::api::reason::Cause`]): empty while `Ready` is `True` or for a
+    /// reason the controller does not write; `platform` for a CR with no `Ready` condition (no
+    /// controller has reported on it).
+    pub fn cause(&self) -> &'static str {
+        match (self.status, self.reason) {
+            (ReadyStatus::True, _) | (_, ReadyReason::Other) => "",
+            (_, ReadyReason::Known(reason)) => reason.cause().as_str(),
+            (_, ReadyReason::None) => shared::api::reason::Cause::Platform.as_str(),
+        }
+    }
+
     /// Reads it from a CR's JSON text (the fields it needs of `status`; the rest is skipped).
     fn of_text(text: &[u8]) -> Result<Self, serde_json::Error> {
         #[derive(Deserialize)]

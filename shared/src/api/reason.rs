@@ -180,6 +180,31 @@ pub enum Progress {
     Stalled,
 }
 
+/// Whose move it is when a CR is not ready for a reason: the `cause` label of
+/// `projection_resource_info`, so alerts reach the namespace's owner or the platform team.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// Ready, or not a failure.
+    None,
+    /// The CR's or the source's owner: a missing or vetoed source, a conflict in their
+    /// namespace, a spec that cannot work, an author's or a kubeconfig's missing rights.
+    Tenant,
+    /// The platform: the apiserver, discovery, another cluster not answering, a copy that cannot
+    /// be written or removed for a reason of the cluster's.
+    Platform,
+}
+
+impl Cause {
+    /// The label value (`""`, `tenant`, `platform`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "",
+            Self::Tenant => "tenant",
+            Self::Platform => "platform",
+        }
+    }
+}
+
 impl Reason {
     /// The action verb of this reason's event, `None` for a reason that appears on conditions only.
     pub fn verb(self) -> Option<Verb> {
@@ -286,6 +311,39 @@ impl Reason {
             | DestinationImmutable
             | DestinationClusterForbidden
             | DestinationClusterInvalid => Progress::Stalled,
+        }
+    }
+
+    /// Whose move it is when `Ready` carries this reason. `SourceForbidden` is the tenant's even
+    /// when the controller's own RBAC refuses the kind: the platform chose not to serve it, and the
+    /// CR's owner is who must ask or change it.
+    pub fn cause(self) -> Cause {
+        use Reason::*;
+        match self {
+            Resolved | Projected | Updated | DestinationRecreated | DestinationDeleted
+            | DestinationLeftAlone | Suspended | DestinationOrphaned | DestinationAdopted => Cause::None,
+            SourceNotFound
+            | SourceDeleted
+            | SourceOptedOut
+            | SourceNotProjectable
+            | SourceForbidden
+            | DestinationConflict
+            | DestinationInvalid
+            | DestinationImmutable
+            | TargetResolutionFailed
+            | DestinationForbidden
+            | DestinationClusterInvalid
+            | DestinationClusterForbidden => Cause::Tenant,
+            SourceResolutionFailed
+            | SourceNotResolved
+            | SourceFetchFailed
+            | DestinationFetchFailed
+            | DestinationCreateFailed
+            | DestinationUpdateFailed
+            | DestinationDeleteFailed
+            | DestinationWriteFailed
+            | DeletionBlocked
+            | DestinationClusterUnreachable => Cause::Platform,
         }
     }
 
@@ -675,6 +733,30 @@ mod tests {
                 reason.category() == ResultCategory::Success,
                 "{reason}"
             );
+        }
+    }
+
+    #[test]
+    fn every_failure_is_the_tenants_or_the_platforms() {
+        use Reason::*;
+        for reason in Reason::ALL {
+            assert_eq!(
+                reason.cause() == Cause::None,
+                reason.category() == ResultCategory::Success,
+                "{reason}"
+            );
+        }
+        for (reason, cause) in [
+            (SourceNotFound, "tenant"),
+            (DestinationConflict, "tenant"),
+            (DestinationForbidden, "tenant"),
+            (DestinationClusterInvalid, "tenant"),
+            (SourceFetchFailed, "platform"),
+            (DestinationClusterUnreachable, "platform"),
+            (DeletionBlocked, "platform"),
+            (Projected, ""),
+        ] {
+            assert_eq!(reason.cause().as_str(), cause, "{reason}");
         }
     }
 
