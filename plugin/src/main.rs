@@ -29,7 +29,11 @@ fn main() -> ExitCode {
     let invoked = args.next().unwrap_or_default();
     if invoked.rsplit('/').next() == Some("kubectl_complete-projection") {
         let words: Vec<String> = args.collect();
-        let (candidates, directive) = complete::candidates(&Cli::command(), &words);
+        let (candidates, directive) = match complete::lookup(&words) {
+            // Completion never fails aloud: what cannot be read offers nothing.
+            Some(lookup) => (looked_up(&words, &lookup), complete::NO_FILES),
+            None => complete::candidates(&Cli::command(), &words),
+        };
         for candidate in candidates {
             println!("{candidate}");
         }
@@ -53,6 +57,80 @@ fn main() -> ExitCode {
         }
     };
     ExitCode::from(code as u8)
+}
+
+/// The namespaces, contexts or CR names a completion asks for, read with the kubeconfig, context
+/// and namespace typed so far; those starting with what is being typed.
+fn looked_up(words: &[String], lookup: &complete::Lookup) -> Vec<String> {
+    let partial = words.last().map(String::as_str).unwrap_or_default();
+    let global = cli::Global {
+        kubeconfig: complete::flag_value(words, "--kubeconfig", None).map(Into::into),
+        context: complete::flag_value(words, "--context", None).map(str::to_owned),
+        namespace: complete::flag_value(words, "--namespace", Some("-n")).map(str::to_owned),
+        all_namespaces: false,
+        output: cli::Output::Table,
+        as_user: complete::flag_value(words, "--as", None).map(str::to_owned),
+        as_groups: Vec::new(),
+        request_timeout: Some(std::time::Duration::from_secs(5)),
+    };
+    let names = match lookup {
+        complete::Lookup::Contexts => {
+            let config = match &global.kubeconfig {
+                Some(path) => kube::config::Kubeconfig::read_from(path),
+                None => kube::config::Kubeconfig::read(),
+            };
+            config
+                .map(|c| c.contexts.into_iter().map(|c| c.name).collect())
+                .unwrap_or_default()
+        }
+        other => {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                return Vec::new();
+            };
+            runtime
+                .block_on(cluster_names(&global, other))
+                .unwrap_or_default()
+        }
+    };
+    let mut names: Vec<String> = names.into_iter().filter(|n| n.starts_with(partial)).collect();
+    names.sort();
+    names
+}
+
+async fn cluster_names(global: &cli::Global, lookup: &complete::Lookup) -> Option<Vec<String>> {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::Api;
+    use shared::api::crd::{ClusterProjection, Projection};
+    let cluster = cluster::Cluster::connect(global).await.ok()?;
+    let client = cluster.client.clone();
+    let (names, prefix) = match lookup {
+        complete::Lookup::Namespaces => (names_of(Api::<Namespace>::all(client)).await?, ""),
+        complete::Lookup::Crs {
+            prefix,
+            cluster: true,
+        } => (
+            names_of(Api::<ClusterProjection>::all(client)).await?,
+            prefix.as_str(),
+        ),
+        complete::Lookup::Crs {
+            prefix,
+            cluster: false,
+        } => (
+            names_of(Api::<Projection>::namespaced(client, &cluster.namespace)).await?,
+            prefix.as_str(),
+        ),
+        complete::Lookup::Contexts => return None,
+    };
+    Some(names.into_iter().map(|n| format!("{prefix}{n}")).collect())
+}
+
+/// The names of the objects `api` lists (their metadata only).
+async fn names_of<K>(api: kube::Api<K>) -> Option<Vec<String>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let list = api.list_metadata(&kube::api::ListParams::default()).await.ok()?;
+    Some(list.items.into_iter().filter_map(|o| o.metadata.name).collect())
 }
 
 async fn run(cli: Cli) -> Result<Code, Failure> {

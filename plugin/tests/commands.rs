@@ -820,8 +820,15 @@ fn completion_scripts_for_bash_zsh_and_fish() {
     plugin_raw(&["completion", "powershell"], None, &[]).expect(2);
 }
 
-#[test]
-fn kubectl_runs_the_plugin_and_completes_it_through_kubectl_complete_projection() {
+#[tokio::test]
+async fn kubectl_runs_the_plugin_and_completes_it_through_kubectl_complete_projection() {
+    let client = client().await;
+    install_crds(&client).await;
+    let namespace = TestNamespace::create(&client, "plugin-complete").await;
+    let ns = namespace.name().to_owned();
+    for name in ["completed-one", "completed-two", "other"] {
+        apply(&projection_yaml(&ns, name, &ns, ""));
+    }
     // The plugin and its completion link on the PATH, as `cargo install` and the docs' `ln -s` leave
     // them; the control plane's own kubectl finds both.
     let dir = std::env::temp_dir().join(format!("plugin-path-{}", std::process::id()));
@@ -851,6 +858,14 @@ fn kubectl_runs_the_plugin_and_completes_it_through_kubectl_complete_projection(
     );
     let (_, stdout) = kubectl(&["__complete", "projection", "sync", "--w"]);
     assert_eq!(stdout, "--wait\n:4\n");
+    // Names only the cluster and the kubeconfig know: namespaces, contexts, CRs.
+    let (_, stdout) = kubectl(&["__complete", "projection", "status", "-n", "kube-s"]);
+    assert_eq!(stdout, "kube-system\n:4\n");
+    let (_, stdout) = kubectl(&["__complete", "projection", "status", "--context", ""]);
+    let contexts: Vec<&str> = stdout.lines().collect();
+    assert!(contexts.len() >= 2 && contexts.last() == Some(&":4"), "{stdout}");
+    let (_, stdout) = kubectl(&["__complete", "projection", "-n", &ns, "suspend", "proj/comp"]);
+    assert_eq!(stdout, "proj/completed-one\nproj/completed-two\n:4\n");
     let (code, stdout) = kubectl(&["projection", "completion", "bash"]);
     assert_eq!(code, Some(0));
     assert!(stdout.contains("kubectl-projection"), "{stdout}");
