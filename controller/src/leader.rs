@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::{sync::watch, task::JoinHandle};
 
 /// The Lease's name, in the controller's namespace.
-pub const LEASE_NAME: &str = "projection-controller-leader";
+pub const LEASE_NAME: &str = shared::api::keys::LEADER_LEASE;
 
 /// A held lease.
 pub struct Leadership {

@@ -23,7 +23,7 @@ use serde::Serialize;
 use shared::policy::write_as::{WriteCopiesAs, expected};
 
 /// The label every component of the chart carries.
-const CONTROLLER_COMPONENT: &str = "app.kubernetes.io/component=controller";
+pub const CONTROLLER_COMPONENT: &str = "app.kubernetes.io/component=controller";
 /// The first version that serves constrained impersonation by default.
 const IMPERSONATION_MINOR: u32 = 36;
 
@@ -103,12 +103,12 @@ pub async fn run(global: &Global) -> Result<Code, Failure> {
 
 /// The flags of a Deployment's `controller` container that runs projection-controller (one with
 /// `--author-access`, which the chart always renders); `None` for any other Deployment.
-struct Flags {
-    author_access: String,
-    write_copies_as: String,
+pub struct Flags {
+    pub author_access: String,
+    pub write_copies_as: String,
 }
 
-fn controller_flags(deployment: &Deployment) -> Option<Flags> {
+pub fn controller_flags(deployment: &Deployment) -> Option<Flags> {
     let containers = &deployment.spec.as_ref()?.template.spec.as_ref()?.containers;
     let args = containers.iter().find_map(|c| {
         let args = c.args.as_ref()?;

@@ -164,8 +164,11 @@ pub enum Command {
     },
     /// Every projection controller of the cluster: whether it is ready, and who writes its copies
     /// (their author, impersonated, or the controller), as its flags, the cluster's version and its
-    /// RBAC predict its start-up probe.
-    Check,
+    /// RBAC predict its start-up probe. `check api`: whether the installation answers.
+    Check {
+        #[command(subcommand)]
+        what: Option<CheckWhat>,
+    },
     /// Sets spec.suspend: no copy is written or updated until resumed (a veto or a lost grant still withdraws them).
     Suspend(Select),
     /// Clears spec.suspend: a full reconcile follows.
@@ -186,6 +189,21 @@ pub enum Command {
     Completion {
         /// The shell.
         shell: Shell,
+    },
+}
+
+/// What `check` checks besides the controllers.
+#[derive(Subcommand, Debug)]
+pub enum CheckWhat {
+    /// The installation's API, as `cmctl check api` does for cert-manager: the CRDs served, the
+    /// webhook admitting a valid Projection (recording its author) and refusing one that would copy
+    /// onto its own source (both dry runs in the namespace: nothing is written), a controller
+    /// leading and renewing its Lease, and its author access mode. Exit 0 when all hold, 4 when one
+    /// does not, 7 when --wait gave up.
+    Api {
+        /// Check again every 2 s until all hold or this long has passed (e.g. 2m).
+        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        wait: Option<Duration>,
     },
 }
 

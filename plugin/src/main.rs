@@ -4,6 +4,7 @@
 
 mod access;
 mod check;
+mod check_api;
 mod cli;
 mod cluster;
 mod complete;
@@ -158,7 +159,10 @@ async fn run(cli: Cli) -> Result<Code, Failure> {
             preview::run(global, &files, &settings).await
         }
         Command::Status { selector } => status::run(global, selector.as_deref()).await,
-        Command::Check => check::run(global).await,
+        Command::Check { what: None } => check::run(global).await,
+        Command::Check {
+            what: Some(cli::CheckWhat::Api { wait }),
+        } => check_api::run(global, wait).await,
         Command::Suspend(select) => lifecycle::set_suspend(global, &select, true).await,
         Command::Resume(select) => lifecycle::set_suspend(global, &select, false).await,
         Command::Sync {

@@ -1134,3 +1134,46 @@ async fn a_namespace_tenant_uses_status_and_sources_with_as_name_and_jsonpath() 
         "the admin lists everything: {run:?}"
     );
 }
+
+/// `check api` on a cluster with the CRDs but no webhook configuration and no controller
+/// Deployment (this suite runs controllers as processes): the CRDs pass, the rest fails with what
+/// is missing, exit 4; nothing is written by its dry runs.
+#[tokio::test]
+async fn check_api_names_what_an_installation_lacks() {
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create(&client, "plugin-check-api").await;
+    let run = plugin(&["check", "api", "-n", ns.name(), "-o", "json"]);
+    assert_eq!(run.code, 4, "{run:?}");
+    let report = run.json();
+    let verdict = |check: &str| {
+        report
+            .as_array()
+            .expect("a list")
+            .iter()
+            .find(|v| v["check"] == check)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {check} in {report:#}"))
+    };
+    assert_eq!(verdict("crds")["ok"], true, "{report:#}");
+    let admits = verdict("webhook admits");
+    assert_eq!(admits["ok"], false);
+    assert!(
+        admits["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("without the webhook"),
+        "{admits}"
+    );
+    assert_eq!(verdict("webhook refuses")["ok"], false);
+    assert_eq!(verdict("leader")["ok"], false);
+    let left: kube::api::ObjectList<Projection> = kube::Api::namespaced(client.clone(), ns.name())
+        .list(&Default::default())
+        .await
+        .expect("list");
+    assert!(left.items.is_empty(), "dry runs only");
+    // --wait gives up with exit 7.
+    let run = plugin(&["check", "api", "-n", ns.name(), "--wait", "3s"]);
+    assert_eq!(run.code, 7, "{run:?}");
+    assert!(run.stdout.contains("failing"), "{run:?}");
+}

@@ -274,6 +274,7 @@ async fn self_managed_install_serves_users_and_survives_disruptions() {
     let team = TestNamespace::create(&client, "node-sm-team").await;
     assert_webhook_refuses_bad_spec(team.name());
     helm_test_passes(&release);
+    plugin_check_api_passes(team.name());
     let source = TestNamespace::create(&client, "node-sm-source").await;
     projections_are_mirrored_with_events(&client, &source, &team).await;
     leader_pod_deleted_another_replica_takes_over(&release, source.name(), team.name()).await;
@@ -286,6 +287,36 @@ async fn self_managed_install_serves_users_and_survives_disruptions() {
     // The self-managed webhook's Secret is not a chart object (docs/getting-started.md).
     assert_uninstall_leaves_only(release, &rendered, &[("secret", "projection-sm-webhook-tls")]).await;
     system.delete_and_wait(&client).await;
+}
+
+/// `kubectl projection check api`, as a user runs it after an install: the CRDs served, the webhook
+/// admitting (recording the author) and refusing by dry runs in `namespace`, a leader renewing its
+/// Lease, the author access mode; exit 0.
+fn plugin_check_api_passes(namespace: &str) {
+    let plugin = projection_tests::workspace_binary("plugin", "kubectl-projection");
+    let out = std::process::Command::new(plugin)
+        .args(["check", "api", "-n", namespace, "-o", "json", "--wait", "60s"])
+        .env("KUBECONFIG", projection_tests::kubeconfig_path())
+        .output()
+        .expect("the plugin runs");
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("check api printed no JSON ({e}): {}", stderr(&out)));
+    assert_eq!(out.status.code(), Some(0), "{report:#}\n{}", stderr(&out));
+    let checks: Vec<&str> = report
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|v| v["check"].as_str())
+        .collect();
+    for check in [
+        "crds",
+        "webhook admits",
+        "webhook refuses",
+        "leader",
+        "author access",
+    ] {
+        assert!(checks.contains(&check), "{check} missing: {report:#}");
+    }
 }
 
 /// `helm test`: the chart's test pod (the webhook image, `projection-webhook test`) sees its dry-run

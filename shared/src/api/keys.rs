@@ -25,6 +25,9 @@ pub const OWNED_BY_CLUSTER_PROJECTION_UID: &str = "projection.sh/owned-by-cluste
 /// is adopted across clusters by accident.
 pub const SOURCE_CLUSTER: &str = "projection.sh/source-cluster";
 
+/// The controllers' leader Lease, in their namespace (`kubectl projection check api` reads it).
+pub const LEADER_LEASE: &str = "projection-controller-leader";
+
 /// Finalizer on Projections, so their copy is removed before they go.
 pub const PROJECTION_FINALIZER: &str = "projection.sh/finalizer";
 /// Finalizer on ClusterProjections, so every copy is swept before they go.
