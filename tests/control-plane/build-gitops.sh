@@ -5,17 +5,16 @@
 # binaries and linked into build.sh's bin folder as `kstatus` and `helm4`. scripts/test.sh runs it.
 # Prints the bin directory on stdout's last line.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-source "$here/versions.env"
+source "$(dirname "$0")/common.sh"
+source "$CP_HERE/versions.env"
 export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0
-bin=$("$here/build.sh" | tail -n 1)
-cache_root=${PROJECTION_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/projection-testenv}
+bin=$("$CP_HERE/build.sh" | tail -n 1)
 log() { echo "[control-plane build] $*" >&2; }
 
 # The kstatus program: keyed by its module (go.mod pins cli-utils) and source.
-kstatus_dir="$here/../kstatus"
+kstatus_dir="$CP_HERE/../kstatus"
 key=$(cat "$kstatus_dir/go.mod" "$kstatus_dir/go.sum" "$kstatus_dir/main.go" | sha256sum | cut -c1-12)
-kstatus_bin="$cache_root/kstatus-$key"
+kstatus_bin="$CACHE_ROOT/kstatus-$key"
 if [ ! -x "$kstatus_bin/kstatus" ]; then
   log "building the kstatus program (sigs.k8s.io/cli-utils, tests/kstatus/go.mod)"
   start=$(date +%s)
@@ -28,12 +27,12 @@ fi
 ln -sf "$kstatus_bin/kstatus" "$bin/kstatus"
 
 # Helm 4, keyed by its version alone (go install of a tagged module).
-helm4_bin="$cache_root/helm-${HELM4_VERSION}"
+helm4_bin="$CACHE_ROOT/helm-${HELM4_VERSION}"
 if [ ! -x "$helm4_bin/helm" ]; then
   log "installing helm ${HELM4_VERSION} (cold: 3 to 6 minutes on 2 cores)"
   start=$(date +%s)
   rm -rf "$helm4_bin.tmp" && mkdir -p "$helm4_bin.tmp"
-  (cd "$here" && GOBIN="$helm4_bin.tmp" go install -trimpath \
+  (cd "$CP_HERE" && GOBIN="$helm4_bin.tmp" go install -trimpath \
       -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=${HELM4_VERSION}" \
       "helm.sh/helm/v4/cmd/helm@${HELM4_VERSION}")
   rm -rf "$helm4_bin" && mv "$helm4_bin.tmp" "$helm4_bin"
