@@ -16,14 +16,13 @@ use crate::{
     wake::Wake,
     watches::{Reach, WatchRegistry},
 };
-use base64::{Engine, engine::general_purpose::STANDARD};
 use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, Client, Config, config::AuthInfo};
+use kube::{Api, Client};
 use sha2::{Digest, Sha256};
 use shared::{
     api::{kind::CrName, reason::Reason},
     policy::{
-        kubeconfig::{Credentials, KubeconfigSecret, RemoteAccess, remote_access},
+        kubeconfig::{KubeconfigSecret, RemoteAccess},
         write_as::CopyWriter,
     },
 };
@@ -217,28 +216,9 @@ impl RemoteClusters {
             return Ok(open.clone());
         }
         let invalid = |message: String| (Reason::DestinationClusterInvalid, message);
-        let value: serde_json::Value = serde_yaml::from_slice(&kubeconfig).map_err(|e| {
-            invalid(format!(
-                "key {:?} of Secret {} is not a kubeconfig: {e}",
-                secret.key,
-                secret.path()
-            ))
-        })?;
-        let access = remote_access(&value).map_err(|refused| {
-            invalid(format!(
-                "the kubeconfig in Secret {} (key {:?}) is refused: {refused}",
-                secret.path(),
-                secret.key
-            ))
-        })?;
-        let client =
-            client_of(&access, (&self.settings.metrics.rest_client, secret.alias())).map_err(|message| {
-                invalid(format!(
-                    "the kubeconfig in Secret {} (key {:?}) cannot be used: {message}",
-                    secret.path(),
-                    secret.key
-                ))
-            })?;
+        let access = secret.access(&kubeconfig).map_err(invalid)?;
+        let client = client_of(&access, (&self.settings.metrics.rest_client, secret.alias()))
+            .map_err(|message| invalid(secret.unusable(&message)))?;
         // A new kubeconfig (rotated credentials, or a cluster not open yet): the old connections
         // and watches go when the last pass holding them ends.
         let cluster = Arc::new(RemoteCluster {
@@ -277,21 +257,13 @@ impl RemoteClusters {
             ),
         })?;
         let Some(found) = found else {
-            return Err((
-                Reason::DestinationClusterInvalid,
-                format!("Secret {} holding the kubeconfig does not exist", secret.path()),
-            ));
+            return Err((Reason::DestinationClusterInvalid, secret.missing()));
         };
         found
             .data
             .and_then(|mut data| data.remove(&secret.key))
             .map(|bytes| bytes.0)
-            .ok_or_else(|| {
-                (
-                    Reason::DestinationClusterInvalid,
-                    format!("Secret {} has no key {:?}", secret.path(), secret.key),
-                )
-            })
+            .ok_or_else(|| (Reason::DestinationClusterInvalid, secret.missing_key()))
     }
 
     /// Forgets that `cr` writes into another cluster (it is gone, or writes here now): a cluster
@@ -338,28 +310,13 @@ fn client_of(
     access: &RemoteAccess,
     (requests, alias): (&runtime::rest_client_metrics::RestClientMetrics, String),
 ) -> Result<Client, String> {
-    let url = access
-        .server
-        .parse()
-        .map_err(|e| format!("server {:?}: {e}", access.server))?;
-    let mut config = Config::new(url);
-    config.tls_server_name = access.tls_server_name.clone();
+    let mut config = runtime::kube_client::config_from_parts(
+        &access.server,
+        access.certificate_authority.as_deref(),
+        access.tls_server_name.clone(),
+        access.credentials.kubeconfig_user(),
+    )?;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
-    if let Some(pem) = &access.certificate_authority {
-        let certificates = pem::parse_many(pem).map_err(|e| format!("certificate-authority-data: {e}"))?;
-        if certificates.is_empty() {
-            return Err("certificate-authority-data holds no PEM certificate".into());
-        }
-        config.root_cert = Some(certificates.into_iter().map(|c| c.into_contents()).collect());
-    }
-    let auth = match &access.credentials {
-        Credentials::Token(token) => serde_json::json!({"token": token}),
-        Credentials::ClientCertificate { certificate, key } => serde_json::json!({
-            "client-certificate-data": STANDARD.encode(certificate),
-            "client-key-data": STANDARD.encode(key),
-        }),
-    };
-    config.auth_info = serde_json::from_value::<AuthInfo>(auth).map_err(|e| e.to_string())?;
     let timeouts = runtime::kube_client::Timeouts {
         response: RESPONSE_TIMEOUT,
         ..runtime::kube_client::Timeouts::for_config(&config)

@@ -63,6 +63,30 @@ impl Timeouts {
     }
 }
 
+/// A `Config` for a cluster given by its parts only (no kubeconfig loader runs, so nothing else of
+/// a kubeconfig can reach it): its `https://` server, the CA certificates (PEM) its certificate is
+/// checked against (`None`: the system's roots), the name checked in that certificate when not
+/// the server's host, and a kubeconfig `user` entry of inline credentials.
+pub fn config_from_parts(
+    server: &str,
+    certificate_authority: Option<&[u8]>,
+    tls_server_name: Option<String>,
+    user: serde_json::Value,
+) -> Result<Config, String> {
+    let url = server.parse().map_err(|e| format!("server {server:?}: {e}"))?;
+    let mut config = Config::new(url);
+    config.tls_server_name = tls_server_name;
+    if let Some(pem) = certificate_authority {
+        let certificates = pem::parse_many(pem).map_err(|e| format!("certificate-authority-data: {e}"))?;
+        if certificates.is_empty() {
+            return Err("certificate-authority-data holds no PEM certificate".into());
+        }
+        config.root_cert = Some(certificates.into_iter().map(|c| c.into_contents()).collect());
+    }
+    config.auth_info = serde_json::from_value(user).map_err(|e| e.to_string())?;
+    Ok(config)
+}
+
 /// A client for `config` whose connections send small requests at once, with the default
 /// [`Timeouts`].
 pub fn client_for(config: Config) -> Result<Client, kube::Error> {

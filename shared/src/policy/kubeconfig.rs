@@ -39,6 +39,19 @@ pub enum Credentials {
     },
 }
 
+impl Credentials {
+    /// The kubeconfig `user` entry holding them inline (what a client is built from).
+    pub fn kubeconfig_user(&self) -> Value {
+        match self {
+            Self::Token(token) => serde_json::json!({"token": token}),
+            Self::ClientCertificate { certificate, key } => serde_json::json!({
+                "client-certificate-data": STANDARD.encode(certificate),
+                "client-key-data": STANDARD.encode(key),
+            }),
+        }
+    }
+}
+
 // Never print credentials, not even in a debug log.
 impl fmt::Debug for RemoteAccess {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -92,6 +105,45 @@ impl KubeconfigSecret {
     /// `<namespace>/<name>`, for messages.
     pub fn path(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// `DestinationClusterInvalid`'s message for this Secret when it does not exist.
+    pub fn missing(&self) -> String {
+        format!("Secret {} holding the kubeconfig does not exist", self.path())
+    }
+
+    /// `DestinationClusterInvalid`'s message for this Secret when it lacks the key.
+    pub fn missing_key(&self) -> String {
+        format!("Secret {} has no key {:?}", self.path(), self.key)
+    }
+
+    /// The access the kubeconfig held under this Secret's key (`bytes`) grants, or
+    /// `DestinationClusterInvalid`'s message: not a kubeconfig, or one refused by [`remote_access`].
+    pub fn access(&self, bytes: &[u8]) -> Result<RemoteAccess, String> {
+        let value: Value = serde_yaml::from_slice(bytes).map_err(|e| {
+            format!(
+                "key {:?} of Secret {} is not a kubeconfig: {e}",
+                self.key,
+                self.path()
+            )
+        })?;
+        remote_access(&value).map_err(|refused| {
+            format!(
+                "the kubeconfig in Secret {} (key {:?}) is refused: {refused}",
+                self.path(),
+                self.key
+            )
+        })
+    }
+
+    /// `DestinationClusterInvalid`'s message when a client cannot be built from what
+    /// [`Self::access`] accepted (a server URL or a CA that does not parse).
+    pub fn unusable(&self, why: &str) -> String {
+        format!(
+            "the kubeconfig in Secret {} (key {:?}) cannot be used: {why}",
+            self.path(),
+            self.key
+        )
     }
 
     /// The name metrics and logs give the cluster this Secret reaches: `cluster-` and 12 hex digits
