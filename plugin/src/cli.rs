@@ -154,6 +154,10 @@ pub enum Command {
         /// the right to impersonate that user and its groups.
         #[arg(long)]
         as_author: bool,
+        /// The controller's namespace (its --controller-namespace), where a ClusterProjection's
+        /// kubeconfig Secret is read from for copies that go to another cluster.
+        #[arg(long, default_value = "projection-system", value_name = "NAMESPACE")]
+        controller_namespace: String,
     },
     /// Every Projection (in the namespace, or all with -A) and ClusterProjection with its outcome,
     /// copies written and failed, suspension and last change.

@@ -149,12 +149,14 @@ async fn run(cli: Cli) -> Result<Code, Failure> {
             allow_power_kinds,
             author_access,
             as_author,
+            controller_namespace,
         } => {
             let settings = preview::Settings {
                 source_mode,
                 allow_power_kinds,
                 author_checked: author_access == cli::AuthorAccess::Enforce,
                 as_author,
+                controller_namespace,
             };
             preview::run(global, &files, &settings).await
         }

@@ -15,6 +15,7 @@ use crate::{
 };
 use anyhow::Context as _;
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, ListParams};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -42,13 +43,14 @@ use shared::{
     pass::{
         lifecycle::{is_suspended, requested_at, stamp_request},
         plan::{CopyView, PassInput, Plan, plan},
-        source::{author_questions, check_read, missing, read_denied},
+        source::{author_questions, check_read, missing, read_denied, secret_denied},
         status::Stop,
         targets::targets_of,
     },
     policy::{
         author::{AccessQuestion, Author, denial_message},
         kind_policy::{AllowedPowerKinds, check_kind},
+        kubeconfig::KubeconfigSecret,
         projectable::SourceMode,
     },
 };
@@ -65,6 +67,8 @@ pub struct Settings {
     pub author_checked: bool,
     /// Whether the author checks are asked as the CR's recorded author, impersonated.
     pub as_author: bool,
+    /// Where a ClusterProjection's kubeconfig Secret lives (`--controller-namespace`).
+    pub controller_namespace: String,
 }
 
 /// A manifest that passed validation.
@@ -199,14 +203,6 @@ fn check(document: Value, default_namespace: &str, settings: &Settings) -> Resul
         AnyCr::Cluster(cr)
     };
     check_kind(&cr.view().source.group_kind(), &settings.allow_power_kinds).map_err(denied)?;
-    // Its copies would go to another cluster, whose namespaces and objects this preview does not
-    // read: better no answer than one about the wrong cluster.
-    if cr.view().cluster.is_some() {
-        return Err(Failure::Usage(format!(
-            "{kind} {name} writes into another cluster (spec.destination.kubeConfig): preview reads \
-             only this cluster, so it cannot say what would be written there"
-        )));
-    }
     Ok(Manifest { cr })
 }
 
@@ -299,8 +295,15 @@ async fn pass(
             cluster_scoped_message(source)
         )));
     }
-    // The author first: nothing of the source is read for an author who may not read it.
+    // Copies that go to another cluster: its kubeconfig Secret, here.
+    let secret = KubeconfigSecret::of(cr, &settings.controller_namespace);
+    // The author first: nothing of the source is read for an author who may not read it. For
+    // another cluster, the second question is whether they may get its Secret: there, the
+    // kubeconfig's identity is the only authority.
     let (read_question, create_question) = author_questions(cr, &resource);
+    let create_question = secret
+        .as_ref()
+        .map_or(create_question, KubeconfigSecret::question);
     let mut everywhere = true;
     if let Some(asker) = asker {
         if let Some(why) = asker.denied(&read_question).await? {
@@ -311,8 +314,31 @@ async fn pass(
                 &resource,
             )));
         }
-        everywhere = asker.denied(&create_question).await?.is_none();
+        let denied = asker.denied(&create_question).await?;
+        if let (Some(secret), Some(why)) = (&secret, &denied) {
+            let question = (&create_question, secret);
+            return Ok(Err(secret_denied(&asker.author, question, why.as_deref(), "")));
+        }
+        everywhere = denied.is_none() || secret.is_some();
     }
+    let there = match &secret {
+        None => None,
+        Some(secret) => match other_cluster(cluster, secret).await? {
+            Ok(there) => Some(there),
+            Err((reason, message)) => {
+                return Ok(Err(Stop::Destination {
+                    reason,
+                    message,
+                    resolved: String::new(),
+                }));
+            }
+        },
+    };
+    // Where the copies are: here, or the other cluster, whose copies name this one.
+    let (copies_at, owner) = match &there {
+        Some((there, identity)) => (there, Owner::of_cr(cr).from_cluster(identity)),
+        None => (cluster, Owner::of_cr(cr)),
+    };
     let object = cluster
         .objects(&resource, &source.namespace)
         .get_opt(&source.name)
@@ -326,7 +352,7 @@ async fn pass(
         return Ok(Err(stop));
     }
     let resolved = String::new();
-    let targets = match targets_of(cr, &cluster.namespaces().await?) {
+    let targets = match targets_of(cr, &copies_at.namespaces().await?) {
         Ok(targets) => targets,
         Err(message) => {
             return Ok(Err(Stop::Destination {
@@ -361,13 +387,12 @@ async fn pass(
     }
     // Our copies of the kind, found as the controller finds them: by the CR's UID label, then
     // trusted only by the ownership annotation.
-    let owner = Owner::of_cr(cr);
     let labelled: Vec<DynamicObject> = if cr.uid().is_empty() {
         Vec::new()
     } else {
         let api: Api<DynamicObject> = match cr.home() {
-            Some(home) => cluster.objects(&resource, home),
-            None => Api::all_with(cluster.client.clone(), &resource),
+            Some(home) => copies_at.objects(&resource, home),
+            None => Api::all_with(copies_at.client.clone(), &resource),
         };
         let params = ListParams::default().labels(&format!("{}={}", owner.uid_label_key(), cr.uid()));
         api.list(&params).await.context("listing the copies")?.items
@@ -408,13 +433,76 @@ async fn pass(
         };
         let mut desired = built.place(&owner, &target);
         stamp_request(&mut desired, requested);
-        let current = crate::copies::read_copy(cluster, &resource, namespace, cr.copy_name).await?;
+        let current = crate::copies::read_copy(copies_at, &resource, namespace, cr.copy_name).await?;
         decisions.push((
             namespace.clone(),
             decide(current.as_ref(), &desired, &owner, plan.existing),
         ));
     }
     Ok(Ok((plan, decisions)))
+}
+
+/// The other cluster of `secret`, as the controller opens it: the Secret read here (with your
+/// credentials), its kubeconfig judged by the controller's own rules, a client from its parts; and
+/// this cluster's identity, which the copies there name. `Err`: the reason and message the
+/// controller would report.
+async fn other_cluster(
+    cluster: &Cluster,
+    secret: &KubeconfigSecret,
+) -> Result<Result<(Cluster, String), (Reason, String)>, Failure> {
+    let invalid = |message: String| Ok(Err((Reason::DestinationClusterInvalid, message)));
+    let found = match Api::<Secret>::namespaced(cluster.client.clone(), &secret.namespace)
+        .get_opt(&secret.name)
+        .await
+    {
+        Ok(found) => found,
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            return Ok(Err((
+                Reason::DestinationClusterForbidden,
+                format!(
+                    "you may not get Secret {}, which preview reads with your credentials: {}",
+                    secret.path(),
+                    s.message
+                ),
+            )));
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e)
+                .context("reading the kubeconfig Secret")
+                .into());
+        }
+    };
+    let Some(found) = found else {
+        return invalid(secret.missing());
+    };
+    let Some(bytes) = found.data.and_then(|mut d| d.remove(&secret.key)) else {
+        return invalid(secret.missing_key());
+    };
+    let access = match secret.access(&bytes.0) {
+        Ok(access) => access,
+        Err(message) => return invalid(message),
+    };
+    let config = match runtime::kube_client::config_from_parts(
+        &access.server,
+        access.certificate_authority.as_deref(),
+        access.tls_server_name.clone(),
+        access.credentials.kubeconfig_user(),
+    ) {
+        Ok(config) => config,
+        Err(why) => return invalid(secret.unusable(&why)),
+    };
+    let client =
+        runtime::kube_client::client_for(config.clone()).context("building the other cluster's client")?;
+    let identity = runtime::cluster_identity::read(&cluster.client)
+        .await
+        .context("reading this cluster's identity (the copies there name it)")?;
+    let there = Cluster {
+        client,
+        config,
+        namespace: cluster.namespace.clone(),
+        all_namespaces: false,
+    };
+    Ok(Ok((there, identity)))
 }
 
 fn render(previews: &[Preview], wide: bool) -> String {

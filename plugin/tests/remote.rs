@@ -1,7 +1,8 @@
 //! `kubectl projection` and copies in another cluster: `why` run against the cluster the copy is in
 //! names the cluster its CR lives in, and with `--source-context` reads the CR, its source and its
 //! events there, after checking that context is the cluster the copy names; `sources` in the CR's
-//! cluster says where the copies are; `preview` refuses to plan such a CR against this cluster.
+//! cluster says where the copies are; `preview` reads the other cluster through the CR's kubeconfig
+//! Secret, as the controller does.
 
 mod common;
 
@@ -159,28 +160,55 @@ async fn why_follows_a_copy_in_another_cluster_back_to_its_cr() {
         "the cluster of Secret other-cluster key value"
     );
 
-    // preview: no answer about the wrong cluster.
-    let manifest = serde_json::to_string(&json!({
-        "apiVersion": "projection.sh/v1", "kind": "Projection",
-        "metadata": {"name": "other", "namespace": dst.name()},
-        "spec": {"source": {"version": "v1", "kind": "ConfigMap", "namespace": src.name(), "name": "settings"},
-                 "destination": {"kubeConfig": {"secretRef": {"name": "other-cluster"}}}}
-    }))
-    .expect("JSON");
-    let args = [
-        "--kubeconfig",
-        merged.to_str().expect("UTF-8"),
-        "--context",
-        "here",
-        "preview",
-        "-f",
-        "-",
-    ];
-    let run = plugin_raw(&args, Some(&manifest), &[]).expect(2);
+    // preview reads the other cluster as the controller does, through the CR's kubeconfig Secret:
+    // the existing CR's copy there is current; another CR aiming at it would meet a copy it does
+    // not own; a Secret that does not exist stops the pass with the controller's reason.
+    let preview = |name: &str, secret: &str| -> Run {
+        let manifest = serde_json::to_string(&json!({
+            "apiVersion": "projection.sh/v1", "kind": "Projection",
+            "metadata": {"name": name, "namespace": dst.name()},
+            "spec": {"source": {"version": "v1", "kind": "ConfigMap", "namespace": src.name(), "name": "settings"},
+                     "destination": {"kubeConfig": {"secretRef": {"name": secret}}}}
+        }))
+        .expect("JSON");
+        let args = [
+            "--kubeconfig",
+            merged.to_str().expect("UTF-8"),
+            "--context",
+            "here",
+            "preview",
+            "--author-access",
+            "trusted",
+            "-f",
+            "-",
+            "-o",
+            "json",
+        ];
+        plugin_raw(&args, Some(&manifest), &[])
+    };
+    let report = preview("mirror", "other-cluster").expect(0).json();
+    assert_eq!(
+        common::preview_actions(&report),
+        [(dst.name().to_owned(), "unchanged".to_owned())],
+        "{report:#}"
+    );
+    let report = preview("other", "other-cluster").expect(4).json();
+    assert_eq!(
+        common::preview_actions(&report),
+        [(dst.name().to_owned(), "conflict".to_owned())],
+        "{report:#}"
+    );
+    let report = preview("lost", "no-such-secret").expect(4).json();
+    assert_eq!(
+        report[0]["stopped"]["reason"], "DestinationClusterInvalid",
+        "{report:#}"
+    );
     assert!(
-        run.stderr
-            .contains("writes into another cluster (spec.destination.kubeConfig)"),
-        "{run:?}"
+        report[0]["stopped"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no-such-secret"),
+        "{report:#}"
     );
 
     Api::<Projection>::namespaced(client.clone(), dst.name())

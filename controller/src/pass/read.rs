@@ -29,7 +29,7 @@ use shared::{
     pass::{
         interest::Reached,
         not_found::{NotFound, classify_not_found, kind_not_served_message},
-        source::{author_questions, check_read, missing, read_denied},
+        source::{author_questions, check_read, missing, read_denied, secret_denied},
         status::Stop,
         tally::CopyWrite,
         targets::Targets,
@@ -311,15 +311,7 @@ async fn check_author(
     }
     if let Some(secret) = secret {
         if let Answer::Denied(why) = may_create.map_err(failed)? {
-            let stop = Stop::Destination {
-                reason: Reason::DestinationClusterForbidden,
-                message: format!(
-                    "{} (the kubeconfig of spec.destination.kubeConfig, key {:?})",
-                    denial_message(&author, &create, why.as_deref()),
-                    secret.key
-                ),
-                resolved: resolved.message.clone(),
-            };
+            let stop = secret_denied(&author, (&create, secret), why.as_deref(), &resolved.message);
             return Err((stop, Reached::Refused));
         }
         return Ok(Some(AuthorGrant {

@@ -9,6 +9,7 @@ use crate::{
     policy::{
         author::{AccessQuestion, Author, denial_message},
         kind_policy::{AllowedPowerKinds, check_object},
+        kubeconfig::KubeconfigSecret,
         projectable::{SourceMode, check_projectable},
     },
 };
@@ -83,6 +84,25 @@ pub fn read_denied(
         message: denial_message(author, question, why),
         resource: Box::new(resource.clone()),
         removal: None,
+    }
+}
+
+/// The author may not get the kubeconfig Secret of `spec.destination.kubeConfig` (`question`,
+/// [`KubeconfigSecret::question`]; `why`: the authorizer's reason): nothing is written there.
+pub fn secret_denied(
+    author: &Author,
+    (question, secret): (&AccessQuestion, &KubeconfigSecret),
+    why: Option<&str>,
+    resolved: &str,
+) -> Stop {
+    Stop::Destination {
+        reason: Reason::DestinationClusterForbidden,
+        message: format!(
+            "{} (the kubeconfig of spec.destination.kubeConfig, key {:?})",
+            denial_message(author, question, why),
+            secret.key
+        ),
+        resolved: resolved.to_owned(),
     }
 }
 
