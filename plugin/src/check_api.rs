@@ -1,12 +1,15 @@
 //! `kubectl projection check api`: whether the installation answers, the way `cmctl check api` does
 //! for cert-manager. The plugin reads the cluster (discovery, two dry-run creates, the controllers'
-//! Deployments and Leases); `shared::inspect::api_health` judges each answer.
+//! Deployments and Leases, the other clusters CRs write into); `shared::inspect::api_health`
+//! judges each answer.
 
 use crate::{
     check::{CONTROLLER_COMPONENT, controller_flags},
     cli::Global,
     cluster::Cluster,
+    crs::every_cr,
     exit::{Code, Failure},
+    other_cluster,
     output::{structured, table},
 };
 use anyhow::Context as _;
@@ -17,17 +20,26 @@ use kube::{
 };
 use serde_json::{Value, json};
 use shared::{
-    api::{crd::Projection, keys::LEADER_LEASE},
+    api::{crd::Projection, keys::LEADER_LEASE, kind::ProjectionCr as _, reason::Reason},
     inspect::api_health::{self, Verdict},
+    policy::kubeconfig::KubeconfigSecret,
 };
-use std::{collections::BTreeSet, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 
 /// Runs `check api`, again every 2 s until all hold when `wait` is given.
-pub async fn run(global: &Global, wait: Option<Duration>) -> Result<Code, Failure> {
+pub async fn run(
+    global: &Global,
+    wait: Option<Duration>,
+    controller_namespace: &str,
+) -> Result<Code, Failure> {
     let cluster = Cluster::connect(global).await?;
     let deadline = wait.map(|w| std::time::Instant::now() + w);
     let verdicts = loop {
-        let verdicts = verdicts(&cluster).await?;
+        let mut verdicts = verdicts(&cluster).await?;
+        verdicts.extend(other_clusters(&cluster, controller_namespace).await?);
         let healthy = verdicts.iter().all(|v| v.ok);
         match deadline {
             Some(deadline) if !healthy && std::time::Instant::now() < deadline => {
@@ -99,6 +111,43 @@ async fn verdicts(cluster: &Cluster) -> Result<Vec<Verdict>, Failure> {
     }
     Ok(verdicts)
 }
+
+/// Each other cluster the CRs write into, through its Secret: whether it answers (its version),
+/// opened as the controller opens it.
+async fn other_clusters(cluster: &Cluster, controller_namespace: &str) -> Result<Vec<Verdict>, Failure> {
+    let mut secrets: BTreeMap<KubeconfigSecret, usize> = BTreeMap::new();
+    for cr in every_cr(cluster).await? {
+        if let Some(secret) = KubeconfigSecret::of(&cr.view(), controller_namespace) {
+            *secrets.entry(secret).or_default() += 1;
+        }
+    }
+    let mut verdicts = Vec::new();
+    for (secret, crs) in secrets {
+        let answer = match other_cluster::open(cluster, &secret).await? {
+            Err(unusable) => Err(unusable),
+            Ok((there, _)) => {
+                match tokio::time::timeout(ANSWER_WITHIN, there.client.apiserver_version()).await {
+                    Ok(Ok(version)) => Ok(version.git_version),
+                    Ok(Err(e)) => Err((Reason::DestinationClusterUnreachable, e.to_string())),
+                    Err(_) => Err((
+                        Reason::DestinationClusterUnreachable,
+                        format!("no answer within {}s", ANSWER_WITHIN.as_secs()),
+                    )),
+                }
+            }
+        };
+        let answer = answer
+            .as_ref()
+            .map(String::as_str)
+            .map_err(|(reason, message)| (*reason, message.as_str()));
+        verdicts.push(api_health::other_cluster(&secret.path(), crs, answer));
+    }
+    Ok(verdicts)
+}
+
+/// How long another cluster has to answer `check api` (the controller gives it 5 s to connect and
+/// 15 s for an answer).
+const ANSWER_WITHIN: Duration = Duration::from_secs(15);
 
 fn source(namespace: &str, name: &str) -> Value {
     json!({"version": "v1", "kind": "ConfigMap", "namespace": namespace, "name": name})

@@ -202,12 +202,16 @@ pub enum CheckWhat {
     /// The installation's API, as `cmctl check api` does for cert-manager: the CRDs served, the
     /// webhook admitting a valid Projection (recording its author) and refusing one that would copy
     /// onto its own source (both dry runs in the namespace: nothing is written), a controller
-    /// leading and renewing its Lease, and its author access mode. Exit 0 when all hold, 4 when one
-    /// does not, 7 when --wait gave up.
+    /// leading and renewing its Lease, its author access mode, and each other cluster CRs write
+    /// into answering. Exit 0 when all hold, 4 when one does not, 7 when --wait gave up.
     Api {
         /// Check again every 2 s until all hold or this long has passed (e.g. 2m).
         #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
         wait: Option<Duration>,
+        /// The controller's namespace (its --controller-namespace), where ClusterProjections'
+        /// kubeconfig Secrets are read from.
+        #[arg(long, default_value = "projection-system", value_name = "NAMESPACE")]
+        controller_namespace: String,
     },
 }
 

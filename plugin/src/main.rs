@@ -12,6 +12,7 @@ mod copies;
 mod crs;
 mod exit;
 mod lifecycle;
+mod other_cluster;
 mod output;
 mod preview;
 mod sources;
@@ -163,8 +164,12 @@ async fn run(cli: Cli) -> Result<Code, Failure> {
         Command::Status { selector } => status::run(global, selector.as_deref()).await,
         Command::Check { what: None } => check::run(global).await,
         Command::Check {
-            what: Some(cli::CheckWhat::Api { wait }),
-        } => check_api::run(global, wait).await,
+            what:
+                Some(cli::CheckWhat::Api {
+                    wait,
+                    controller_namespace,
+                }),
+        } => check_api::run(global, wait, &controller_namespace).await,
         Command::Suspend(select) => lifecycle::set_suspend(global, &select, true).await,
         Command::Resume(select) => lifecycle::set_suspend(global, &select, false).await,
         Command::Sync {

@@ -11,11 +11,11 @@ use crate::{
     cluster::Cluster,
     crs::AnyCr,
     exit::{Code, Failure},
+    other_cluster,
     output::{or_none, structured, table},
 };
 use anyhow::Context as _;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, ListParams};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -323,7 +323,7 @@ async fn pass(
     }
     let there = match &secret {
         None => None,
-        Some(secret) => match other_cluster(cluster, secret).await? {
+        Some(secret) => match other_cluster::open(cluster, secret).await? {
             Ok(there) => Some(there),
             Err((reason, message)) => {
                 return Ok(Err(Stop::Destination {
@@ -440,69 +440,6 @@ async fn pass(
         ));
     }
     Ok(Ok((plan, decisions)))
-}
-
-/// The other cluster of `secret`, as the controller opens it: the Secret read here (with your
-/// credentials), its kubeconfig judged by the controller's own rules, a client from its parts; and
-/// this cluster's identity, which the copies there name. `Err`: the reason and message the
-/// controller would report.
-async fn other_cluster(
-    cluster: &Cluster,
-    secret: &KubeconfigSecret,
-) -> Result<Result<(Cluster, String), (Reason, String)>, Failure> {
-    let invalid = |message: String| Ok(Err((Reason::DestinationClusterInvalid, message)));
-    let found = match Api::<Secret>::namespaced(cluster.client.clone(), &secret.namespace)
-        .get_opt(&secret.name)
-        .await
-    {
-        Ok(found) => found,
-        Err(kube::Error::Api(s)) if s.code == 403 => {
-            return Ok(Err((
-                Reason::DestinationClusterForbidden,
-                format!(
-                    "you may not get Secret {}, which preview reads with your credentials: {}",
-                    secret.path(),
-                    s.message
-                ),
-            )));
-        }
-        Err(e) => {
-            return Err(anyhow::Error::new(e)
-                .context("reading the kubeconfig Secret")
-                .into());
-        }
-    };
-    let Some(found) = found else {
-        return invalid(secret.missing());
-    };
-    let Some(bytes) = found.data.and_then(|mut d| d.remove(&secret.key)) else {
-        return invalid(secret.missing_key());
-    };
-    let access = match secret.access(&bytes.0) {
-        Ok(access) => access,
-        Err(message) => return invalid(message),
-    };
-    let config = match runtime::kube_client::config_from_parts(
-        &access.server,
-        access.certificate_authority.as_deref(),
-        access.tls_server_name.clone(),
-        access.credentials.kubeconfig_user(),
-    ) {
-        Ok(config) => config,
-        Err(why) => return invalid(secret.unusable(&why)),
-    };
-    let client =
-        runtime::kube_client::client_for(config.clone()).context("building the other cluster's client")?;
-    let identity = runtime::cluster_identity::read(&cluster.client)
-        .await
-        .context("reading this cluster's identity (the copies there name it)")?;
-    let there = Cluster {
-        client,
-        config,
-        namespace: cluster.namespace.clone(),
-        all_namespaces: false,
-    };
-    Ok(Ok((there, identity)))
 }
 
 fn render(previews: &[Preview], wide: bool) -> String {

@@ -211,6 +211,37 @@ async fn why_follows_a_copy_in_another_cluster_back_to_its_cr() {
         "{report:#}"
     );
 
+    // check api: the other cluster the CR writes into answers (the rest of this suite's cluster
+    // has no webhook or controller Deployment, so the whole check exits 4).
+    let args = [
+        "--kubeconfig",
+        merged.to_str().expect("UTF-8"),
+        "--context",
+        "here",
+        "check",
+        "api",
+        "-n",
+        dst.name(),
+        "-o",
+        "json",
+    ];
+    let report = plugin_raw(&args, None, &[]).expect(4).json();
+    let there = report
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|v| v["check"] == format!("cluster of {}/other-cluster", dst.name()))
+        .cloned()
+        .unwrap_or_else(|| panic!("no other cluster in {report:#}"));
+    assert_eq!(there["ok"], true, "{there}");
+    assert!(
+        there["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("answers (Kubernetes v1."),
+        "{there}"
+    );
+
     Api::<Projection>::namespaced(client.clone(), dst.name())
         .delete("mirror", &Default::default())
         .await

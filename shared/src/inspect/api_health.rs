@@ -1,9 +1,13 @@
 //! `kubectl projection check api`, decided without I/O: from what the apiserver answered, whether
 //! the API is served, whether the admission webhook answers (it admits a valid Projection and
-//! records its author, and refuses a copy of its own source, which only the webhook can tell), and
-//! whether a controller leads and renews its Lease.
+//! records its author, and refuses a copy of its own source, which only the webhook can tell),
+//! whether a controller leads and renews its Lease, and whether the other clusters CRs write into
+//! answer.
 
-use crate::{api::keys::LEADER_LEASE, policy::author::AUTHOR};
+use crate::{
+    api::{keys::LEADER_LEASE, reason::Reason},
+    policy::author::AUTHOR,
+};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -153,6 +157,25 @@ pub fn leader(namespace: &str, lease: Option<&Value>, now: i64) -> Verdict {
     }
 }
 
+/// Another cluster CRs write into (`spec.destination.kubeConfig`), through the Secret at
+/// `secret` (`<namespace>/<name>`, used by `crs` CRs): whether it answered, with its version, or
+/// the reason and message a pass would report.
+pub fn other_cluster(secret: &str, crs: usize, answer: Result<&str, (Reason, &str)>) -> Verdict {
+    let check = format!("cluster of {secret}");
+    match answer {
+        Ok(version) => Verdict::new(
+            &check,
+            true,
+            format!("answers (Kubernetes {version}); {crs} CR(s) write there"),
+        ),
+        Err((reason, message)) => Verdict::new(
+            &check,
+            false,
+            format!("{reason}: {message}; {crs} CR(s) write there"),
+        ),
+    }
+}
+
 /// The controller's `--author-access`, as its Deployment runs it.
 pub fn author_access(namespace: &str, mode: &str) -> Verdict {
     let detail = match mode {
@@ -212,6 +235,19 @@ mod tests {
             author_access("ops", "trusted")
                 .detail
                 .contains("no author checks")
+        );
+        let answered = other_cluster("team-a/eu", 2, Ok("v1.36.3"));
+        assert!(answered.ok && answered.check == "cluster of team-a/eu");
+        let unreachable = other_cluster(
+            "team-a/eu",
+            1,
+            Err((Reason::DestinationClusterUnreachable, "connection refused")),
+        );
+        assert!(!unreachable.ok);
+        assert!(
+            unreachable
+                .detail
+                .starts_with("DestinationClusterUnreachable: connection refused")
         );
     }
 }
