@@ -610,3 +610,42 @@ async fn a_cluster_property_of_the_about_api_names_the_source_cluster_where_serv
     );
     env.finish().await;
 }
+
+/// A copy written into the other cluster just before its CR was deleted, its status not recorded
+/// yet (a controller that stopped between the write and the status write): the deletion still
+/// sweeps it there, found by the CR's UID and proven ours by its annotations.
+#[tokio::test]
+async fn a_copy_written_before_its_status_was_recorded_is_swept_when_its_cr_goes() {
+    let env = env("remote-unrecorded").await;
+    let remote = remote_client().await;
+    let there = other_cluster_for(&env, &remote, "copies", None).await;
+    let dst = env.dest.name().to_owned();
+    // The CR, with the finalizer a controller would have added, and no status: no controller runs.
+    project_settings_there(&env, "p", json!({})).await;
+    let cr = merge(
+        &env.projections(),
+        "p",
+        json!({"metadata": {"finalizers": ["projection.sh/finalizer"]}}),
+    )
+    .await;
+    let uid = cr.metadata.uid.clone().expect("a uid");
+    // The copy that controller wrote over there before it stopped.
+    let copies: Api<ConfigMap> = Api::namespaced(remote.clone(), there.name());
+    create(
+        &copies,
+        json!({"metadata": {
+            "name": "settings",
+            "labels": {"projection.sh/owned-by-projection-uid": uid},
+            "annotations": {OWNED_BY_PROJECTION: format!("{dst}/p"), SOURCE_CLUSTER: local_identity(&env.client).await},
+        }, "data": {"level": "1"}}),
+    )
+    .await;
+    env.projections()
+        .delete("p", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    let _controller = controller(&[]).await;
+    wait_absent(&copies, "settings", "the unrecorded copy swept over there").await;
+    wait_absent(&env.projections(), "p", "the CR gone").await;
+    env.finish().await;
+}

@@ -229,6 +229,10 @@ async fn withdraw_if_suspended_and_lost(cr: &CrView<'_>, ctx: &Context) -> Optio
     Some(withdraw_if_lost(ctx, cr, stop).await)
 }
 
+/// How long the deletion of a CR that never recorded a copy in another cluster waits for that
+/// cluster to answer before it lets the CR go.
+const UNRECORDED_SWEEP_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Deletion of a CR: its copies go first, or are orphaned with `deletionPolicy: Orphan` (the
 /// finalizer holds the CR until then; a suspended CR follows its policy too), in the cluster they
 /// are in: one that cannot be reached holds the CR too.
@@ -236,19 +240,29 @@ async fn cleanup<K: ProjectionKind>(cr: &K, ctx: &Context) -> Result<Action, Err
     let view = cr.view();
     let current = resolved_kind(&ctx.sources.discovery, view.source).await;
     let release = on_cr_deletion(view.controls.deletion_policy);
-    // In another cluster where no pass ever recorded a copy (never written, or never reached),
-    // there is nothing to remove, and a cluster that does not answer holds nothing up.
-    let never_written = view.cluster.is_some() && view.recorded().is_none();
-    let destination = if never_written {
-        None
+    // In another cluster where no pass ever recorded a copy (never written, or written just before
+    // the CR went, its status not recorded yet), the copies of the current kind are still swept
+    // where the cluster answers at once; one that does not holds nothing up, since nothing proves
+    // a copy is there.
+    let never_recorded = view.cluster.is_some() && view.recorded().is_none();
+    let destination = if never_recorded {
+        let answering = async {
+            let destination = ctx.destination(&view).await.ok()?;
+            destination.copies.client.apiserver_version().await.ok()?;
+            Some(Ok(destination))
+        };
+        tokio::time::timeout(UNRECORDED_SWEEP_WITHIN, answering)
+            .await
+            .ok()
+            .flatten()
     } else {
         Some(ctx.destination(&view).await)
     };
     let removal = match destination {
-        None => Removal::default(),
         Some(Ok(destination)) => {
             withdraw(&destination.copies, &view, (view.recorded(), current), release).await
         }
+        None => Removal::default(),
         Some(Err((_, message))) => Removal {
             events: Vec::new(),
             left: vec![message],
