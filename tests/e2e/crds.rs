@@ -359,6 +359,7 @@ async fn kubectl_get_shows_the_printer_columns() {
             "SOURCE-NAME",
             "DESTINATION-NAME",
             "READY",
+            "REASON",
             "AGE"
         ],
         "{out}"
@@ -369,7 +370,7 @@ async fn kubectl_get_shows_the_printer_columns() {
         .unwrap_or_else(|| panic!("no row in\n{out}"));
     let cells: Vec<_> = row.split_whitespace().collect();
     assert_eq!(
-        &cells[..7],
+        &cells[..8],
         [
             ns.name(),
             "cols",
@@ -377,7 +378,8 @@ async fn kubectl_get_shows_the_printer_columns() {
             "platform-config",
             "shared-settings",
             "renamed-copy",
-            "True"
+            "True",
+            "Projected"
         ]
     );
 
@@ -415,6 +417,8 @@ async fn kubectl_get_shows_the_printer_columns() {
             "FAILED",
             "SELECTOR",
             "READY",
+            "REASON",
+            "MESSAGE",
             "SUSPENDED",
             "AGE"
         ],
