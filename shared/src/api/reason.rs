@@ -318,32 +318,15 @@ impl Reason {
     /// when the controller's own RBAC refuses the kind: the platform chose not to serve it, and the
     /// CR's owner is who must ask or change it.
     pub fn cause(self) -> Cause {
-        use Reason::*;
-        match self {
-            Resolved | Projected | Updated | DestinationRecreated | DestinationDeleted
-            | DestinationLeftAlone | Suspended | DestinationOrphaned | DestinationAdopted => Cause::None,
-            SourceNotFound
-            | SourceDeleted
-            | SourceOptedOut
-            | SourceNotProjectable
-            | SourceForbidden
-            | DestinationConflict
-            | DestinationInvalid
-            | DestinationImmutable
-            | TargetResolutionFailed
-            | DestinationForbidden
-            | DestinationClusterInvalid
-            | DestinationClusterForbidden => Cause::Tenant,
-            SourceResolutionFailed
-            | SourceNotResolved
-            | SourceFetchFailed
-            | DestinationFetchFailed
-            | DestinationCreateFailed
-            | DestinationUpdateFailed
-            | DestinationDeleteFailed
-            | DestinationWriteFailed
-            | DeletionBlocked
-            | DestinationClusterUnreachable => Cause::Platform,
+        match self.progress() {
+            Progress::Settled => Cause::None,
+            // A person must act: a refusal, a conflict, a spec that cannot work.
+            Progress::Stalled => Cause::Tenant,
+            // A source not there, yet or any more, is its owner's to create.
+            Progress::Reconciling if matches!(self, Reason::SourceNotFound | Reason::SourceDeleted) => {
+                Cause::Tenant
+            }
+            Progress::Reconciling => Cause::Platform,
         }
     }
 
