@@ -15,10 +15,7 @@ use k8s_openapi::api::{
     apps::v1::Deployment,
     authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
 };
-use kube::{
-    Api, Client,
-    api::{ListParams, PostParams},
-};
+use kube::{Api, Client, api::PostParams};
 use serde::Serialize;
 use shared::policy::write_as::{WriteCopiesAs, expected};
 
@@ -49,13 +46,18 @@ pub async fn run(global: &Global) -> Result<Code, Failure> {
         .await
         .context("reading the cluster's version")?;
     let served = minor(&version.minor) >= IMPERSONATION_MINOR && version.major == "1";
-    let deployments = Api::<Deployment>::all(client.clone())
-        .list(&ListParams::default().labels(CONTROLLER_COMPONENT))
-        .await
-        .context("listing Deployments")?;
+    // Only who may read the controllers' Deployments can check them: for anyone else (a tenant)
+    // there is nothing to report, which must not read as "no controller" (exit 3) nor as healthy.
+    let Some(deployments) = cluster.deployments_everywhere(CONTROLLER_COMPONENT).await? else {
+        return Err(anyhow::anyhow!(
+            "`check` reads the controllers' Deployments, which you may not list (ask your platform team); \
+             `kubectl projection check api` checks what you may: the CRDs and the webhook"
+        )
+        .into());
+    };
     let mut lines = Vec::new();
     let mut attention = false;
-    for deployment in &deployments.items {
+    for deployment in &deployments {
         let Some(flags) = controller_flags(deployment) else {
             continue;
         };

@@ -3,7 +3,10 @@
 
 use crate::{cli::Global, exit::Failure};
 use anyhow::Context as _;
-use k8s_openapi::{api::core::v1::Namespace, apimachinery::pkg::apis::meta::v1::APIResourceList};
+use k8s_openapi::{
+    api::{apps::v1::Deployment, core::v1::Namespace},
+    apimachinery::pkg::apis::meta::v1::APIResourceList,
+};
 use kube::{
     Api, Client, Config,
     api::{ApiResource, DynamicObject, ListParams},
@@ -285,6 +288,25 @@ impl Cluster {
                 Ok(Vec::new())
             }
             Err(e) => Err(anyhow::Error::new(e).context("listing ClusterProjections").into()),
+        }
+    }
+
+    /// The Deployments of every namespace labelled `selector` (the projection controllers); `None`,
+    /// said in one line on stderr, for a user who may not list Deployments cluster-wide (a tenant):
+    /// what only the platform team may read is skipped, not an error.
+    pub async fn deployments_everywhere(&self, selector: &str) -> Result<Option<Vec<Deployment>>, Failure> {
+        match Api::<Deployment>::all(self.client.clone())
+            .list(&ListParams::default().labels(selector))
+            .await
+        {
+            Ok(list) => Ok(Some(list.items)),
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                eprintln!(
+                    "note: you may not list Deployments in all namespaces; the projection controllers are not checked"
+                );
+                Ok(None)
+            }
+            Err(e) => Err(anyhow::Error::new(e).context("listing Deployments").into()),
         }
     }
 

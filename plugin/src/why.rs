@@ -313,10 +313,24 @@ async fn not_owned(
     let path = format!("{namespace}/{name}");
     let mut left = Vec::new();
     for events_namespace in [namespace, "default"] {
-        let events = Api::<Event>::namespaced(cluster.client.clone(), events_namespace)
+        // A ClusterProjection's events are in `default`, which a tenant may not read: skipped.
+        let events = match Api::<Event>::namespaced(cluster.client.clone(), events_namespace)
             .list(&ListParams::default())
             .await
-            .context("listing events")?;
+        {
+            Ok(events) => events,
+            Err(kube::Error::Api(s)) if s.code == 403 && events_namespace != namespace => {
+                eprintln!(
+                    "note: you may not list events in namespace {events_namespace}; ClusterProjections that left this object are not shown"
+                );
+                continue;
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e)
+                    .context(format!("listing events in {events_namespace}"))
+                    .into());
+            }
+        };
         for event in events.items {
             let (reason, note) = (
                 event.reason.as_deref().unwrap_or_default(),

@@ -1135,6 +1135,98 @@ async fn a_namespace_tenant_uses_status_and_sources_with_as_name_and_jsonpath() 
     );
 }
 
+/// The commands that read or change one CR, run as a ServiceAccount bound to `edit` in its own
+/// namespace (and to Projections there, as the chart's aggregated roles grant): `why`, `preview`,
+/// `suspend`/`resume`/`sync --wait` do what they do for an admin; `check api` checks what a tenant
+/// may (the CRDs, the dry runs) and says on stderr what it skipped; `check`, which reads the
+/// controllers' Deployments, says why it cannot and points at `check api`.
+#[tokio::test]
+async fn a_namespace_tenant_runs_why_preview_the_lifecycle_and_check_api() {
+    let world = World::new("plugin-tenant-life", &["own"]).await;
+    let (client, ns) = (world.client.clone(), world.ns(0));
+    let _controller = controller().await;
+    let mut cleanup = Cleanup::new();
+    cleanup.projections(&ns);
+    apply(&format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: tenant, namespace: {ns}}}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: tenant-edit, namespace: {ns}}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edit}}\n\
+         subjects: [{{kind: ServiceAccount, name: tenant, namespace: {ns}}}]\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: tenant-projections, namespace: {ns}}}\n\
+         rules:\n- {{apiGroups: [projection.sh], resources: [projections], verbs: ['*']}}\n\
+         - {{apiGroups: [events.k8s.io], resources: [events], verbs: [get, list, watch]}}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: tenant-projections, namespace: {ns}}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenant-projections}}\n\
+         subjects: [{{kind: ServiceAccount, name: tenant, namespace: {ns}}}]\n"
+    ));
+    apply(&source_configmap(&ns, "settings", "k: v"));
+    let manifest = projection_yaml(&ns, "copy", &ns, ", destination: {name: settings-copy}");
+    apply(&manifest);
+    projection_ready(&client, &ns, "copy", "True", "Projected").await;
+    let user = format!("system:serviceaccount:{ns}:tenant");
+    let tenant = |args: &[&str]| {
+        let mut all = vec!["--as", user.as_str(), "-n", ns.as_str()];
+        all.extend_from_slice(args);
+        plugin(&all)
+    };
+
+    // why: the copy's owner and state; the source is no copy, and the CR reading it is named.
+    let run = tenant(&["why", "cm/settings-copy"]).expect(0);
+    run.line_with(&["Owned by:", &format!("projection copy -n {ns}")]);
+    run.line_with(&["Copy:", "current"]);
+    let run = tenant(&["why", "cm/settings"]);
+    assert_eq!(run.code, 5, "the source is owned by no CR: {run:?}");
+
+    // preview, asked as the tenant (the default author checks): the copy as it is.
+    let run = plugin_with(
+        &["--as", &user, "-n", &ns, "preview", "-f", "-"],
+        Some(&manifest),
+        &[],
+    )
+    .expect(0);
+    run.line_with(&[&ns, "unchanged"]);
+
+    // The lifecycle of the tenant's own CR.
+    let run = tenant(&["suspend", "proj/copy"]).expect(0);
+    assert_eq!(run.stdout, "projection.projection.sh/copy suspended\n");
+    projection_suspended(&client, &ns, "copy").await;
+    tenant(&["resume", "proj/copy"]).expect(0);
+    tenant(&["sync", "proj/copy", "--wait", "--timeout", "30s"])
+        .expect(0)
+        .line_with(&["projection.projection.sh/copy reconciled: Ready=True Projected"]);
+
+    // check api: the CRDs and the webhook's dry runs are a tenant's to check (no webhook runs in
+    // this suite: exit 4 for that, not 1); the controllers' Deployments and Lease are skipped.
+    let run = tenant(&["check", "api", "-o", "json"]);
+    assert_eq!(run.code, 4, "{run:?}");
+    assert!(
+        run.stderr.contains(
+            "you may not list Deployments in all namespaces; the projection controllers are not checked"
+        ),
+        "{run:?}"
+    );
+    let report = run.json();
+    let checks: Vec<&str> = report
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|v| v["check"].as_str())
+        .collect();
+    assert_eq!(
+        checks,
+        ["crds", "webhook admits", "webhook refuses"],
+        "{report:#}"
+    );
+    assert_eq!(report[0]["ok"], true, "{report:#}");
+    // check reads what only the platform team may: a clear error naming what to run instead.
+    let run = tenant(&["check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.contains("which you may not list") && run.stderr.contains("check api"),
+        "{run:?}"
+    );
+}
+
 /// `check api` on a cluster with the CRDs but no webhook configuration and no controller
 /// Deployment (this suite runs controllers as processes): the CRDs pass, the rest fails with what
 /// is missing, exit 4; nothing is written by its dry runs.
