@@ -81,6 +81,10 @@ pub struct Args {
     #[arg(long, default_value = ":8081")]
     pub health_probe_bind_address: String,
 
+    /// The metrics endpoint over HTTPS (`--metrics-cert-file`, `--metrics-key-file`).
+    #[command(flatten)]
+    pub metrics_tls: runtime::tls::MetricsTlsArgs,
+
     /// Elect a leader through a Lease so several replicas can run; only the leader writes.
     /// `--leader-elect` alone means true; `--leader-elect=true|false` (the Go operator's form) works.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,

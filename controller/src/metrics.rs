@@ -186,6 +186,11 @@ impl Metrics {
     }
 }
 
+/// Registers the metrics endpoint's certificate (`--metrics-cert-file`), served over HTTPS.
+pub fn register_metrics_certificate(registry: &mut Registry, certificate: &runtime::tls::CertMetrics) {
+    certificate.register(registry, "projection_controller_metrics", "Metrics endpoint's");
+}
+
 /// The replica state the scrape-time gauges read.
 struct ReplicaView {
     leading: Arc<AtomicBool>,
@@ -395,6 +400,13 @@ mod tests {
         metrics
             .rest_client
             .count("200".to_owned(), "127.0.0.1:6443", "GET".to_owned());
+        // Served over HTTPS (--metrics-cert-file) only.
+        let certificate = runtime::tls::CertMetrics::default();
+        register_metrics_certificate(&mut registry, &certificate);
+        certificate
+            .reloads_total
+            .get_or_create(&runtime::tls::ReloadLabels { result: "success" })
+            .inc();
         let served = runtime::metrics_doc::served_names(&registry);
         runtime::metrics_doc::assert_same_names(&documented, &served, "controller tables");
     }

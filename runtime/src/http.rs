@@ -1,7 +1,9 @@
-//! The plain-HTTP endpoints of both services: `/metrics` (OpenMetrics text to scrapers that ask for
-//! it, the classic Prometheus text format to the others) on the metrics address,
-//! `/healthz` and `/readyz` on the probe address (both on one listener when the addresses are equal).
-//! Both run the limited accept loop of [`crate::serve`] with [`crate::serve::Limits::PROBES`].
+//! The HTTP endpoints of both services: `/metrics` (OpenMetrics text to scrapers that ask for
+//! it, the classic Prometheus text format to the others) on the metrics address, over HTTPS when
+//! given a certificate ([`crate::tls::MetricsTlsArgs`]), `/healthz` and `/readyz` on the probe
+//! address, always plain HTTP for the kubelet (both on one listener when the addresses are equal,
+//! which HTTPS metrics refuse). Both run the limited accept loop of [`crate::serve`] with
+//! [`crate::serve::Limits::PROBES`].
 
 use crate::metrics_format;
 use axum::{
@@ -90,9 +92,24 @@ async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
     }
 }
 
-/// Serves the endpoints until `shutdown` resolves.
-pub async fn serve(
+/// Whether metrics served over HTTPS have an address of their own: not disabled, and not the
+/// probes' (which stay plain HTTP for the kubelet).
+pub fn check_https_metrics_address(
     metrics_addr: Option<SocketAddr>,
+    probe_addr: Option<SocketAddr>,
+) -> anyhow::Result<()> {
+    match metrics_addr {
+        None => anyhow::bail!("--metrics-cert-file is set but --metrics-bind-address disables the metrics"),
+        Some(m) if Some(m) == probe_addr => anyhow::bail!(
+            "--metrics-cert-file needs a --metrics-bind-address apart from --health-probe-bind-address: the probes stay plain HTTP"
+        ),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Serves the endpoints until `shutdown` resolves; `/metrics` over HTTPS with `metrics_tls`.
+pub async fn serve(
+    (metrics_addr, metrics_tls): (Option<SocketAddr>, Option<Arc<rustls::ServerConfig>>),
     probe_addr: Option<SocketAddr>,
     registry: Arc<Registry>,
     readiness: Readiness,
@@ -103,33 +120,67 @@ pub async fn serve(
     let probe_routes = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz));
+    if metrics_tls.is_some() {
+        check_https_metrics_address(metrics_addr, probe_addr)?;
+    }
     let mut servers = Vec::new();
     match (metrics_addr, probe_addr) {
-        (Some(m), Some(p)) if m == p => servers.push((m, metrics_routes.merge(probe_routes))),
+        (Some(m), Some(p)) if m == p => servers.push((m, metrics_routes.merge(probe_routes), None)),
         (m, p) => {
-            servers.extend(m.map(|m| (m, metrics_routes)));
-            servers.extend(p.map(|p| (p, probe_routes)));
+            servers.extend(m.map(|m| (m, metrics_routes, metrics_tls)));
+            servers.extend(p.map(|p| (p, probe_routes, None)));
         }
     }
     let shutdown = futures::FutureExt::shared(shutdown);
     let mut tasks = Vec::new();
-    for (addr, router) in servers {
+    for (addr, router, tls) in servers {
         let listener = tokio::net::TcpListener::bind(addr).await?;
-        tracing::info!(address = %listener.local_addr()?, "serving HTTP");
         let app = router.with_state(state.clone());
-        // Plain HTTP: the TCP stream is the connection; no identity to carry.
-        let plain = |tcp: tokio::net::TcpStream, _| async move { Some((tcp, ())) };
-        tasks.push(tokio::spawn(crate::serve::serve(
-            listener,
-            crate::serve::Limits::PROBES,
-            // The probe servers' limit hits are not exported: their clients are the kubelet and a
-            // scraper.
-            crate::serve::LimitHits::default(),
-            plain,
-            app,
-            shutdown.clone(),
-            PROBES_DRAIN_TIMEOUT,
-        )));
+        // The probe servers' limit hits are not exported: their clients are the kubelet and a
+        // scraper.
+        let (limits, hits) = (crate::serve::Limits::PROBES, crate::serve::LimitHits::default());
+        let task = match tls {
+            Some(config) => {
+                tracing::info!(address = %listener.local_addr()?, "serving HTTPS");
+                let acceptor = tokio_rustls::TlsAcceptor::from(config);
+                let handshake = move |tcp, peer: SocketAddr| {
+                    let acceptor = acceptor.clone();
+                    async move {
+                        match acceptor.accept(tcp).await {
+                            Ok(stream) => Some((stream, ())),
+                            Err(e) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                None
+                            }
+                        }
+                    }
+                };
+                tokio::spawn(crate::serve::serve(
+                    listener,
+                    limits,
+                    hits,
+                    handshake,
+                    app,
+                    shutdown.clone(),
+                    PROBES_DRAIN_TIMEOUT,
+                ))
+            }
+            None => {
+                tracing::info!(address = %listener.local_addr()?, "serving HTTP");
+                // Plain HTTP: the TCP stream is the connection; no identity to carry.
+                let plain = |tcp: tokio::net::TcpStream, _| async move { Some((tcp, ())) };
+                tokio::spawn(crate::serve::serve(
+                    listener,
+                    limits,
+                    hits,
+                    plain,
+                    app,
+                    shutdown.clone(),
+                    PROBES_DRAIN_TIMEOUT,
+                ))
+            }
+        };
+        tasks.push(task);
     }
     for task in tasks {
         task.await?;

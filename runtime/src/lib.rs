@@ -16,3 +16,4 @@ pub mod process_metrics;
 pub mod rest_client_metrics;
 pub mod serve;
 pub mod signals;
+pub mod tls;

@@ -22,7 +22,7 @@ async fn probes() -> (std::net::SocketAddr, CancellationToken) {
     let readiness = Readiness::default();
     readiness.set(true);
     tokio::spawn(serve(
-        None,
+        (None, None),
         Some(addr),
         Arc::new(Registry::default()),
         readiness,

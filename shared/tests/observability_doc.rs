@@ -156,10 +156,11 @@ fn every_metric_label_value_is_documented() {
         "controller/src/error.rs",
         "webhook/src/error.rs",
         "webhook/src/review.rs",
+        "runtime/src/tls.rs",
     ] {
         values.extend(captures(r#"=> "(\w+)""#, &code(file)));
     }
-    values.extend(captures(r#"(?m)^\s+"(\w+)"\s*$"#, &code("webhook/src/tls.rs")));
+    values.extend(captures(r#"(?m)^\s+"(\w+)"\s*$"#, &code("runtime/src/tls.rs")));
     values.extend(captures(
         r#"const KIND: &'static str = "(\w+)";"#,
         &code_under("controller/src"),

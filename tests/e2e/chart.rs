@@ -1018,6 +1018,95 @@ fn optional_objects_appear_only_when_asked() {
     );
 }
 
+/// `metrics.tls.enabled`: both components serve /metrics over HTTPS from one Secret (the chart's
+/// Certificate for both metrics Services in the cert-manager mode, or the user's), mounted and
+/// passed as `--metrics-cert-file`/`--metrics-key-file`; the ServiceMonitors scrape with scheme
+/// https, verifying the Secret's `ca.crt` for the Service's name. Without a Secret to use, the
+/// chart refuses to render, naming the value.
+#[test]
+fn metrics_over_https_mount_one_certificate_and_the_service_monitors_follow() {
+    let r = rendered(&[("metrics.serviceMonitor.enabled", json!(true))]);
+    assert!(!r.has("Certificate", "projection-metrics"));
+    for component in ["controller", "webhook"] {
+        let monitor = r.get("ServiceMonitor", &format!("projection-{component}-metrics"));
+        assert_eq!(monitor["spec"]["endpoints"][0]["scheme"], "http");
+        let args = strings(&container(r.get("Deployment", &format!("projection-{component}")))["args"]);
+        assert!(
+            !args.iter().any(|a| a.starts_with("--metrics-cert-file")),
+            "{args:?}"
+        );
+    }
+
+    let r = rendered(&[
+        ("metrics.tls.enabled", json!(true)),
+        ("metrics.serviceMonitor.enabled", json!(true)),
+        ("webhook.certificate.mode", json!("cert-manager")),
+    ]);
+    let certificate = r.get("Certificate", "projection-metrics");
+    assert_eq!(certificate["spec"]["secretName"], "projection-metrics-tls");
+    assert_eq!(
+        certificate["spec"]["issuerRef"]["name"],
+        r.get("Certificate", "projection-webhook")["spec"]["issuerRef"]["name"],
+        "the webhook's issuer"
+    );
+    let names = strings(&certificate["spec"]["dnsNames"]);
+    for component in ["controller", "webhook"] {
+        let service = format!("projection-{component}-metrics.{NS}.svc");
+        assert!(names.contains(&service), "{names:?}");
+        let deployment = r.get("Deployment", &format!("projection-{component}"));
+        let container = container(deployment);
+        let args = strings(&container["args"]);
+        assert!(
+            args.contains(&"--metrics-cert-file=/metrics-tls/tls.crt".to_owned()),
+            "{args:?}"
+        );
+        assert!(
+            args.contains(&"--metrics-key-file=/metrics-tls/tls.key".to_owned()),
+            "{args:?}"
+        );
+        let mounts = container["volumeMounts"].as_array().expect("mounts");
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m["name"] == "metrics-tls" && m["mountPath"] == "/metrics-tls")
+        );
+        let volumes = deployment["spec"]["template"]["spec"]["volumes"]
+            .as_array()
+            .expect("volumes");
+        assert!(
+            volumes
+                .iter()
+                .any(|v| v["name"] == "metrics-tls" && v["secret"]["secretName"] == "projection-metrics-tls"),
+            "{volumes:?}"
+        );
+        // The probes stay plain HTTP, on their own port.
+        assert_eq!(container["readinessProbe"]["httpGet"]["port"], "health");
+        let endpoint =
+            &r.get("ServiceMonitor", &format!("projection-{component}-metrics"))["spec"]["endpoints"][0];
+        assert_eq!(endpoint["scheme"], "https");
+        assert_eq!(endpoint["tlsConfig"]["serverName"], service.as_str());
+        assert_eq!(
+            endpoint["tlsConfig"]["ca"]["secret"],
+            json!({"name": "projection-metrics-tls", "key": "ca.crt"})
+        );
+    }
+
+    // A Secret of one's own, in any certificate mode; none in the self-managed mode is refused.
+    let r = rendered(&[
+        ("metrics.tls.enabled", json!(true)),
+        ("metrics.tls.secretName", json!("my-metrics-tls")),
+    ]);
+    assert!(!r.has("Certificate", "projection-metrics"));
+    let volumes = &r.get("Deployment", "projection-controller")["spec"]["template"]["spec"]["volumes"];
+    assert_eq!(volumes[0]["secret"]["secretName"], "my-metrics-tls");
+    let err = render("projection", NS, &[("metrics.tls.enabled", json!(true))])
+        .expect_err("no Secret to serve the metrics with");
+    assert!(
+        err.contains("metrics.tls.enabled needs metrics.tls.secretName"),
+        "{err}"
+    );
+}
+
 #[test]
 fn network_policies_by_default_open_only_the_admission_port() {
     let r = rendered(&[]);

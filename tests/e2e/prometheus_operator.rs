@@ -234,11 +234,13 @@ fn prometheus_resource(monitoring: &str) -> Value {
 }
 
 /// The chart's values: ServiceMonitors and PrometheusRule labelled for that Prometheus, scraped
-/// every 2 s; `ProjectionNotReady` after 5 s (15 m by default); metrics reachable from the
-/// monitoring namespace under the chart's NetworkPolicy (not enforced by the node's bridge plugin,
-/// but what a user must set).
+/// every 2 s over HTTPS (the metrics certificate issued by cert-manager); `ProjectionNotReady`
+/// after 5 s (15 m by default); metrics reachable from the monitoring namespace under the chart's
+/// NetworkPolicy (not enforced by the node's bridge plugin, but what a user must set).
 fn chart_values(monitoring: &str) -> Vec<(&'static str, Value)> {
     vec![
+        ("webhook.certificate.mode", json!("cert-manager")),
+        ("metrics.tls.enabled", json!(true)),
         ("metrics.serviceMonitor.enabled", json!(true)),
         ("metrics.serviceMonitor.labels", json!({"release": SELECTED_BY})),
         ("metrics.serviceMonitor.interval", json!("2s")),
@@ -361,8 +363,8 @@ async fn the_real_prometheus_operator_scrapes_the_chart_and_fires_its_alerts() {
         "the config loads no rule files from {rule_files}:\n{config}"
     );
 
-    // Every controller and webhook pod is a target that is up, under the job the alerts select:
-    // the ServiceMonitor's Service name, and the release's namespace.
+    // Every controller and webhook pod is a target that is up, scraped over HTTPS, under the job
+    // the alerts select: the ServiceMonitor's Service name, and the release's namespace.
     let expected: Vec<(String, Vec<String>)> = ["controller", "webhook"]
         .iter()
         .map(|c| (format!("{RELEASE}-{c}-metrics"), component_pods(&ns, c)))
@@ -382,6 +384,7 @@ async fn the_real_prometheus_operator_scrapes_the_chart_and_fires_its_alerts() {
                 let up: BTreeSet<&str> = mine
                     .iter()
                     .filter(|t| t["health"] == "up")
+                    .filter(|t| t["scrapeUrl"].as_str().is_some_and(|u| u.starts_with("https://")))
                     .filter_map(|t| t["labels"]["pod"].as_str())
                     .collect();
                 let want: BTreeSet<&str> = pods.iter().map(String::as_str).collect();

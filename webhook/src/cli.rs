@@ -143,6 +143,10 @@ pub struct Args {
     #[arg(long, default_value = ":8081")]
     pub health_probe_bind_address: String,
 
+    /// The metrics endpoint over HTTPS (`--metrics-cert-file`, `--metrics-key-file`).
+    #[command(flatten)]
+    pub metrics_tls: runtime::tls::MetricsTlsArgs,
+
     /// After SIGTERM: how long to keep serving while not ready, so endpoints drop this pod first.
     /// 5 s proved short on a loaded 2-core node: one admission in 2188 during a rollout reached a
     /// pod that had already closed its connections.

@@ -94,36 +94,8 @@ impl PolicyError {
     }
 }
 
-/// Why the serving certificate could not be (re)loaded; the previous one stays in use.
-#[derive(Debug, Error)]
-pub enum TlsError {
-    /// A file could not be read.
-    #[error("reading {path}: {source}")]
-    Read {
-        /// The file.
-        path: String,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The PEM holds no certificate or no usable key.
-    #[error("parsing PEM: {0}")]
-    Pem(String),
-    /// The key is not one rustls can sign with, or does not belong to the certificate.
-    #[error("certificate and key unusable together: {0}")]
-    Key(#[source] rustls::Error),
-}
-
-impl TlsError {
-    /// A bounded label for metrics.
-    pub fn category(&self) -> &'static str {
-        match self {
-            Self::Read { .. } => "read",
-            Self::Pem(_) => "pem",
-            Self::Key(_) => "key",
-        }
-    }
-}
+/// Why the serving certificate could not be (re)loaded (shared with the metrics endpoints).
+pub use runtime::tls::TlsError;
 
 /// A flag, or a combination of flags, the webhook cannot start with.
 #[derive(Debug, Error)]

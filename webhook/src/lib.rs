@@ -16,7 +16,8 @@ pub mod self_managed;
 pub mod selftest;
 pub mod server;
 pub mod source_cache;
-pub mod tls;
+/// The served certificates, hot-reloaded (shared with the controller's metrics endpoint).
+pub use runtime::tls;
 
 use anyhow::Context as _;
 use prometheus_client::registry::Registry;
@@ -51,8 +52,18 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
 
     // `stop_accepting` ends the admission server; `stop_all` the rest, once it has drained.
     let (stop_accepting, stop_all) = (CancellationToken::new(), CancellationToken::new());
+    // Registered only when served over HTTPS: no expiry of a certificate that is not there.
+    let metrics_certificate = tls::CertMetrics::default();
+    let metrics_tls = args.metrics_tls.server_config(
+        (metrics_addr, probe_addr),
+        metrics_certificate.clone(),
+        stop_all.clone().cancelled_owned(),
+    )?;
+    if metrics_tls.is_some() {
+        metrics::register_metrics_certificate(&mut registry, &metrics_certificate);
+    }
     let probes = tokio::spawn(runtime::http::serve(
-        metrics_addr,
+        (metrics_addr, metrics_tls),
         probe_addr,
         Arc::new(registry),
         readiness.clone(),
@@ -74,7 +85,7 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
         });
     }
 
-    let certs = tls::CertStore::new(metrics.clone());
+    let certs = tls::CertStore::new(metrics.serving_certificate.clone());
     let client_ca = match &args.client_ca_file {
         Some(path) => {
             let ca = tls::ClientCa::load(path).context("--client-ca-file")?;

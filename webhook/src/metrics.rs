@@ -3,7 +3,7 @@
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    metrics::{counter::Counter, family::Family, histogram::Histogram},
     registry::Registry,
 };
 use runtime::serve::LimitLabels;
@@ -28,12 +28,8 @@ pub struct CategoryLabels {
     pub category: &'static str,
 }
 
-/// Labels of the certificate reload counter.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReloadLabels {
-    /// `success`, or the error category.
-    pub result: &'static str,
-}
+/// Labels of the certificate reload counters.
+pub use runtime::tls::ReloadLabels;
 
 /// Labels of the lookup counters of the SubjectAccessReview cache and the source metadata cache.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -73,9 +69,8 @@ pub struct Metrics {
     pub requests_total: Family<RequestLabels, Counter>,
     pub request_duration_seconds: Family<RequestLabels, Histogram>,
     pub errors_total: Family<CategoryLabels, Counter>,
-    pub cert_reloads_total: Family<ReloadLabels, Counter>,
-    /// Expiry (Unix seconds) of the serving certificate in use, whatever its source.
-    pub certificate_expiry_timestamp_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// Reloads and expiry of the serving certificate in use, whatever its source.
+    pub serving_certificate: runtime::tls::CertMetrics,
     pub certificates_issued_total: Family<IssueLabels, Counter>,
     pub self_managed_writes_total: Family<WriteLabels, Counter>,
     pub access_review_cache_lookups_total: Family<CacheLabels, Counter>,
@@ -105,16 +100,9 @@ impl Metrics {
             "Requests that could not be read or whose policy could not be checked, by category",
             metrics.errors_total.clone(),
         );
-        registry.register(
-            "projection_webhook_certificate_reloads",
-            "Serving certificate reloads after a change on disk, by result",
-            metrics.cert_reloads_total.clone(),
-        );
-        registry.register(
-            "projection_webhook_certificate_expiry_timestamp_seconds",
-            "Expiry of the serving certificate in use, in seconds since the Unix epoch",
-            metrics.certificate_expiry_timestamp_seconds.clone(),
-        );
+        metrics
+            .serving_certificate
+            .register(registry, "projection_webhook", "Serving");
         registry.register(
             "projection_webhook_certificates_issued",
             "Certificates the self-managed certificate mode issued, by certificate and reason",
@@ -160,8 +148,7 @@ impl Metrics {
                 ))
             }),
             errors_total: Family::default(),
-            cert_reloads_total: Family::default(),
-            certificate_expiry_timestamp_seconds: Gauge::default(),
+            serving_certificate: Default::default(),
             certificates_issued_total: Family::default(),
             self_managed_writes_total: Family::default(),
             access_review_cache_lookups_total: Family::default(),
@@ -170,6 +157,11 @@ impl Metrics {
             connection_limit_hits_total: Family::default(),
         }
     }
+}
+
+/// Registers the metrics endpoint's certificate (`--metrics-cert-file`), served over HTTPS.
+pub fn register_metrics_certificate(registry: &mut Registry, certificate: &runtime::tls::CertMetrics) {
+    certificate.register(registry, "projection_webhook_metrics", "Metrics endpoint's");
 }
 
 #[cfg(test)]
@@ -206,7 +198,15 @@ mod tests {
             })
             .inc();
         metrics
-            .cert_reloads_total
+            .serving_certificate
+            .reloads_total
+            .get_or_create(&ReloadLabels { result: "success" })
+            .inc();
+        // Served over HTTPS (--metrics-cert-file) only.
+        let certificate = runtime::tls::CertMetrics::default();
+        register_metrics_certificate(&mut registry, &certificate);
+        certificate
+            .reloads_total
             .get_or_create(&ReloadLabels { result: "success" })
             .inc();
         metrics

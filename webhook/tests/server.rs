@@ -130,7 +130,7 @@ fn connector_for(
 async fn start_with<C: ClusterView>(alpn: &[u8], options: Options<C>) -> Started {
     let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("certificate");
     let metrics = Arc::new(Metrics::unregistered());
-    let store = CertStore::new(metrics.clone());
+    let store = CertStore::new(metrics.serving_certificate.clone());
     store
         .install(
             generated.cert.pem().as_bytes(),

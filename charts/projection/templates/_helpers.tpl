@@ -138,3 +138,37 @@ topologySpreadConstraints:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/*
+The Secret both components serve /metrics over HTTPS with (metrics.tls.enabled): the one named, or
+the one the chart's Certificate fills in the cert-manager mode.
+*/}}
+{{- define "projection.metrics.tlsSecretName" -}}
+{{- if .Values.metrics.tls.secretName }}
+{{- .Values.metrics.tls.secretName }}
+{{- else if eq .Values.webhook.certificate.mode "cert-manager" }}
+{{- printf "%s-metrics-tls" (include "projection.fullname" .) }}
+{{- else }}
+{{- fail "metrics.tls.enabled needs metrics.tls.secretName (a kubernetes.io/tls Secret with ca.crt, valid for both metrics Services) unless webhook.certificate.mode is cert-manager, which issues one" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The arguments, mount and volume that serve a component's /metrics over HTTPS.
+*/}}
+{{- define "projection.metrics.tlsArgs" -}}
+{{- if .Values.metrics.tls.enabled }}
+- --metrics-cert-file=/metrics-tls/tls.crt
+- --metrics-key-file=/metrics-tls/tls.key
+{{- end }}
+{{- end }}
+{{- define "projection.metrics.tlsMount" -}}
+- name: metrics-tls
+  mountPath: /metrics-tls
+  readOnly: true
+{{- end }}
+{{- define "projection.metrics.tlsVolume" -}}
+- name: metrics-tls
+  secret:
+    secretName: {{ include "projection.metrics.tlsSecretName" . }}
+{{- end }}

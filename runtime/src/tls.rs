@@ -1,15 +1,18 @@
-//! The serving certificate, hot-reloaded. A resolver hands every new TLS handshake the current
-//! certificate from an `ArcSwap`, fed either by the self-managed Secret (`self_managed`) or by
-//! the files: a poller re-reads them and swaps in a new pair when their content changes. Reading through the paths on every poll follows Kubernetes' atomic `..data`
-//! symlink swaps of mounted Secrets (which inotify on the files misses). A pair that fails to parse,
-//! or whose key does not match the certificate (a rotation caught half-written), is not used: the
-//! previous certificate keeps serving until the files are consistent.
+//! A served certificate, hot-reloaded: the webhook's admission server and, when asked, the metrics
+//! endpoints of both services. A resolver hands every new TLS handshake the current certificate
+//! from an `ArcSwap`, fed either by the webhook's self-managed Secret or by files: a poller
+//! re-reads them and swaps in a new pair when their content changes. Reading through the paths on
+//! every poll follows Kubernetes' atomic `..data` symlink swaps of mounted Secrets (which inotify
+//! on the files misses). A pair that fails to parse, or whose key does not match the certificate (a
+//! rotation caught half-written), is not used: the previous certificate keeps serving until the
+//! files are consistent.
 
-use crate::{
-    error::TlsError,
-    metrics::{Metrics, ReloadLabels},
-};
 use arc_swap::ArcSwapOption;
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
+};
 use rustls::{
     ServerConfig,
     crypto::CryptoProvider,
@@ -19,16 +22,84 @@ use rustls::{
 };
 use std::{
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{Arc, atomic::AtomicU64},
     time::Duration,
 };
+use thiserror::Error;
+
+/// Why a certificate could not be (re)loaded; the previous one stays in use.
+#[derive(Debug, Error)]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The PEM holds no certificate or no usable key.
+    #[error("parsing PEM: {0}")]
+    Pem(String),
+    /// The key is not one rustls can sign with, or does not belong to the certificate.
+    #[error("certificate and key unusable together: {0}")]
+    Key(#[source] rustls::Error),
+}
+
+impl TlsError {
+    /// A bounded label for metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Read { .. } => "read",
+            Self::Pem(_) => "pem",
+            Self::Key(_) => "key",
+        }
+    }
+}
+
+/// Labels of a certificate's reload counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// `success`, or why the new pair was not used (`read`, `pem`, `key`).
+    pub result: &'static str,
+}
+
+/// The two metrics of one served certificate: its reloads and its expiry.
+#[derive(Clone, Debug, Default)]
+pub struct CertMetrics {
+    /// Reloads after a change on disk, by result.
+    pub reloads_total: Family<ReloadLabels, Counter>,
+    /// Expiry (Unix seconds) of the certificate in use, whatever its source.
+    pub expiry_timestamp_seconds: Gauge<f64, AtomicU64>,
+}
+
+impl CertMetrics {
+    /// Registers both as `<prefix>_certificate_reloads` and
+    /// `<prefix>_certificate_expiry_timestamp_seconds`; `what` names the certificate in their help.
+    pub fn register(&self, registry: &mut Registry, prefix: &str, what: &str) {
+        registry.register(
+            format!("{prefix}_certificate_reloads"),
+            format!("{what} certificate reloads after a change on disk, by result"),
+            self.reloads_total.clone(),
+        );
+        registry.register(
+            format!("{prefix}_certificate_expiry_timestamp_seconds"),
+            format!(
+                "Expiry of the {} certificate in use, in seconds since the Unix epoch",
+                what.to_lowercase()
+            ),
+            self.expiry_timestamp_seconds.clone(),
+        );
+    }
+}
 
 /// The current serving certificate, handed to every new TLS handshake. Empty until a first pair is
 /// installed (handshakes fail until then; the webhook is not ready either).
 pub struct CertStore {
     current: ArcSwapOption<CertifiedKey>,
     provider: Arc<CryptoProvider>,
-    metrics: Arc<Metrics>,
+    metrics: CertMetrics,
     loaded: tokio::sync::watch::Sender<bool>,
 }
 
@@ -42,7 +113,7 @@ impl std::fmt::Debug for CertStore {
 
 impl CertStore {
     /// An empty store.
-    pub fn new(metrics: Arc<Metrics>) -> Arc<Self> {
+    pub fn new(metrics: CertMetrics) -> Arc<Self> {
         Arc::new(Self {
             current: ArcSwapOption::empty(),
             provider: Arc::new(rustls::crypto::ring::default_provider()),
@@ -58,13 +129,13 @@ impl CertStore {
         let expiry = key
             .cert
             .first()
-            .and_then(|leaf| crate::certs::cert_facts(leaf).ok())
-            .and_then(|facts| facts.not_after.duration_since(std::time::UNIX_EPOCH).ok());
+            .and_then(|leaf| x509_parser::parse_x509_certificate(leaf).ok())
+            .map(|(_, cert)| cert.validity().not_after.timestamp());
         self.current.store(Some(Arc::new(key)));
         if let Some(expiry) = expiry {
-            self.metrics
-                .certificate_expiry_timestamp_seconds
-                .set(expiry.as_secs_f64());
+            // Unix seconds fit an f64 exactly for millions of years.
+            #[allow(clippy::cast_precision_loss)]
+            self.metrics.expiry_timestamp_seconds.set(expiry as f64);
         }
         self.loaded.send_replace(true);
         Ok(())
@@ -309,7 +380,7 @@ impl CertFiles {
             };
             store
                 .metrics
-                .cert_reloads_total
+                .reloads_total
                 .get_or_create(&ReloadLabels { result })
                 .inc();
             last = Some(files);
@@ -347,4 +418,46 @@ fn certified_key(
     }
     let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::Pem(format!("key: {e}")))?;
     CertifiedKey::from_der(chain, key, provider).map_err(TlsError::Key)
+}
+
+/// The flags of a metrics endpoint served over HTTPS, the same in both services.
+#[derive(clap::Args, Clone, Debug)]
+pub struct MetricsTlsArgs {
+    /// Serve /metrics over HTTPS with this certificate (PEM, chain first; with
+    /// --metrics-key-file), re-read as it rotates. Unset: plain HTTP. The probes stay plain HTTP
+    /// (the kubelet's), so the metrics need an address of their own.
+    #[arg(long, value_name = "PATH", requires = "metrics_key_file")]
+    pub metrics_cert_file: Option<PathBuf>,
+    /// The key of --metrics-cert-file (PEM).
+    #[arg(long, value_name = "PATH", requires = "metrics_cert_file")]
+    pub metrics_key_file: Option<PathBuf>,
+    /// How often the metrics certificate files are re-read to pick up a rotation.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub metrics_cert_reload_interval: Duration,
+}
+
+impl MetricsTlsArgs {
+    /// The TLS configuration of the metrics endpoint at `addresses` (the metrics' and the probes'),
+    /// or `None` for plain HTTP: the pair is loaded now (the process does not start with an
+    /// unusable one, nor with metrics that have no address of their own) and re-read every interval
+    /// until `stop`, its reloads and expiry counted in `metrics`.
+    pub fn server_config(
+        &self,
+        (metrics_addr, probe_addr): (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>),
+        metrics: CertMetrics,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<Option<Arc<ServerConfig>>> {
+        let (Some(cert), Some(key)) = (&self.metrics_cert_file, &self.metrics_key_file) else {
+            return Ok(None);
+        };
+        crate::http::check_https_metrics_address(metrics_addr, probe_addr)?;
+        let store = CertStore::new(metrics);
+        let files = CertFiles::new(cert, key);
+        files
+            .load_into(&store)
+            .map_err(|e| anyhow::anyhow!("--metrics-cert-file/--metrics-key-file: {e}"))?;
+        let config = store.server_config(None)?;
+        tokio::spawn(files.watch(store, self.metrics_cert_reload_interval, stop));
+        Ok(Some(config))
+    }
 }
