@@ -128,8 +128,12 @@ impl Context {
             None => Ok(Destination {
                 copies: self.copies.clone(),
                 namespaces: (cr.scope == Scope::Namespaces).then(|| self.namespaces.clone()),
+                cluster: None,
             }),
-            Some(secret) => self.remotes.destination(&cr.name(), &secret).await,
+            Some(secret) => {
+                let recorded = cr.recorded().and_then(|r| r.cluster.as_deref());
+                self.remotes.destination(&cr.name(), &secret, recorded).await
+            }
         }
     }
 }
@@ -141,6 +145,9 @@ pub struct Destination {
     pub copies: Arc<CopyCluster>,
     /// A ClusterProjection's candidate namespaces (`None` for a Projection).
     pub namespaces: Option<Arc<Namespaces>>,
+    /// Another cluster's apiserver (`RemoteAccess::server_id`), recorded with the copies; `None`
+    /// for this cluster.
+    pub cluster: Option<String>,
 }
 
 /// What the read step needs: discovery, the watches that hold the sources, the platform's policy

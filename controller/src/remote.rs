@@ -46,6 +46,8 @@ pub type Unusable = (Reason, String);
 pub struct RemoteCluster {
     /// The digest of the kubeconfig it was opened with: another value opens it again.
     fingerprint: [u8; 32],
+    /// Which apiserver it is (`RemoteAccess::server_id`), recorded with the copies written there.
+    server: String,
     client: Client,
     /// The identity of the CRs' own cluster, stamped on the copies.
     identity: String,
@@ -187,10 +189,20 @@ impl RemoteClusters {
 
     /// Where the copies of `cr` go in the cluster of `secret` (in `namespace` for a Projection,
     /// everywhere for a ClusterProjection): reads the Secret, checks its kubeconfig and opens the
-    /// cluster, or reuses it when the kubeconfig is the one it was opened with.
-    pub async fn destination(&self, cr: &CrName, secret: &KubeconfigSecret) -> Result<Destination, Unusable> {
+    /// cluster, or reuses it when the kubeconfig is the one it was opened with. A Secret that
+    /// reaches another apiserver than the one `recorded` (where the CR's copies were written) is
+    /// refused: the copies there would be left behind.
+    pub async fn destination(
+        &self,
+        cr: &CrName,
+        secret: &KubeconfigSecret,
+        recorded: Option<&str>,
+    ) -> Result<Destination, Unusable> {
         let identity = self.identity().await?;
         let cluster = self.open(cr, secret, identity).await?;
+        secret
+            .same_server(recorded, &cluster.server)
+            .map_err(|message| (Reason::DestinationClusterInvalid, message))?;
         let (copies, namespaces) = match cr {
             CrName::Projection { namespace, .. } => (cluster.in_namespace(namespace), None),
             CrName::ClusterProjection { .. } => {
@@ -198,7 +210,11 @@ impl RemoteClusters {
                 (copies, Some(namespaces))
             }
         };
-        Ok(Destination { copies, namespaces })
+        Ok(Destination {
+            copies,
+            namespaces,
+            cluster: Some(cluster.server.clone()),
+        })
     }
 
     /// The cluster of `secret`, opened for `cr`.
@@ -223,6 +239,7 @@ impl RemoteClusters {
         // and watches go when the last pass holding them ends.
         let cluster = Arc::new(RemoteCluster {
             fingerprint,
+            server: access.server_id(),
             client,
             identity,
             settings: self.settings.clone(),

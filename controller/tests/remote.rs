@@ -649,3 +649,175 @@ async fn a_copy_written_before_its_status_was_recorded_is_swept_when_its_cr_goes
     wait_absent(&env.projections(), "p", "the CR gone").await;
     env.finish().await;
 }
+
+/// Longer than the backoff a held deletion has reached after a few failed retries.
+const RETRIED_WITHIN: std::time::Duration = std::time::Duration::from_secs(90);
+
+/// The kubeconfig Secret a Projection's copies were written through, pointed later at another
+/// apiserver: the Projection is `Stalled` with `DestinationClusterInvalid` saying what to do, and
+/// its copy stays as it was where it is (not updated, not left ours and out of reach); deleting
+/// the Projection then waits (`DeletionBlocked`) until the Secret points back, when the copy goes
+/// with it.
+#[tokio::test]
+async fn a_secret_pointed_at_another_cluster_leaves_no_copy_behind() {
+    let env = env("remote-repoint").await;
+    let (src, dst) = env.names();
+    let remote = remote_client().await;
+    let _there = other_cluster_for(&env, &remote, "copies", None).await;
+    let _controller = controller(&[]).await;
+    let remote_copies: Api<ConfigMap> = Api::namespaced(remote.clone(), &dst);
+    project_settings_there(&env, "p", json!({})).await;
+    wait_ready(&env.projections(), "p").await;
+    wait_object(&remote_copies, "settings", "the copy over there", |cm| {
+        data_of(cm)["level"] == "1"
+    })
+    .await;
+    let recorded = env.projections().get("p").await.expect("p").status;
+    let recorded = recorded
+        .and_then(|s| s.copy.written_destination)
+        .and_then(|w| w.cluster)
+        .expect("the other apiserver recorded");
+    assert!(recorded.starts_with("server-"), "{recorded}");
+
+    // The same Secret, now reaching another apiserver (no connection is needed to tell).
+    let secrets: Api<Secret> = env.api(&dst);
+    let first = secrets.get(SECRET).await.expect("the Secret").data.expect("data")["value"].clone();
+    let first = String::from_utf8(first.0).expect("UTF-8");
+    let elsewhere = first.replace(&remote_server_and_ca().0, "https://127.0.0.1:9");
+    assert_ne!(first, elsewhere);
+    kubeconfig_secret(&env.client, &dst, SECRET, &elsewhere).await;
+    // A source edit wakes the Projection (no Secret is watched).
+    merge(
+        &env.api::<ConfigMap>(&src),
+        "settings",
+        json!({"data": {"level": "2"}}),
+    )
+    .await;
+    let ready = wait_not_ready(&env.projections(), "p", "DestinationClusterInvalid").await;
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("Secret {dst}/{SECRET} now reaches another apiserver"))
+            && message.contains(&recorded)
+            && message.contains("Point the Secret back"),
+        "{message}"
+    );
+    wait_condition(
+        &env.projections(),
+        "p",
+        "Stalled",
+        "True",
+        Some("DestinationClusterInvalid"),
+    )
+    .await;
+    let copy = remote_copies.get("settings").await.expect("the copy stays");
+    assert_eq!(
+        data_of(&copy)["level"],
+        "1",
+        "not written through the repointed Secret"
+    );
+
+    // Deleting it now would leave the copy behind: the deletion waits for the Secret.
+    env.projections()
+        .delete("p", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    wait_for("the deletion held", common::TIMEOUT, || async {
+        let events = projection_tests::events_about(&env.client, &dst, "p").await;
+        events
+            .iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("DeletionBlocked")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("now reaches another apiserver"))
+            })
+            .map(|_| ())
+            .ok_or(format!("{events:?}"))
+    })
+    .await;
+    assert!(
+        env.projections().get_opt("p").await.expect("get").is_some(),
+        "held by its finalizer"
+    );
+    assert!(remote_copies.get_opt("settings").await.expect("get").is_some());
+    // Pointed back: at the next retry (backing off, as the Secret is not watched) the copy goes,
+    // then the Projection.
+    kubeconfig_secret(&env.client, &dst, SECRET, &first).await;
+    wait_for(
+        "the copy removed over there, then the Projection",
+        RETRIED_WITHIN,
+        || async {
+            let copy = remote_copies
+                .get_opt("settings")
+                .await
+                .map_err(|e| e.to_string())?;
+            let cr = env.projections().get_opt("p").await.map_err(|e| e.to_string())?;
+            match (copy, cr) {
+                (None, None) => Ok(()),
+                (copy, cr) => Err(format!(
+                    "copy there: {}, Projection: {}",
+                    copy.is_some(),
+                    cr.is_some()
+                )),
+            }
+        },
+    )
+    .await;
+    env.finish().await;
+}
+
+/// An object already at a copy's coordinates in the other cluster is adopted only with a consent
+/// naming the CR *and* its cluster (`<namespace>/<name>@<identity>`): one naming the CR alone is a
+/// conflict whose message gives the value to write, and the object is left untouched.
+#[tokio::test]
+async fn adoption_in_another_cluster_needs_a_consent_naming_the_crs_cluster() {
+    let env = env("remote-adopt").await;
+    let dst = env.dest.name().to_owned();
+    let remote = remote_client().await;
+    let _there = other_cluster_for(&env, &remote, "copies", None).await;
+    let identity = local_identity(&env.client).await;
+    let remote_copies: Api<ConfigMap> = Api::namespaced(remote.clone(), &dst);
+    create(
+        &remote_copies,
+        json!({"metadata": {"name": "settings", "annotations": {"projection.sh/adopt-by": format!("{dst}/p")}},
+               "data": {"level": "0", "theirs": "x"}}),
+    )
+    .await;
+    let _controller = controller(&[]).await;
+    project_settings_there(&env, "p", json!({})).await;
+    let ready = wait_not_ready(&env.projections(), "p", "DestinationConflict").await;
+    let wanted = format!("{dst}/p@{identity}");
+    assert!(
+        ready["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("names \"{dst}/p\", not \"{wanted}\""))),
+        "{ready}"
+    );
+    assert_eq!(
+        data_of(&remote_copies.get("settings").await.expect("there"))["level"],
+        "0",
+        "a stranger's object, untouched"
+    );
+    merge(
+        &remote_copies,
+        "settings",
+        json!({"metadata": {"annotations": {"projection.sh/adopt-by": wanted}}}),
+    )
+    .await;
+    wait_ready(&env.projections(), "p").await;
+    let copy = wait_object(&remote_copies, "settings", "the object adopted", |cm| {
+        data_of(cm)["level"] == "1"
+    })
+    .await;
+    assert_eq!(
+        annotation(&copy, OWNED_BY_PROJECTION),
+        Some(format!("{dst}/p").as_str())
+    );
+    assert_eq!(annotation(&copy, SOURCE_CLUSTER), Some(identity.as_str()));
+    assert_eq!(
+        annotation(&copy, "projection.sh/adopt-by"),
+        None,
+        "the consent is used up"
+    );
+    env.finish().await;
+}

@@ -132,7 +132,7 @@ async fn other_clusters(cluster: &Cluster, controller_namespace: &str) -> Result
     }
     let mut verdicts = Vec::new();
     for (secret, crs) in secrets {
-        let answer = match other_cluster::open(cluster, &secret).await? {
+        let answer = match other_cluster::open(cluster, &secret, None).await? {
             Err(unusable) => Err(unusable),
             Ok((there, _)) => {
                 match tokio::time::timeout(ANSWER_WITHIN, there.client.apiserver_version()).await {

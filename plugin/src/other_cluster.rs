@@ -12,10 +12,12 @@ use shared::{api::reason::Reason, policy::kubeconfig::KubeconfigSecret};
 /// The other cluster of `secret`, as the controller opens it: the Secret read here (with your
 /// credentials), its kubeconfig judged by the controller's own rules, a client from its parts; and
 /// this cluster's identity, which the copies there name. `Err`: the reason and message the
-/// controller would report.
+/// controller would report, also for a Secret that reaches another apiserver than `recorded`, the
+/// one a CR's copies were written to.
 pub async fn open(
     cluster: &Cluster,
     secret: &KubeconfigSecret,
+    recorded: Option<&str>,
 ) -> Result<Result<(Cluster, String), (Reason, String)>, Failure> {
     let invalid = |message: String| Ok(Err((Reason::DestinationClusterInvalid, message)));
     let found = match Api::<Secret>::namespaced(cluster.client.clone(), &secret.namespace)
@@ -49,6 +51,9 @@ pub async fn open(
         Ok(access) => access,
         Err(message) => return invalid(message),
     };
+    if let Err(message) = secret.same_server(recorded, &access.server_id()) {
+        return invalid(message);
+    }
     let config = match runtime::kube_client::config_from_parts(
         &access.server,
         access.certificate_authority.as_deref(),

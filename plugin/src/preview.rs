@@ -323,16 +323,20 @@ async fn pass(
     }
     let there = match &secret {
         None => None,
-        Some(secret) => match other_cluster::open(cluster, secret).await? {
-            Ok(there) => Some(there),
-            Err((reason, message)) => {
-                return Ok(Err(Stop::Destination {
-                    reason,
-                    message,
-                    resolved: String::new(),
-                }));
+        Some(secret) => {
+            match other_cluster::open(cluster, secret, cr.recorded().and_then(|r| r.cluster.as_deref()))
+                .await?
+            {
+                Ok(there) => Some(there),
+                Err((reason, message)) => {
+                    return Ok(Err(Stop::Destination {
+                        reason,
+                        message,
+                        resolved: String::new(),
+                    }));
+                }
             }
-        },
+        }
     };
     // Where the copies are: here, or the other cluster, whose copies name this one.
     let (copies_at, owner) = match &there {

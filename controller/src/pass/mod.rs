@@ -97,7 +97,7 @@ async fn run(cr: &CrView<'_>, ctx: &Context, requested: Option<&str>) -> PassEnd
     // they stay targets, counted as failed.
     let forbidden = forbidden_namespaces(&ctx.sources, &read, &targets.write).await;
     let owner = copies_at.owner_of(cr);
-    let copies = WrittenDestination::of(&read.resource, cr.copy_name);
+    let copies = WrittenDestination::of(&read.resource, cr.copy_name).in_cluster(destination.cluster.clone());
     let known: Vec<&str> = std::iter::once(copies.name.as_str())
         .chain(cr.recorded().map(|r| r.name.as_str()))
         .collect();
@@ -119,6 +119,9 @@ async fn run(cr: &CrView<'_>, ctx: &Context, requested: Option<&str>) -> PassEnd
         built.hash().to_owned(),
         (&gvk_display(&read.resource), &from),
     );
+    if copies_at.is_remote() {
+        return Ok(concluded.where_strangers_are_unwatched());
+    }
     register_waits(&ctx.watches, cr, (&read.group_kind, &copies.name), &concluded);
     Ok(concluded)
 }

@@ -410,6 +410,11 @@ pub struct WrittenDestination {
     pub kind: String,
     /// Name of the copies.
     pub name: String,
+    /// For copies in another cluster (`destination.kubeConfig`): which apiserver they were written
+    /// to, `server-` and 12 hex digits of a SHA-256 of its URL (not the URL). A kubeconfig Secret
+    /// later pointed at another apiserver is refused rather than leave these copies behind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
 }
 
 impl WrittenDestination {
@@ -420,7 +425,14 @@ impl WrittenDestination {
             version: resource.version.clone(),
             kind: resource.kind.clone(),
             name: name.to_owned(),
+            cluster: None,
         }
+    }
+
+    /// The same record, of copies written into the cluster `cluster` names (`None`: this one).
+    #[must_use]
+    pub fn in_cluster(self, cluster: Option<String>) -> Self {
+        Self { cluster, ..self }
     }
 }
 

@@ -99,8 +99,9 @@ named_enum! {
         /// The CR's author may not read the kubeconfig Secret, or the cluster it names refused its
         /// credentials (HTTP 401 or 403): retried with backoff.
         DestinationClusterForbidden,
-        /// The kubeconfig Secret is missing, lacks the key, or holds a kubeconfig the controller
-        /// refuses (one that runs a program, names a file, or has no inline credentials).
+        /// The kubeconfig Secret is missing, lacks the key, holds a kubeconfig the controller
+        /// refuses (one that runs a program, names a file, or has no inline credentials), or now
+        /// reaches another apiserver than the one the CR's copies were written to.
         DestinationClusterInvalid,
     }
 }

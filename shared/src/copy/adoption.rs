@@ -13,11 +13,17 @@ use serde_json::{Map, Value};
 /// The prefix naming a ClusterProjection in `projection.sh/adopt-by`.
 pub const CLUSTER_PREFIX: &str = "cluster/";
 
-/// The `projection.sh/adopt-by` value that names `owner`: `<namespace>/<name>` or `cluster/<name>`.
+/// The `projection.sh/adopt-by` value that names `owner`: `<namespace>/<name>` or `cluster/<name>`,
+/// and for a CR of another cluster (its copies in this one) `@` and that cluster's identity, so
+/// that a same-named CR of a third cluster never takes what was meant for it.
 pub fn adoption_value(owner: &Owner) -> String {
-    match owner {
+    let named = match owner {
         Owner::Projection { namespace, name, .. } => format!("{namespace}/{name}"),
         Owner::ClusterProjection { name, .. } => format!("{CLUSTER_PREFIX}{name}"),
+    };
+    match owner.cluster() {
+        Some(cluster) => format!("{named}@{cluster}"),
+        None => named,
     }
 }
 

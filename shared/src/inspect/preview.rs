@@ -235,6 +235,7 @@ mod tests {
                 version: "v1".into(),
                 kind: "ConfigMap".into(),
                 name: "cfg".into(),
+                cluster: None,
             },
             targets,
             once: None,

@@ -215,6 +215,7 @@ mod tests {
             version: "v1".into(),
             kind: "ConfigMap".into(),
             name: "cfg".into(),
+            cluster: None,
         };
         let stored = record(&copies, &set(&["a", "b"]));
         assert_eq!(stored.count, 2);

@@ -417,6 +417,7 @@ mod tests {
             version: "v1".into(),
             kind: kind.into(),
             name: name.into(),
+            cluster: None,
         }
     }
 
@@ -535,6 +536,17 @@ mod tests {
         assert_eq!(conflict.events[0].note, "m DestinationConflict");
         assert_eq!(conflict.waiting, ["team"], "woken when the stranger goes");
         assert_eq!(conflict.retry, Retry::OnChange);
+        // In another cluster no watch sees the stranger go: the pass polls for it.
+        let elsewhere = conflict.clone().where_strangers_are_unwatched();
+        assert_eq!(
+            (elsewhere.retry, elsewhere.outcome),
+            (Retry::Backoff, conflict.outcome)
+        );
+        assert_eq!(
+            done.clone().where_strangers_are_unwatched().retry,
+            done.retry,
+            "nothing awaited"
+        );
     }
 
     fn source() -> crate::api::crd::SourceRef {

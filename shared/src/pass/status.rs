@@ -338,6 +338,19 @@ pub struct Concluded {
     pub hash: String,
 }
 
+impl Concluded {
+    /// The pass as it ends in a cluster where no watch sees a stranger leave the coordinates a copy
+    /// waits for (another cluster: only our copies are watched there): waiting for one, it is
+    /// retried with backoff instead of waiting for an event that will not come.
+    #[must_use]
+    pub fn where_strangers_are_unwatched(mut self) -> Self {
+        if !self.waiting.is_empty() {
+            self.retry = Retry::Backoff;
+        }
+        self
+    }
+}
+
 /// How a pass ended: its plan applied, or stopped before.
 pub type PassEnd = Result<Concluded, Stop>;
 
@@ -514,6 +527,7 @@ mod tests {
             version: "v1".into(),
             kind: "ConfigMap".into(),
             name: name.into(),
+            cluster: None,
         }
     }
 

@@ -39,6 +39,17 @@ pub enum Credentials {
     },
 }
 
+impl RemoteAccess {
+    /// Which apiserver this is, as a CR's status records it: `server-` and 12 hex digits of a
+    /// SHA-256 of its URL (the URL itself is not for every reader of the CR).
+    pub fn server_id(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(self.server.as_bytes());
+        let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+        format!("server-{hex}")
+    }
+}
+
 impl Credentials {
     /// The kubeconfig `user` entry holding them inline (what a client is built from).
     pub fn kubeconfig_user(&self) -> Value {
@@ -144,6 +155,20 @@ impl KubeconfigSecret {
             self.path(),
             self.key
         )
+    }
+
+    /// Whether this Secret still reaches the apiserver `recorded` (a CR's copies were written to,
+    /// `WrittenDestination::cluster`) now that it reaches `now`: a Secret pointed at another cluster
+    /// would leave the copies in the first behind, ours and out of reach. Refused, saying what to
+    /// do; nothing recorded (copies written before the record was kept) is no proof of anything.
+    pub fn same_server(&self, recorded: Option<&str>, now: &str) -> Result<(), String> {
+        match recorded {
+            Some(recorded) if recorded != now => Err(format!(
+                "the kubeconfig in Secret {} now reaches another apiserver ({now}) than the one this CR's copies were written to ({recorded}): they would be left behind there. Point the Secret back, delete this CR (its copies go with it), then point the Secret at the new cluster and create the CR again",
+                self.path()
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The name metrics and logs give the cluster this Secret reaches: `cluster-` and 12 hex digits
@@ -369,6 +394,45 @@ mod tests {
             "users": [{"name": "sa", "user": u}],
             "contexts": [{"name": "ctx", "context": {"cluster": "remote", "user": "sa"}}],
         })
+    }
+
+    /// A CR's copies were written through a Secret reaching one apiserver: the same Secret with
+    /// rotated credentials still reaches it; pointed at another apiserver it is refused, naming
+    /// both (by digest, never the URL) and what to do; a record without a server proves nothing.
+    #[test]
+    fn a_secret_pointed_at_another_apiserver_is_refused_for_copies_written_before() {
+        let first = remote_access(&kubeconfig(json!({}), json!({}))).expect("accepted");
+        let rotated = remote_access(&kubeconfig(json!({}), json!({"token": "n3w"}))).expect("accepted");
+        let other = remote_access(&kubeconfig(
+            json!({"server": "https://127.0.0.1:18443"}),
+            json!({}),
+        ))
+        .expect("accepted");
+        let id = first.server_id();
+        assert!(
+            id.starts_with("server-") && id.len() == "server-".len() + 12,
+            "{id}"
+        );
+        assert!(!id.contains("127.0.0.1"), "not the URL");
+        assert_eq!(rotated.server_id(), id, "rotated credentials, the same apiserver");
+        assert_ne!(other.server_id(), id);
+        let secret = KubeconfigSecret {
+            namespace: "team".into(),
+            name: "remote".into(),
+            key: "value".into(),
+        };
+        assert_eq!(secret.same_server(Some(&id), &rotated.server_id()), Ok(()));
+        assert_eq!(secret.same_server(None, &other.server_id()), Ok(()));
+        let refused = secret
+            .same_server(Some(&id), &other.server_id())
+            .expect_err("another apiserver");
+        assert!(
+            refused.starts_with("the kubeconfig in Secret team/remote now reaches another apiserver")
+                && refused.contains(&id)
+                && refused.contains(&other.server_id())
+                && refused.contains("Point the Secret back, delete this CR"),
+            "{refused}"
+        );
     }
 
     fn refused(kubeconfig: &Value) -> String {
