@@ -257,6 +257,15 @@ pub struct Release {
     uninstalled: bool,
 }
 
+/// Values every test release gets ahead of its own: `crds.install=false`. The tests share the
+/// CRDs that [`crate::install_crds`] applies (no release owns them), and Helm refuses to install
+/// a release whose templates include objects that exist without its ownership metadata; a
+/// release that owned them would also take them along when uninstalled with `crds.keep=false`.
+/// The CRD templates themselves are tested by `tests/e2e/chart_crds.rs` on a cluster of their own.
+pub fn release_crds_values() -> Vec<(&'static str, Value)> {
+    vec![("crds.install", json!(false))]
+}
+
 /// How long `helm --wait` may take for our chart on the local node.
 const HELM_WAIT: &str = "3m";
 
@@ -297,10 +306,19 @@ impl Release {
         ];
         args.extend(flags.iter().map(|f| (*f).to_owned()));
         let mut all = local_image_values();
+        all.extend(release_crds_values());
         all.extend(values.iter().cloned());
         args.extend(value_args(&all));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         helm_ok(&args);
+    }
+
+    /// What `helm template` renders for this release with `values`: the objects it installed
+    /// (its CRD values ahead of `values`, as [`Release::install`] passes them).
+    pub fn render(&self, values: Values<'_>) -> Result<Rendered, String> {
+        let mut all = release_crds_values();
+        all.extend(values.iter().cloned());
+        render(&self.name, &self.namespace, &all)
     }
 
     /// `helm uninstall --wait`, asserting it succeeds.
