@@ -210,7 +210,10 @@ async fn assert_uninstall_leaves_only(release: Release, rendered: &Rendered, kep
         );
     }
     for crd in ["projections.projection.sh", "clusterprojections.projection.sh"] {
-        assert!(exists("crd", crd, None), "{crd} stays (the tests' releases leave the CRDs alone)");
+        assert!(
+            exists("crd", crd, None),
+            "{crd} stays (the tests' releases leave the CRDs alone)"
+        );
     }
 }
 

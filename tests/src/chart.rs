@@ -167,7 +167,8 @@ pub fn notes(release: &str, namespace: &str, values: Values<'_>) -> Result<Strin
 
 static NOTES_COPIES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+/// Copies the folder `from` into `to` (created), recursively.
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
@@ -437,4 +438,17 @@ pub fn exists(kind: &str, name: &str, namespace: Option<&str>) -> bool {
         args.extend(["-n", ns]);
     }
     kubectl(&args).status.success()
+}
+
+/// `value` with every number as a float (`0` and `0.0` alike), for comparing objects across YAML
+/// round trips (Helm's `toYaml` writes the float `0.0` as `0`: the same JSON number).
+pub fn numbers_as_floats(value: Value) -> Value {
+    match value {
+        Value::Number(n) => json!(n.as_f64().expect("a finite number")),
+        Value::Array(items) => Value::Array(items.into_iter().map(numbers_as_floats).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().map(|(k, v)| (k, numbers_as_floats(v))).collect())
+        }
+        other => other,
+    }
 }
