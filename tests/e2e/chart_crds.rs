@@ -248,6 +248,23 @@ async fn upgrade_from_the_previous_chart(client: &Client, helm_bin: &Path, label
         );
     }
 
+    // An upgrade with crds.install=false drops them from the release, and the keep policy leaves
+    // them in the cluster; with crds.install=true again the release takes them back.
+    let mut args = vec!["upgrade", release, &current, "--namespace", namespace];
+    args.extend(no_webhook);
+    args.extend(["--set", "crds.install=false"]);
+    ok(
+        &format!("{label} upgrade with crds.install=false"),
+        helm(helm_bin, &home, &args),
+    );
+    for name in CRDS {
+        assert!(crds.get_opt(name).await.expect("get").is_some(), "{name} stays");
+    }
+    ok(
+        &format!("{label} upgrade with crds.install=true"),
+        run("upgrade", &current),
+    );
+
     // A CR of the users', then `helm uninstall`: the CRDs and the CR stay.
     let cr = format!(
         "apiVersion: projection.sh/v1\nkind: Projection\nmetadata: {{name: kept, namespace: {namespace}}}\n\
