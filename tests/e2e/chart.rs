@@ -1811,6 +1811,15 @@ fn chart_crds_are_the_generated_ones() {
         );
     }
 
+    // No `crds` key at all (`helm upgrade --reuse-values` from 0.1.x, whose values lack it): both
+    // default to true.
+    let r = rendered(&[("crds", Value::Null)]);
+    let crds = r.of_kind("CustomResourceDefinition");
+    assert_eq!(crds.len(), 2);
+    for crd in crds {
+        assert_eq!(crd["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+    }
+
     // crds.keep=false: no policy, so helm uninstall deletes them.
     let r = rendered(&[("crds.keep", json!(false))]);
     for crd in r.of_kind("CustomResourceDefinition") {

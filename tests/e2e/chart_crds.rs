@@ -103,6 +103,27 @@ fn previous_chart(dir: &Path) -> PathBuf {
         chart_yaml.replace(version, "version: 0.1.0"),
     )
     .expect("Chart.yaml written");
+    // Nor the values that came with the template (so that an upgrade with --reuse-values renders
+    // with values that lack them, as from a release of 0.1.x).
+    let values = std::fs::read_to_string(chart.join("values.yaml")).expect("values.yaml");
+    let (start, end) = (
+        values.find("\ncrds:\n").expect("crds values"),
+        values.find("\nrbac:\n").expect("rbac values"),
+    );
+    std::fs::write(
+        chart.join("values.yaml"),
+        format!("{}{}", &values[..start], &values[end..]),
+    )
+    .expect("values.yaml written");
+    let schema_path = chart.join("values.schema.json");
+    let mut schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(&schema_path).expect("the schema")).expect("JSON");
+    schema["properties"]
+        .as_object_mut()
+        .expect("properties")
+        .remove("crds")
+        .expect("crds in the schema");
+    std::fs::write(&schema_path, schema.to_string()).expect("schema written");
     let path = chart.join("crds/projections.projection.sh.yaml");
     let crd = std::fs::read_to_string(&path).expect("the Projection CRD");
     let column = format!(
@@ -179,6 +200,21 @@ async fn upgrade_from_the_previous_chart(client: &Client, helm_bin: &Path, label
         args.extend(no_webhook);
         helm(helm_bin, &home, &args)
     };
+    // The upgrade as docs/getting-started.md writes it: the release's values kept.
+    let upgrade = || {
+        helm(
+            helm_bin,
+            &home,
+            &[
+                "upgrade",
+                release,
+                &current,
+                "--namespace",
+                namespace,
+                "--reuse-values",
+            ],
+        )
+    };
 
     ok(&format!("{label} install of 0.1.x"), run("install", &old));
     for name in CRDS {
@@ -188,7 +224,7 @@ async fn upgrade_from_the_previous_chart(client: &Client, helm_bin: &Path, label
     assert!(!before.iter().any(|c| c == NEW_COLUMN), "0.1.x's CRD: {before:?}");
 
     // Helm refuses to adopt objects it did not create for this release.
-    let refused = run("upgrade", &current);
+    let refused = upgrade();
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
         !refused.status.success() && stderr.contains("invalid ownership metadata"),
@@ -207,10 +243,7 @@ async fn upgrade_from_the_previous_chart(client: &Client, helm_bin: &Path, label
     annotate_args.extend([release_name.as_str(), release_namespace.as_str()]);
     kubectl(&annotate_args);
 
-    ok(
-        &format!("{label} upgrade to the current chart"),
-        run("upgrade", &current),
-    );
+    ok(&format!("{label} upgrade to the current chart"), upgrade());
     wait_for("the CRD to be upgraded", TIMEOUT, || async {
         let now = columns(&crds).await;
         now.iter()
