@@ -137,6 +137,48 @@ fn previous_chart(dir: &Path) -> PathBuf {
     chart
 }
 
+/// The kubectl commands of the one-time step in docs/getting-started.md ("Upgrading from chart
+/// 0.1.x": the `sh` block after it, continuation lines joined), each as its arguments after
+/// `kubectl`, for the release `release` in `namespace` instead of the doc's `projection` in
+/// `projection-system`.
+fn documented_step(release: &str, namespace: &str) -> Vec<Vec<String>> {
+    let doc = std::fs::read_to_string(repo_root().join("docs/getting-started.md")).expect("the doc");
+    let section = doc
+        .split("**Upgrading from chart 0.1.x.**")
+        .nth(1)
+        .expect("the section on upgrading from 0.1.x");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("its sh block");
+    let commands: Vec<Vec<String>> = block
+        .replace("\\\n", " ")
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("kubectl "))
+        .map(|args| {
+            args.split_whitespace()
+                .map(|arg| match arg {
+                    "meta.helm.sh/release-name=projection" => format!("meta.helm.sh/release-name={release}"),
+                    "meta.helm.sh/release-namespace=projection-system" => {
+                        format!("meta.helm.sh/release-namespace={namespace}")
+                    }
+                    other => other.to_owned(),
+                })
+                .collect()
+        })
+        .collect();
+    let flat = commands.concat().join(" ");
+    assert!(
+        commands.len() == 2
+            && flat.contains(&format!("meta.helm.sh/release-name={release}"))
+            && flat.contains(&format!("meta.helm.sh/release-namespace={namespace}"))
+            && flat.contains("app.kubernetes.io/managed-by=Helm"),
+        "the documented step: {commands:?}"
+    );
+    commands
+}
+
 /// The Projection CRD's printer column names on the apiserver.
 async fn columns(crds: &Api<CustomResourceDefinition>) -> Vec<String> {
     let crd = crds.get(CRDS[0]).await.expect("the Projection CRD");
@@ -231,17 +273,11 @@ async fn upgrade_from_the_previous_chart(client: &Client, helm_bin: &Path, label
         "{label}: the upgrade without the step should be refused: {stderr}"
     );
 
-    // The one-time step of docs/getting-started.md, as written there.
-    let mut label_args = vec!["label", "crd"];
-    label_args.extend(CRDS);
-    label_args.push("app.kubernetes.io/managed-by=Helm");
-    kubectl(&label_args);
-    let release_name = format!("meta.helm.sh/release-name={release}");
-    let release_namespace = format!("meta.helm.sh/release-namespace={namespace}");
-    let mut annotate_args = vec!["annotate", "crd"];
-    annotate_args.extend(CRDS);
-    annotate_args.extend([release_name.as_str(), release_namespace.as_str()]);
-    kubectl(&annotate_args);
+    // The one-time step of docs/getting-started.md, its very commands (for this release).
+    for command in documented_step(release, namespace) {
+        let args: Vec<&str> = command.iter().map(String::as_str).collect();
+        kubectl(&args);
+    }
 
     ok(&format!("{label} upgrade to the current chart"), upgrade());
     wait_for("the CRD to be upgraded", TIMEOUT, || async {
