@@ -18,7 +18,7 @@ pub fn render() -> String {
     );
     out.push_str("# API reference: `projection.sh/v1`\n\n");
     out.push_str(
-        "Generated from the OpenAPI schemas of the CRDs in `charts/projection/crds/`, which are generated \
+        "Generated from the OpenAPI schemas of the CRDs in `charts/projection/crd-manifests/`, which are generated \
          from the Rust types; a test fails when this page is stale. For a guided tour see \
          [api.md](api.md); for what the controller does with each field see [concepts.md](concepts.md).\n\n",
     );

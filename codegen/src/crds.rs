@@ -5,7 +5,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{CustomR
 use kube::CustomResourceExt;
 use shared::api::crd::{ClusterProjection, Projection};
 
-/// A CRD manifest: its file name in `charts/projection/crds/` and its YAML.
+/// A CRD manifest: its file name in `charts/projection/crd-manifests/` and its YAML.
 pub struct CrdManifest {
     /// File name, e.g. `projections.projection.sh.yaml`.
     pub file_name: String,
@@ -14,7 +14,7 @@ pub struct CrdManifest {
 }
 
 /// Where the generated files live, relative to the workspace root.
-pub const CRD_DIR: &str = "charts/projection/crds";
+pub const CRD_DIR: &str = "charts/projection/crd-manifests";
 
 const HEADER: &str = "# Generated from the Rust types in shared/src/api/crd.rs by `cargo run -p codegen --bin crdgen`.\n# Do not edit by hand.\n";
 

@@ -1,5 +1,5 @@
 //! Every `kubectl get` of our CRs in the docs shows the columns the installed CRDs print
-//! (`additionalPrinterColumns` in charts/projection/crds/): a column added, renamed or moved
+//! (`additionalPrinterColumns` in charts/projection/crd-manifests/): a column added, renamed or moved
 //! without its samples fails here, `-o wide` samples included (they add the priority-1 columns).
 
 use serde_yaml::Value;
@@ -12,7 +12,7 @@ fn root() -> PathBuf {
 /// The column headers `kubectl get` prints for the CRD in `file`: NAME, then each printer column
 /// (upper-cased, as kubectl prints them) whose priority is 0, or any priority with `wide`.
 fn headers(file: &str, wide: bool) -> Vec<String> {
-    let path = root().join("charts/projection/crds").join(file);
+    let path = root().join("charts/projection/crd-manifests").join(file);
     let crd: Value =
         serde_yaml::from_str(&std::fs::read_to_string(&path).expect("the CRD")).expect("CRD YAML");
     let columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]

@@ -2,13 +2,15 @@
 //! `helm template` renders (and that the Dockerfiles and the image script agree with it). On the
 //! local control plane: the RBAC matrix through SubjectAccessReviews (chart_cluster); on its node,
 //! with our images and the real cert-manager: `helm install --wait` in every certificate mode and
-//! what users do with it (chart_node).
+//! what users do with it (chart_node). On the second control plane: the CRDs upgraded with the
+//! chart from its previous version and kept by `helm uninstall` (chart_crds).
 
 mod chart_cluster;
+mod chart_crds;
 mod chart_node;
 
 use projection_tests::{
-    chart::{Rendered, args_of, container, flag_value, helm, render, render_for_version},
+    chart::{Rendered, args_of, container, flag_value, helm, numbers_as_floats, render, render_for_version},
     repo_root,
 };
 use serde_json::{Value, json};
@@ -46,13 +48,18 @@ const MODES: [&str; 3] = ["self-managed", "cert-manager", "provided"];
 #[test]
 fn lint_is_clean_in_every_mode() {
     let chart = repo_root().join("charts/projection");
-    for mode in MODES {
+    let crd_values = [
+        vec![],
+        vec![("crds.install", json!(false))],
+        vec![("crds.keep", json!(false))],
+    ];
+    for (mode, crd_values) in MODES.into_iter().zip(crd_values) {
         let mut args = vec![
             "lint".to_owned(),
             chart.to_string_lossy().into_owned(),
             "--strict".to_owned(),
         ];
-        for (key, value) in mode_values(mode) {
+        for (key, value) in mode_values(mode).into_iter().chain(crd_values) {
             args.extend(["--set-json".to_owned(), format!("{key}={value}")]);
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -104,6 +111,9 @@ fn values_schema_rejects_typos_and_bad_values_naming_the_field() {
             "/supportedKinds/0/resources",
         ),
         ("webhook.port", json!(70000), "/webhook/port"),
+        // cert-manager's older key: ours is crds.install.
+        ("crds.enabled", json!(true), "enabled"),
+        ("crds.keep", json!("yes"), "/crds/keep"),
         (
             "webhook.podDisruptionBudget.minAvailable",
             json!("150%"),
@@ -1648,7 +1658,7 @@ fn chart_metadata_is_ready_to_publish() {
             "{link}"
         );
     }
-    // The CRDs Artifact Hub lists are those crds/ installs, with their kinds and versions.
+    // The CRDs Artifact Hub lists are those the chart renders, with their kinds and versions.
     let listed: Value = serde_yaml::from_str(annotations["artifacthub.io/crds"].as_str().expect("crds"))
         .expect("the CRD list is YAML");
     let mut listed: Vec<(String, String, String)> = listed
@@ -1665,9 +1675,9 @@ fn chart_metadata_is_ready_to_publish() {
         })
         .collect();
     listed.sort();
-    let dir = repo_root().join("charts/projection/crds");
+    let dir = repo_root().join(codegen::crds::CRD_DIR);
     let mut installed: Vec<(String, String, String)> = std::fs::read_dir(dir)
-        .expect("crds/")
+        .expect("crd-manifests/")
         .map(|e| {
             let crd: Value =
                 serde_yaml::from_str(&std::fs::read_to_string(e.expect("entry").path()).expect("a CRD file"))
@@ -1834,10 +1844,14 @@ fn version_at_least(have: &str, need: &str) -> bool {
 
 #[test]
 fn chart_crds_are_the_generated_ones() {
-    // The staleness test in `shared` regenerates them; here: the chart ships both, nothing else.
-    let dir = repo_root().join("charts/projection/crds");
-    let mut files: Vec<String> = std::fs::read_dir(dir)
-        .expect("crds/")
+    // The staleness test in `codegen` regenerates them; here: the chart ships both, nothing else,
+    // and none in Helm's crds/ folder, which Helm would install on its own at the first install
+    // (and then the template's create would fail on objects it does not own).
+    let chart = repo_root().join("charts/projection");
+    assert!(!chart.join("crds").exists(), "no crds/ folder in the chart");
+    let dir = repo_root().join(codegen::crds::CRD_DIR);
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .expect("crd-manifests/")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .collect();
     files.sort();
@@ -1848,4 +1862,63 @@ fn chart_crds_are_the_generated_ones() {
             "projections.projection.sh.yaml"
         ]
     );
+
+    // Rendered by default: each generated file as it is, plus the chart's labels and the keep
+    // policy (helm uninstall leaves them, and every user's CRs with them).
+    let r = rendered(&[]);
+    let deployment_labels = &r.get("Deployment", "projection-controller")["metadata"]["labels"];
+    let crds = r.of_kind("CustomResourceDefinition");
+    assert_eq!(crds.len(), 2, "both CRDs rendered");
+    for file in &files {
+        let generated: Value =
+            serde_yaml::from_str(&std::fs::read_to_string(dir.join(file)).expect("a CRD file"))
+                .expect("CRD YAML");
+        let name = generated["metadata"]["name"].as_str().expect("name");
+        let mut crd = r.get("CustomResourceDefinition", name).clone();
+        assert_eq!(
+            crd["metadata"]["annotations"],
+            json!({"helm.sh/resource-policy": "keep"}),
+            "{name}"
+        );
+        let labels = crd["metadata"]["labels"].as_object().expect("labels").clone();
+        for (key, value) in labels.iter() {
+            assert_eq!(
+                &deployment_labels[key], value,
+                "{name}: label {key} as the chart's others"
+            );
+        }
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "Helm");
+        assert_eq!(labels["app.kubernetes.io/instance"], "projection");
+        let metadata = crd["metadata"].as_object_mut().expect("metadata");
+        metadata.remove("labels");
+        metadata.remove("annotations");
+        // Helm's toYaml writes the float `0.0` as `0`: the same JSON number to the apiserver.
+        assert_eq!(
+            numbers_as_floats(crd),
+            numbers_as_floats(generated.clone()),
+            "{name}: rendered as generated"
+        );
+    }
+
+    // No `crds` key at all (`helm upgrade --reuse-values` from 0.1.x, whose values lack it): both
+    // default to true.
+    let r = rendered(&[("crds", Value::Null)]);
+    let crds = r.of_kind("CustomResourceDefinition");
+    assert_eq!(crds.len(), 2);
+    for crd in crds {
+        assert_eq!(crd["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+    }
+
+    // crds.keep=false: no policy, so helm uninstall deletes them.
+    let r = rendered(&[("crds.keep", json!(false))]);
+    for crd in r.of_kind("CustomResourceDefinition") {
+        assert!(crd["metadata"]["annotations"].is_null(), "{crd}");
+    }
+    assert_eq!(r.of_kind("CustomResourceDefinition").len(), 2);
+    // crds.install=false: no CRD at all (managed elsewhere, or by another release).
+    for keep in [true, false] {
+        let r = rendered(&[("crds.install", json!(false)), ("crds.keep", json!(keep))]);
+        assert!(r.of_kind("CustomResourceDefinition").is_empty());
+        assert!(r.has("Deployment", "projection-controller"), "the rest renders");
+    }
 }

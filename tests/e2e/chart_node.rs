@@ -8,7 +8,7 @@
 use kube::{Api, api::PostParams};
 use projection_tests::{
     ClusterScopedGuard, TestNamespace,
-    chart::{Release, Rendered, exists, helm_ok, render, self_signed, write_tls_secret},
+    chart::{Release, Rendered, exists, helm_ok, self_signed, write_tls_secret},
     client, control_plane_bin, exclusive, install_crds, kubectl, kubectl_ok, kubectl_stdin,
     node::{
         GUARD_RULE_COMMENT, NODE_IP, NODE_NAME, POD_BRIDGE, POD_CIDR, container_pid, deployment_available,
@@ -210,7 +210,10 @@ async fn assert_uninstall_leaves_only(release: Release, rendered: &Rendered, kep
         );
     }
     for crd in ["projections.projection.sh", "clusterprojections.projection.sh"] {
-        assert!(exists("crd", crd, None), "{crd} stays (Helm never deletes crds/)");
+        assert!(
+            exists("crd", crd, None),
+            "{crd} stays (the tests' releases leave the CRDs alone)"
+        );
     }
 }
 
@@ -266,7 +269,7 @@ async fn self_managed_install_serves_users_and_survives_disruptions() {
         ),
     ];
     let release = Release::install_and_wait("projection-sm", system.name(), &values);
-    let rendered = render(&release.name, &release.namespace, &values).expect("renders");
+    let rendered = release.render(&values).expect("renders");
     assert_running_from_local_images(&release);
     assert_hardened_at_runtime(&release);
     wait_ca_bundles_set("projection-sm-webhook").await;
@@ -720,7 +723,7 @@ async fn cert_manager_issues_injects_and_renews_the_webhook_certificate() {
     let (_serial, client, system) = on_the_node("node-cm").await;
     let values = vec![("webhook.certificate.mode", json!("cert-manager"))];
     let release = Release::install_and_wait("projection-cm", system.name(), &values);
-    let rendered = render(&release.name, &release.namespace, &values).expect("renders");
+    let rendered = release.render(&values).expect("renders");
     assert_running_from_local_images(&release);
     let ns = system.name();
     let secret = "projection-cm-webhook-tls";
@@ -853,7 +856,7 @@ async fn cert_manager_mode_with_a_user_issuer() {
         ("webhook.certificate.certManager.issuerRef.name", json!("team-ca")),
     ];
     let release = Release::install_and_wait("projection-issuer", ns, &values);
-    let rendered = render(&release.name, &release.namespace, &values).expect("renders");
+    let rendered = release.render(&values).expect("renders");
     assert!(
         !rendered.has("Issuer", "projection-issuer-webhook-selfsigned"),
         "no Issuer of the chart's own"
@@ -916,7 +919,7 @@ async fn provided_certificate_install_with_the_optional_objects() {
         ("networkPolicy.enabled", json!(true)),
     ];
     let release = Release::install_and_wait("projection-provided", ns, &values);
-    let rendered = render(&release.name, &release.namespace, &values).expect("renders");
+    let rendered = release.render(&values).expect("renders");
     // `helm test`'s objects are hooks: created by `helm test` only, not by the install.
     let installed = rendered
         .0

@@ -167,7 +167,8 @@ pub fn notes(release: &str, namespace: &str, values: Values<'_>) -> Result<Strin
 
 static NOTES_COPIES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+/// Copies the folder `from` into `to` (created), recursively.
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
@@ -257,6 +258,15 @@ pub struct Release {
     uninstalled: bool,
 }
 
+/// Values every test release gets ahead of its own: `crds.install=false`. The tests share the
+/// CRDs that [`crate::install_crds`] applies (no release owns them), and Helm refuses to install
+/// a release whose templates include objects that exist without its ownership metadata; a
+/// release that owned them would also take them along when uninstalled with `crds.keep=false`.
+/// The CRD templates themselves are tested by `tests/e2e/chart_crds.rs` on a cluster of their own.
+pub fn release_crds_values() -> Vec<(&'static str, Value)> {
+    vec![("crds.install", json!(false))]
+}
+
 /// How long `helm --wait` may take for our chart on the local node.
 const HELM_WAIT: &str = "3m";
 
@@ -297,10 +307,19 @@ impl Release {
         ];
         args.extend(flags.iter().map(|f| (*f).to_owned()));
         let mut all = local_image_values();
+        all.extend(release_crds_values());
         all.extend(values.iter().cloned());
         args.extend(value_args(&all));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         helm_ok(&args);
+    }
+
+    /// What `helm template` renders for this release with `values`: the objects it installed
+    /// (its CRD values ahead of `values`, as [`Release::install`] passes them).
+    pub fn render(&self, values: Values<'_>) -> Result<Rendered, String> {
+        let mut all = release_crds_values();
+        all.extend(values.iter().cloned());
+        render(&self.name, &self.namespace, &all)
     }
 
     /// `helm uninstall --wait`, asserting it succeeds.
@@ -419,4 +438,17 @@ pub fn exists(kind: &str, name: &str, namespace: Option<&str>) -> bool {
         args.extend(["-n", ns]);
     }
     kubectl(&args).status.success()
+}
+
+/// `value` with every number as a float (`0` and `0.0` alike), for comparing objects across YAML
+/// round trips (Helm's `toYaml` writes the float `0.0` as `0`: the same JSON number).
+pub fn numbers_as_floats(value: Value) -> Value {
+    match value {
+        Value::Number(n) => json!(n.as_f64().expect("a finite number")),
+        Value::Array(items) => Value::Array(items.into_iter().map(numbers_as_floats).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().map(|(k, v)| (k, numbers_as_floats(v))).collect())
+        }
+        other => other,
+    }
 }

@@ -243,7 +243,7 @@ impl Drop for TestNamespace {
     }
 }
 
-/// Installs (server-side apply) the committed CRDs from `charts/projection/crds/` and waits until
+/// Installs (server-side apply) the committed CRDs from `charts/projection/crd-manifests/` and waits until
 /// they are Established. Idempotent; every test that needs the CRDs calls it.
 pub async fn install_crds(client: &Client) {
     let api = Api::<CustomResourceDefinition>::all(client.clone());

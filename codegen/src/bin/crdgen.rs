@@ -1,4 +1,4 @@
-//! Writes the CRD manifests generated from the Rust types into `charts/projection/crds/`.
+//! Writes the CRD manifests generated from the Rust types into `charts/projection/crd-manifests/` (rendered by the chart's `templates/crds.yaml`).
 //! Run `cargo run -p codegen --bin crdgen` after changing `shared/src/api/crd.rs`.
 
 use std::path::Path;

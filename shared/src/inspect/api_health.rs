@@ -38,7 +38,7 @@ pub fn crds(served: Option<&[String]>) -> Verdict {
         return Verdict::new(
             "crds",
             false,
-            "the apiserver does not serve projection.sh/v1: install the CRDs (the chart's crds/ folder)",
+            "the apiserver does not serve projection.sh/v1: install the CRDs (the chart does, with crds.install, its default; or apply charts/projection/crd-manifests/)",
         );
     };
     let missing: Vec<&str> = ["projections", "clusterprojections"]
