@@ -451,10 +451,17 @@ async fn the_real_prometheus_operator_scrapes_the_chart_and_fires_its_alerts() {
     assert_eq!(leaders.len(), 1, "no leader gauge: {leaders:?}");
     assert_eq!(leaders[0]["value"][1], "1", "{leaders:?}");
 
-    // ProjectionNotReady fires for a Projection whose source is missing, then resolves.
+    // ProjectionNotReady fires for a Projection whose source is missing, then resolves. Named,
+    // and in the Projection's own namespace (the scraped label arrives as exported_namespace); the
+    // CRs others left on the cluster (the demo's) may fire it for themselves.
     let (team_ns, source_ns) = (team.name().to_owned(), source.name().to_owned());
+    let labels = [
+        ("kind", "Projection"),
+        ("namespace", team_ns.as_str()),
+        ("name", "settings"),
+    ];
     prometheus
-        .wait_inactive("ProjectionNotReady", &[("kind", "Projection")], FIRE)
+        .wait_inactive("ProjectionNotReady", &labels, FIRE)
         .await;
     apply(&json!({
         "apiVersion": "projection.sh/v1", "kind": "Projection",
@@ -463,12 +470,6 @@ async fn the_real_prometheus_operator_scrapes_the_chart_and_fires_its_alerts() {
             "source": {"version": "v1", "kind": "ConfigMap", "namespace": source_ns, "name": "settings"},
         },
     }));
-    // Named, and in the Projection's own namespace (the scraped label arrives as exported_namespace).
-    let labels = [
-        ("kind", "Projection"),
-        ("namespace", team_ns.as_str()),
-        ("name", "settings"),
-    ];
     let alert = prometheus.wait_firing("ProjectionNotReady", &labels, FIRE).await;
     println!(
         "ProjectionNotReady fired after {:?}: {}",
