@@ -6,7 +6,7 @@
 use crate::{
     check::{CONTROLLER_COMPONENT, controller_flags},
     cli::Global,
-    cluster::Cluster,
+    cluster::{Cluster, unless_forbidden},
     crs::every_cr,
     exit::{Code, Failure},
     other_cluster,
@@ -96,23 +96,15 @@ async fn verdicts(cluster: &Cluster) -> Result<Vec<Verdict>, Failure> {
     let namespaces: BTreeSet<&str> = controllers.iter().map(|(ns, _)| ns.as_str()).collect();
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
     for namespace in namespaces {
-        let lease = match Api::<Lease>::namespaced(client.clone(), namespace)
-            .get_opt(LEADER_LEASE)
-            .await
-        {
-            Ok(lease) => lease.map(|l| serde_json::to_value(l).unwrap_or_default()),
-            Err(kube::Error::Api(s)) if s.code == 403 => {
-                eprintln!(
-                    "note: you may not read Lease {namespace}/{LEADER_LEASE}; its leader is not checked"
-                );
-                continue;
-            }
-            Err(e) => {
-                return Err(anyhow::Error::new(e)
-                    .context(format!("reading Lease {namespace}/{LEADER_LEASE}"))
-                    .into());
-            }
-        };
+        let read = unless_forbidden(
+            Api::<Lease>::namespaced(client.clone(), namespace)
+                .get_opt(LEADER_LEASE)
+                .await,
+            || format!("you may not read Lease {namespace}/{LEADER_LEASE}; its leader is not checked"),
+            &format!("reading Lease {namespace}/{LEADER_LEASE}"),
+        )?;
+        let Some(lease) = read else { continue };
+        let lease = lease.map(|l| serde_json::to_value(l).unwrap_or_default());
         verdicts.push(api_health::leader(namespace, lease.as_ref(), now));
     }
     for (namespace, mode) in &controllers {

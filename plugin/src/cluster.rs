@@ -21,6 +21,24 @@ use shared::{
     pass::targets::NamespaceInfo,
 };
 
+/// The answer to a request the user may not be allowed to make: `None` when the apiserver refused it
+/// (HTTP 403), said in one `note:` line on stderr (what a tenant may not read is skipped, never an
+/// error when the rest answers); any other failure is an error, with `what` was being done.
+pub fn unless_forbidden<T>(
+    answer: Result<T, kube::Error>,
+    note: impl FnOnce() -> String,
+    what: &str,
+) -> Result<Option<T>, Failure> {
+    match answer {
+        Ok(value) => Ok(Some(value)),
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            eprintln!("note: {}", note());
+            Ok(None)
+        }
+        Err(e) => Err(anyhow::Error::new(e).context(what.to_owned()).into()),
+    }
+}
+
 /// An object named on the command line as `KIND/NAME` (in the namespace of `-n`).
 pub struct Named {
     /// The connection.
@@ -257,13 +275,18 @@ impl Cluster {
         params: &ListParams,
     ) -> Result<Vec<Projection>, Failure> {
         if everywhere {
-            match Api::<Projection>::all(self.client.clone()).list(params).await {
-                Ok(list) => return Ok(list.items),
-                Err(kube::Error::Api(s)) if s.code == 403 => eprintln!(
-                    "note: you may not list Projections in all namespaces; only those of namespace {} are shown",
-                    self.namespace
-                ),
-                Err(e) => return Err(anyhow::Error::new(e).context("listing Projections").into()),
+            let all = unless_forbidden(
+                Api::<Projection>::all(self.client.clone()).list(params).await,
+                || {
+                    format!(
+                        "you may not list Projections in all namespaces; only those of namespace {} are shown",
+                        self.namespace
+                    )
+                },
+                "listing Projections",
+            )?;
+            if let Some(list) = all {
+                return Ok(list.items);
             }
         }
         Ok(
@@ -278,59 +301,55 @@ impl Cluster {
     /// The ClusterProjections matching `params`; none, said in one line on stderr, for a user who
     /// may not list them.
     pub async fn cluster_projections(&self, params: &ListParams) -> Result<Vec<ClusterProjection>, Failure> {
-        match Api::<ClusterProjection>::all(self.client.clone())
-            .list(params)
-            .await
-        {
-            Ok(list) => Ok(list.items),
-            Err(kube::Error::Api(s)) if s.code == 403 => {
-                eprintln!("note: you may not list ClusterProjections; they are not shown");
-                Ok(Vec::new())
-            }
-            Err(e) => Err(anyhow::Error::new(e).context("listing ClusterProjections").into()),
-        }
+        let list = unless_forbidden(
+            Api::<ClusterProjection>::all(self.client.clone())
+                .list(params)
+                .await,
+            || "you may not list ClusterProjections; they are not shown".to_owned(),
+            "listing ClusterProjections",
+        )?;
+        Ok(list.map(|l| l.items).unwrap_or_default())
     }
 
     /// The Deployments of every namespace labelled `selector` (the projection controllers); `None`,
     /// said in one line on stderr, for a user who may not list Deployments cluster-wide (a tenant):
     /// what only the platform team may read is skipped, not an error.
     pub async fn deployments_everywhere(&self, selector: &str) -> Result<Option<Vec<Deployment>>, Failure> {
-        match Api::<Deployment>::all(self.client.clone())
-            .list(&ListParams::default().labels(selector))
-            .await
-        {
-            Ok(list) => Ok(Some(list.items)),
-            Err(kube::Error::Api(s)) if s.code == 403 => {
-                eprintln!(
-                    "note: you may not list Deployments in all namespaces; the projection controllers are not checked"
-                );
-                Ok(None)
-            }
-            Err(e) => Err(anyhow::Error::new(e).context("listing Deployments").into()),
-        }
+        let list = unless_forbidden(
+            Api::<Deployment>::all(self.client.clone())
+                .list(&ListParams::default().labels(selector))
+                .await,
+            || {
+                "you may not list Deployments in all namespaces; the projection controllers are not checked"
+                    .to_owned()
+            },
+            "listing Deployments",
+        )?;
+        Ok(list.map(|l| l.items))
     }
 
     /// The namespaces as the controller's targets see them.
     /// A user who may not list namespaces gets the current one alone (its labels unknown), said in
     /// one line on stderr.
     pub async fn namespaces(&self) -> Result<Vec<NamespaceInfo>, Failure> {
-        let list = match Api::<Namespace>::all(self.client.clone())
-            .list(&ListParams::default())
-            .await
-        {
-            Ok(list) => list,
-            Err(kube::Error::Api(s)) if s.code == 403 => {
-                eprintln!(
-                    "note: you may not list namespaces; ClusterProjections' targets are evaluated against namespace {} alone",
+        let listed = unless_forbidden(
+            Api::<Namespace>::all(self.client.clone())
+                .list(&ListParams::default())
+                .await,
+            || {
+                format!(
+                    "you may not list namespaces; ClusterProjections' targets are evaluated against namespace {} alone",
                     self.namespace
-                );
-                return Ok(vec![NamespaceInfo {
-                    name: self.namespace.clone(),
-                    labels: Default::default(),
-                    terminating: false,
-                }]);
-            }
-            Err(e) => return Err(anyhow::Error::new(e).context("listing namespaces").into()),
+                )
+            },
+            "listing namespaces",
+        )?;
+        let Some(list) = listed else {
+            return Ok(vec![NamespaceInfo {
+                name: self.namespace.clone(),
+                labels: Default::default(),
+                terminating: false,
+            }]);
         };
         Ok(list
             .items

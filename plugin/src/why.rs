@@ -2,7 +2,7 @@
 
 use crate::{
     cli::{Global, Output},
-    cluster::{Cluster, Named},
+    cluster::{Cluster, Named, unless_forbidden},
     copies::{Built, build_now, state_in},
     crs::{AnyCr, every_cr, last_seen},
     exit::{Code, Failure},
@@ -314,21 +314,21 @@ async fn not_owned(
     let mut left = Vec::new();
     for events_namespace in [namespace, "default"] {
         // A ClusterProjection's events are in `default`, which a tenant may not read: skipped.
-        let events = match Api::<Event>::namespaced(cluster.client.clone(), events_namespace)
+        let listed = Api::<Event>::namespaced(cluster.client.clone(), events_namespace)
             .list(&ListParams::default())
-            .await
-        {
-            Ok(events) => events,
-            Err(kube::Error::Api(s)) if s.code == 403 && events_namespace != namespace => {
-                eprintln!(
-                    "note: you may not list events in namespace {events_namespace}; ClusterProjections that left this object are not shown"
-                );
-                continue;
-            }
-            Err(e) => {
-                return Err(anyhow::Error::new(e)
-                    .context(format!("listing events in {events_namespace}"))
-                    .into());
+            .await;
+        let what = format!("listing events in {events_namespace}");
+        let events = if events_namespace == namespace {
+            listed.map_err(|e| anyhow::Error::new(e).context(what))?
+        } else {
+            let note = || {
+                format!(
+                    "you may not list events in namespace {events_namespace}; ClusterProjections that left this object are not shown"
+                )
+            };
+            match unless_forbidden(listed, note, &what)? {
+                Some(events) => events,
+                None => continue,
             }
         };
         for event in events.items {
