@@ -66,14 +66,11 @@ async fn main() -> anyhow::Result<()> {
 
     let mut registry = Registry::default();
     let metrics = Arc::new(metrics::Metrics::register(&mut registry));
-    // Registered only when served over HTTPS: no expiry of a certificate that is not there.
-    let metrics_certificate = runtime::tls::CertMetrics::default();
-    let metrics_tls =
-        args.metrics_tls
-            .server_config((metrics_addr, probe_addr), metrics_certificate.clone(), stopped())?;
-    if metrics_tls.is_some() {
-        metrics::register_metrics_certificate(&mut registry, &metrics_certificate);
-    }
+    let metrics_tls = args.metrics_tls.server_config(
+        (metrics_addr, probe_addr),
+        (&mut registry, metrics::SERVICE),
+        stopped(),
+    )?;
     let readiness = http::Readiness::default();
     let server = tokio::spawn(http::serve(
         (metrics_addr, metrics_tls),

@@ -186,10 +186,9 @@ impl Metrics {
     }
 }
 
-/// Registers the metrics endpoint's certificate (`--metrics-cert-file`), served over HTTPS.
-pub fn register_metrics_certificate(registry: &mut Registry, certificate: &runtime::tls::CertMetrics) {
-    certificate.register(registry, "projection_controller_metrics", "Metrics endpoint's");
-}
+/// The prefix of the controller's own metrics that name the service (the metrics endpoint's
+/// certificate, served over HTTPS: `projection_controller_metrics_certificate_*`).
+pub const SERVICE: &str = "projection_controller";
 
 /// The replica state the scrape-time gauges read.
 struct ReplicaView {
@@ -401,8 +400,7 @@ mod tests {
             .rest_client
             .count("200".to_owned(), "127.0.0.1:6443", "GET".to_owned());
         // Served over HTTPS (--metrics-cert-file) only.
-        let certificate = runtime::tls::CertMetrics::default();
-        register_metrics_certificate(&mut registry, &certificate);
+        let certificate = runtime::tls::CertMetrics::of_metrics_endpoint(&mut registry, SERVICE);
         certificate
             .reloads_total
             .get_or_create(&runtime::tls::ReloadLabels { result: "success" })

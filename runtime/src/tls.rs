@@ -92,6 +92,14 @@ impl CertMetrics {
             self.expiry_timestamp_seconds.clone(),
         );
     }
+
+    /// The metrics of a service's metrics endpoint certificate (`--metrics-cert-file`), registered
+    /// as `<service>_metrics_certificate_reloads` and `..._expiry_timestamp_seconds`.
+    pub fn of_metrics_endpoint(registry: &mut Registry, service: &str) -> Self {
+        let metrics = Self::default();
+        metrics.register(registry, &format!("{service}_metrics"), "Metrics endpoint's");
+        metrics
+    }
 }
 
 /// The current serving certificate, handed to every new TLS handshake. Empty until a first pair is
@@ -440,18 +448,20 @@ impl MetricsTlsArgs {
     /// The TLS configuration of the metrics endpoint at `addresses` (the metrics' and the probes'),
     /// or `None` for plain HTTP: the pair is loaded now (the process does not start with an
     /// unusable one, nor with metrics that have no address of their own) and re-read every interval
-    /// until `stop`, its reloads and expiry counted in `metrics`.
+    /// until `stop`, its reloads and expiry registered in `registry` under `service`'s prefix
+    /// ([`CertMetrics::of_metrics_endpoint`]; only then: no expiry of a certificate that is not
+    /// there).
     pub fn server_config(
         &self,
         (metrics_addr, probe_addr): (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>),
-        metrics: CertMetrics,
+        (registry, service): (&mut Registry, &str),
         stop: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<Option<Arc<ServerConfig>>> {
         let (Some(cert), Some(key)) = (&self.metrics_cert_file, &self.metrics_key_file) else {
             return Ok(None);
         };
         crate::http::check_https_metrics_address(metrics_addr, probe_addr)?;
-        let store = CertStore::new(metrics);
+        let store = CertStore::new(CertMetrics::of_metrics_endpoint(registry, service));
         let files = CertFiles::new(cert, key);
         files
             .load_into(&store)

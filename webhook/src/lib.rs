@@ -52,16 +52,11 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
 
     // `stop_accepting` ends the admission server; `stop_all` the rest, once it has drained.
     let (stop_accepting, stop_all) = (CancellationToken::new(), CancellationToken::new());
-    // Registered only when served over HTTPS: no expiry of a certificate that is not there.
-    let metrics_certificate = tls::CertMetrics::default();
     let metrics_tls = args.metrics_tls.server_config(
         (metrics_addr, probe_addr),
-        metrics_certificate.clone(),
+        (&mut registry, metrics::SERVICE),
         stop_all.clone().cancelled_owned(),
     )?;
-    if metrics_tls.is_some() {
-        metrics::register_metrics_certificate(&mut registry, &metrics_certificate);
-    }
     let probes = tokio::spawn(runtime::http::serve(
         (metrics_addr, metrics_tls),
         probe_addr,

@@ -100,9 +100,7 @@ impl Metrics {
             "Requests that could not be read or whose policy could not be checked, by category",
             metrics.errors_total.clone(),
         );
-        metrics
-            .serving_certificate
-            .register(registry, "projection_webhook", "Serving");
+        metrics.serving_certificate.register(registry, SERVICE, "Serving");
         registry.register(
             "projection_webhook_certificates_issued",
             "Certificates the self-managed certificate mode issued, by certificate and reason",
@@ -159,10 +157,9 @@ impl Metrics {
     }
 }
 
-/// Registers the metrics endpoint's certificate (`--metrics-cert-file`), served over HTTPS.
-pub fn register_metrics_certificate(registry: &mut Registry, certificate: &runtime::tls::CertMetrics) {
-    certificate.register(registry, "projection_webhook_metrics", "Metrics endpoint's");
-}
+/// The prefix of the webhook's metrics (`projection_webhook_*`; the metrics endpoint's certificate,
+/// served over HTTPS: `projection_webhook_metrics_certificate_*`).
+pub const SERVICE: &str = "projection_webhook";
 
 #[cfg(test)]
 mod tests {
@@ -203,8 +200,7 @@ mod tests {
             .get_or_create(&ReloadLabels { result: "success" })
             .inc();
         // Served over HTTPS (--metrics-cert-file) only.
-        let certificate = runtime::tls::CertMetrics::default();
-        register_metrics_certificate(&mut registry, &certificate);
+        let certificate = runtime::tls::CertMetrics::of_metrics_endpoint(&mut registry, SERVICE);
         certificate
             .reloads_total
             .get_or_create(&ReloadLabels { result: "success" })
