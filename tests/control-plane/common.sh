@@ -85,6 +85,10 @@ stop_demo_services() {
 # stays on this machine, in 198.18.0.0/15 (neither public nor 10/8, 172.16/12, 192.168/16), and
 # nothing is routed off it. One node per machine: the kubelet keeps a few fixed host paths.
 NODE_DIR=$TESTENV_DIR/node
+# containerd's root (image content, unpacked snapshots, image records), outside the node's folder:
+# node-down.sh keeps it when it deleted every container (it then writes `clean` in it), so the next
+# node starts with the images already unpacked; anything else starts empty.
+NODE_IMAGE_STORE=$TESTENV_DIR/node-image-store
 NODE_NAME=projection-node
 # The node IP, on a port-less bridge of our own (this kernel has no `dummy` link type).
 NODE_IP=198.19.255.1

@@ -38,16 +38,19 @@ if pid_alive containerd; then
   for _ in $(seq 50); do [ -z "$(node_ctr tasks ls -q 2>/dev/null)" ] && break; sleep 0.2; done
   for task in $(node_ctr tasks ls -q 2>/dev/null); do node_ctr tasks delete -f "$task" >/dev/null 2>&1; done
   for c in $(node_ctr containers ls -q 2>/dev/null); do node_ctr containers delete "$c" >/dev/null 2>&1; done
+  # No container left: the image store may serve the next node (see NODE_IMAGE_STORE).
+  node_ctr version >/dev/null 2>&1 && [ -z "$(node_ctr containers ls -q 2>/dev/null)" ] && store_clean=1
 fi
 stop_process containerd
 for pid in $(pgrep -f -- "-address $NODE_DIR/containerd.sock" 2>/dev/null); do
   kill -KILL "$pid" 2>/dev/null && log "stopped a shim of the node's containerd (pid $pid)"
 done
 
-# Mounts under the node's folder (container root filesystems, volumes, network namespaces, the
-# kubelet's bind mount of its root), deepest first.
+# Mounts under the node's folder and the image store (container root filesystems, volumes, network
+# namespaces, the kubelet's bind mount of its root), deepest first.
 for _ in 1 2 3; do
-  mounts=$(awk -v d="$NODE_DIR/" 'index($5, d) == 1 || $5 == substr(d, 1, length(d) - 1) {print $5}' /proc/self/mountinfo | sort -r)
+  mounts=$(awk -v d="$NODE_DIR/" -v s="$NODE_IMAGE_STORE/" \
+    'index($5, d) == 1 || $5 == substr(d, 1, length(d) - 1) || index($5, s) == 1 {print $5}' /proc/self/mountinfo | sort -r)
   [ -z "$mounts" ] && break
   for m in $mounts; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
 done
@@ -101,5 +104,11 @@ done
 done
 
 rm -rf "$NODE_DIR"
-log "node stopped and cleaned up"
+if [ "${store_clean:-0}" = 1 ] && [ -d "$NODE_IMAGE_STORE" ]; then
+  touch "$NODE_IMAGE_STORE/clean"
+  log "node stopped and cleaned up (its images kept in $NODE_IMAGE_STORE)"
+else
+  rm -rf "$NODE_IMAGE_STORE"
+  log "node stopped and cleaned up"
+fi
 exit 0

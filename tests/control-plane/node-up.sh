@@ -103,9 +103,14 @@ JSON
 echo "nameserver $NODE_IP" > "$NODE_DIR/resolv.conf"
 
 # --- containerd ------------------------------------------------------------------------------
+# The image store of the last node is reused only if node-down.sh left it clean; it is not clean
+# again until the next node-down.sh says so.
+[ -f "$NODE_IMAGE_STORE/clean" ] || rm -rf "$NODE_IMAGE_STORE"
+rm -f "$NODE_IMAGE_STORE/clean"
+mkdir -p "$NODE_IMAGE_STORE"
 cat > "$NODE_DIR/containerd.toml" <<TOML
 version = 2
-root = "$NODE_DIR/containerd/root"
+root = "$NODE_IMAGE_STORE"
 state = "$NODE_DIR/containerd/state"
 disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper"]
 [grpc]
