@@ -8,3 +8,4 @@ pub mod copy;
 pub mod inspect;
 pub mod pass;
 pub mod policy;
+pub mod shard;

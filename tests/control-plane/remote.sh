@@ -11,6 +11,9 @@ export TESTENV_DIR=${REMOTE_TESTENV_DIR:-$repo/.testenv-remote}
 export API_PORT=${REMOTE_API_PORT:-17443}
 export ETCD_PORT=${REMOTE_ETCD_PORT:-13379}
 export ETCD_PEER_PORT=${REMOTE_ETCD_PEER_PORT:-13380}
+# Sharded list and watch (KEP-5866, alpha, off by default) on here, off on the first control plane:
+# tests/e2e/sharding.rs checks both (REMOTE_APISERVER_FEATURE_GATES replaces it).
+export APISERVER_FEATURE_GATES=${REMOTE_APISERVER_FEATURE_GATES:-ShardedListAndWatch=true}
 case "${1:-}" in
   up)
     "$here/up.sh" >/dev/null
