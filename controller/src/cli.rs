@@ -91,6 +91,12 @@ pub struct Args {
           default_missing_value = "true", value_parser = parse_go_bool)]
     pub leader_elect: bool,
 
+    /// Every replica reconciles, each its part of the CRs (a consistent-hash ring of the replicas'
+    /// own Leases, in the leader election namespace, of the leader Lease's duration); instead of
+    /// --leader-elect.
+    #[arg(long, default_value_t = false, conflicts_with = "leader_elect")]
+    pub shard_by_lease: bool,
+
     /// Duration of the leader Lease.
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
     pub leader_election_lease_duration: Duration,

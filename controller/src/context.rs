@@ -71,6 +71,8 @@ pub struct Context {
     pub watches: Arc<WatchRegistry>,
     /// The namespaces and their labels, which ClusterProjections select.
     pub namespaces: Arc<Namespaces>,
+    /// This replica's part of the CRs when every replica reconciles (`--shard-by-lease`).
+    pub shard: Option<Arc<crate::shard::Shard>>,
 }
 
 impl Context {
@@ -119,6 +121,7 @@ impl Context {
             },
             watches,
             namespaces,
+            shard: None,
         }
     }
 

@@ -20,6 +20,7 @@ mod queue_metrics;
 mod relevance;
 mod remote;
 mod replica;
+mod shard;
 mod wake;
 mod warm;
 mod watch_errors;
@@ -109,8 +110,23 @@ async fn main() -> anyhow::Result<()> {
         copy_writer,
         controller_namespace: args.controller_namespace.clone(),
     };
+    // With --shard-by-lease every replica reconciles its part of the CRs; its identity is its pod's
+    // name, so a restarted container keeps its place in the ring.
+    let shard = args.shard_by_lease.then(|| {
+        let identity = std::env::var("POD_NAME")
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .unwrap_or_else(|_| format!("projection-controller-{}", std::process::id()));
+        shard::Shard::new(
+            &identity,
+            &args.leader_election_namespace,
+            args.leader_election_lease_duration,
+        )
+    });
+    let membership = shard
+        .clone()
+        .map(|shard| tokio::spawn(shard.run(client.clone(), stop.clone())));
     // Every replica watches and indexes from the start; only the reconcilers wait for the lease.
-    let replica = Replica::start(client.clone(), metrics, settings, readiness.clone());
+    let replica = Replica::start(client.clone(), metrics, settings, readiness.clone(), shard);
     let mut leadership = None;
     if args.leader_elect {
         let namespace = args.leader_election_namespace.clone();
@@ -144,6 +160,10 @@ async fn main() -> anyhow::Result<()> {
     readiness.set(false);
     if let Some(l) = leadership {
         l.release().await;
+    }
+    if let Some(membership) = membership {
+        // Its Lease deleted, so the others take its CRs at once.
+        let _ = membership.await;
     }
     if result.is_ok() {
         server.await??;

@@ -198,6 +198,7 @@ impl Replica {
         metrics: Arc<metrics::Metrics>,
         settings: context::Settings,
         readiness: http::Readiness,
+        shard: Option<Arc<crate::shard::Shard>>,
     ) -> Self {
         let leading = Arc::new(AtomicBool::new(false));
         let (projections_tx, projection_wakes) = tokio::sync::mpsc::unbounded_channel();
@@ -221,12 +222,10 @@ impl Replica {
             wake.clone(),
             initial,
         ));
-        let ctx = Arc::new(context::Context::new(
-            &client,
-            &settings,
-            (watches, namespaces, wake.clone()),
-            metrics,
-        ));
+        let ctx = Arc::new(context::Context {
+            shard,
+            ..context::Context::new(&client, &settings, (watches, namespaces, wake.clone()), metrics)
+        });
 
         // Discovery changes when a CRD, or an APIService (one per served group and version: the
         // aggregator registers a CRD's versions one by one, and aggregated APIs come this way),
@@ -329,6 +328,15 @@ impl Replica {
         for cr in self.clusters.state() {
             let _ = self.cluster_changes.0.send((*cr).clone());
         }
+        // With shards, a CR this replica may not reconcile yet is skipped by its pass; whenever the
+        // membership changes, the ones it now may are sent again.
+        let resend = self.ctx.shard.clone().map(|shard| {
+            tokio::spawn(resend_when_shards_change(
+                shard,
+                (self.projections.clone(), self.clusters.clone()),
+                (self.projection_changes.0.clone(), self.cluster_changes.0.clone()),
+            ))
+        });
         // Only the leader rechecks: it is the one that would withdraw.
         let recheck = self.author_recheck.map(|interval| {
             tokio::spawn(crate::author_recheck::run(
@@ -369,7 +377,7 @@ impl Replica {
             unless_stopped_unsynced(projections, stop.clone(), projections_store),
             unless_stopped_unsynced(clusters, stop, clusters_store),
         );
-        for task in self.tasks.into_iter().chain(recheck) {
+        for task in self.tasks.into_iter().chain(recheck).chain(resend) {
             task.abort();
         }
     }
@@ -379,6 +387,45 @@ impl Replica {
         for task in self.tasks {
             task.abort();
         }
+    }
+}
+
+/// Sends the reconcilers every CR this replica may reconcile now and could not before, each time
+/// the membership (or its own Lease's validity) changes.
+async fn resend_when_shards_change(
+    shard: Arc<crate::shard::Shard>,
+    (projections, clusters): (
+        reflector::Store<StoredCr<Projection>>,
+        reflector::Store<StoredCr<ClusterProjection>>,
+    ),
+    (projection_changes, cluster_changes): (
+        tokio::sync::mpsc::UnboundedSender<StoredCr<Projection>>,
+        tokio::sync::mpsc::UnboundedSender<StoredCr<ClusterProjection>>,
+    ),
+) {
+    let mut changed = shard.subscribe();
+    let mut mine: std::collections::HashSet<String> = std::collections::HashSet::new();
+    while changed.changed().await.is_ok() {
+        let mut now_mine = std::collections::HashSet::new();
+        for cr in projections.state() {
+            let uid = cr.meta().uid.clone().unwrap_or_default();
+            if shard.may_reconcile(&uid) {
+                if !mine.contains(&uid) {
+                    let _ = projection_changes.send((*cr).clone());
+                }
+                now_mine.insert(uid);
+            }
+        }
+        for cr in clusters.state() {
+            let uid = cr.meta().uid.clone().unwrap_or_default();
+            if shard.may_reconcile(&uid) {
+                if !mine.contains(&uid) {
+                    let _ = cluster_changes.send((*cr).clone());
+                }
+                now_mine.insert(uid);
+            }
+        }
+        mine = now_mine;
     }
 }
 

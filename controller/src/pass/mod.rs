@@ -293,6 +293,19 @@ pub async fn reconcile<K: ProjectionKind>(
     stored: Arc<StoredCr<K>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
+    // With shards, only the replica the ring gives this CR to runs its pass; the others skip it,
+    // and a change of the membership sends it again to whoever may run it then.
+    let _running = match &ctx.shard {
+        Some(shard) => match shard.begin(stored.meta().uid.as_deref().unwrap_or_default()) {
+            Some(running) => Some(running),
+            None => {
+                let key = queue_key(stored.meta().namespace.as_deref(), &stored.name_any());
+                ctx.report.metrics.queue.of(K::SCOPE).dropped(&key);
+                return Ok(Action::await_change());
+            }
+        },
+        None => None,
+    };
     let object = Arc::new(stored.expand().map_err(Error::Cache)?);
     let started = Instant::now();
     let queue = ctx.report.metrics.queue.of(K::SCOPE);

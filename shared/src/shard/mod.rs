@@ -7,6 +7,7 @@
 //! [`selector::shard_selector`] for the server and its own filter (the server may ignore the
 //! parameter: an apiserver without the feature gate sends everything).
 
+pub mod membership;
 pub mod ring;
 pub mod selector;
 

@@ -1,0 +1,300 @@
+//! Scale-out by Leases (`--shard-by-lease`, SPEC §12): every replica reconciles, each the CRs the
+//! ring of live members gives it. This is the I/O around `shared::shard::membership`: the
+//! replica's own Lease (renewed, carrying the ring version it acknowledges), the others' Leases
+//! read every second, the passes running, and the fence: no pass starts once the Lease may have
+//! expired in the others' eyes.
+
+use k8s_openapi::{
+    api::coordination::v1::{Lease, LeaseSpec},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, ListParams, Patch, PatchParams},
+};
+use shared::shard::membership::{MemberLease, View};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex, RwLock},
+    time::{Duration, Instant, SystemTime},
+};
+use tokio_util::sync::CancellationToken;
+
+/// The label every member Lease carries (how members find each other).
+pub const MEMBER_LABEL: &str = "projection.sh/controller-member";
+/// The annotation in which a member says the ring version it has applied and drained.
+pub const ACKNOWLEDGED_ANNOTATION: &str = "projection.sh/ring-version";
+const FIELD_MANAGER: &str = "projection-controller";
+
+/// This replica's membership.
+pub struct Shard {
+    me: String,
+    lease_name: String,
+    namespace: String,
+    duration: Duration,
+    view: RwLock<View>,
+    /// Until when this replica may start passes: its last renewal plus two thirds of the Lease, so
+    /// it stops well before the others could see the Lease expire.
+    valid_until: Mutex<Option<Instant>>,
+    /// The passes running, by CR uid.
+    running: Mutex<HashMap<String, usize>>,
+    /// Ticks whenever what this replica may reconcile can have changed.
+    changed: tokio::sync::watch::Sender<()>,
+}
+
+/// A pass under way; ends (for the acknowledgement) when dropped.
+pub struct Running {
+    shard: Arc<Shard>,
+    uid: String,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut running = self.shard.running.lock().expect("running passes");
+        if let Some(count) = running.get_mut(&self.uid) {
+            *count -= 1;
+            if *count == 0 {
+                running.remove(&self.uid);
+            }
+        }
+    }
+}
+
+impl Shard {
+    pub fn new(me: &str, namespace: &str, duration: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            me: me.to_owned(),
+            lease_name: lease_name(me),
+            namespace: namespace.to_owned(),
+            duration,
+            view: RwLock::default(),
+            valid_until: Mutex::default(),
+            running: Mutex::default(),
+            changed: tokio::sync::watch::Sender::new(()),
+        })
+    }
+
+    fn lease_valid(&self) -> bool {
+        self.valid_until
+            .lock()
+            .expect("lease validity")
+            .is_some_and(|until| Instant::now() < until)
+    }
+
+    /// Whether this replica may reconcile the CR with this uid now.
+    pub fn may_reconcile(&self, uid: &str) -> bool {
+        self.lease_valid() && self.view.read().expect("view").may_reconcile(&self.me, uid)
+    }
+
+    /// Starts a pass of the CR with this uid, if this replica may.
+    pub fn begin(self: &Arc<Self>, uid: &str) -> Option<Running> {
+        if !self.may_reconcile(uid) {
+            return None;
+        }
+        *self
+            .running
+            .lock()
+            .expect("running passes")
+            .entry(uid.to_owned())
+            .or_default() += 1;
+        Some(Running {
+            shard: self.clone(),
+            uid: uid.to_owned(),
+        })
+    }
+
+    /// Ticks whenever what this replica may reconcile can have changed.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<()> {
+        self.changed.subscribe()
+    }
+
+    /// Reads the members and renews this replica's Lease until `stop`, then deletes the Lease so
+    /// its CRs move at once.
+    pub async fn run(self: Arc<Self>, client: Client, stop: CancellationToken) {
+        let api: Api<Lease> = Api::namespaced(client, &self.namespace);
+        let members = ListParams::default().labels(&format!("{MEMBER_LABEL}=true"));
+        let mut published: Option<String> = None;
+        let mut renewed: Option<Instant> = None;
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = stop.cancelled() => break,
+            }
+            match api.list(&members).await {
+                Ok(list) => {
+                    self.delete_long_expired(&api, &list.items).await;
+                    let leases: Vec<MemberLease> = list.items.iter().filter_map(member_lease).collect();
+                    let changed = self
+                        .view
+                        .write()
+                        .expect("view")
+                        .observe(&leases, SystemTime::now());
+                    if changed {
+                        let view = self.view.read().expect("view");
+                        tracing::info!(
+                            identity = self.me,
+                            members = view.current().map_or(0, |ring| ring.members().len()),
+                            ring = view.current().map(|ring| ring.version()).unwrap_or_default(),
+                            "shard membership changed"
+                        );
+                        self.changed.send_replace(());
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "could not read the member Leases"),
+            }
+            let acknowledgeable = {
+                let running = self.running.lock().expect("running passes");
+                self.view
+                    .read()
+                    .expect("view")
+                    .acknowledgeable(&self.me, running.keys().map(String::as_str))
+            };
+            let due = renewed.is_none_or(|at| at.elapsed() >= self.duration / 3);
+            let acknowledging = acknowledgeable.is_some() && acknowledgeable != published;
+            if !(due || acknowledging) {
+                continue;
+            }
+            let acknowledged = acknowledgeable.or_else(|| published.clone());
+            let sent = Instant::now();
+            let lease = self.lease(acknowledged.as_deref());
+            match api
+                .patch(
+                    &self.lease_name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&lease),
+                )
+                .await
+            {
+                Ok(_) => {
+                    let was_valid = self.lease_valid();
+                    *self.valid_until.lock().expect("lease validity") = Some(sent + self.duration * 2 / 3);
+                    renewed = Some(sent);
+                    published = acknowledged;
+                    if !was_valid {
+                        self.changed.send_replace(());
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, lease = self.lease_name, "could not renew the member Lease")
+                }
+            }
+        }
+        // No pass starts any more; those running end (the controller drains them) before the Lease
+        // goes and another replica may take their CRs.
+        *self.valid_until.lock().expect("lease validity") = None;
+        let drained = Instant::now() + self.duration;
+        while !self.running.lock().expect("running passes").is_empty() && Instant::now() < drained {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if let Err(e) = api.delete(&self.lease_name, &DeleteParams::default()).await {
+            tracing::warn!(error = %e, lease = self.lease_name, "could not delete the member Lease");
+        }
+    }
+
+    /// Deletes the Leases of members gone for three of their durations (a replaced pod's name never
+    /// comes back), each only as it was read: one renewed meanwhile stays.
+    async fn delete_long_expired(&self, api: &Api<Lease>, leases: &[Lease]) {
+        let now = SystemTime::now();
+        for lease in leases {
+            let Some(member) = member_lease(lease) else {
+                continue;
+            };
+            if member.renewed + member.duration * 4 > now {
+                continue;
+            }
+            let (Some(name), Some(version)) = (&lease.metadata.name, &lease.metadata.resource_version) else {
+                continue;
+            };
+            let only_as_read = DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    resource_version: Some(version.clone()),
+                    uid: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match api.delete(name, &only_as_read).await {
+                Ok(_) => tracing::info!(
+                    lease = name,
+                    identity = member.identity,
+                    "deleted the Lease of a member gone"
+                ),
+                Err(e) => tracing::debug!(error = %e, lease = name, "did not delete a gone member's Lease"),
+            }
+        }
+    }
+
+    fn lease(&self, acknowledged: Option<&str>) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(self.lease_name.clone()),
+                namespace: Some(self.namespace.clone()),
+                labels: Some(BTreeMap::from([(MEMBER_LABEL.to_owned(), "true".to_owned())])),
+                annotations: acknowledged.map(|version| {
+                    BTreeMap::from([(ACKNOWLEDGED_ANNOTATION.to_owned(), version.to_owned())])
+                }),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.me.clone()),
+                lease_duration_seconds: Some(i32::try_from(self.duration.as_secs()).unwrap_or(i32::MAX)),
+                renew_time: Some(MicroTime(Timestamp::now())),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+}
+
+/// The Lease of a member: `projection-member-<identity>`, cut to a valid name.
+fn lease_name(identity: &str) -> String {
+    let mut name = format!("projection-member-{identity}").to_lowercase();
+    name.truncate(253);
+    name.trim_end_matches(['-', '.']).to_owned()
+}
+
+/// What the ring needs of a member Lease; `None` for one without a holder or a renewal.
+fn member_lease(lease: &Lease) -> Option<MemberLease> {
+    let spec = lease.spec.as_ref()?;
+    Some(MemberLease {
+        identity: spec.holder_identity.clone()?,
+        renewed: SystemTime::from(spec.renew_time.as_ref()?.0),
+        duration: Duration::from_secs(u64::try_from(spec.lease_duration_seconds?).ok()?),
+        acknowledged: lease
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|annotations| annotations.get(ACKNOWLEDGED_ANNOTATION).cloned()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_names_are_valid_for_any_pod_name() {
+        assert_eq!(
+            lease_name("Projection-Controller-7c9d-x2"),
+            "projection-member-projection-controller-7c9d-x2"
+        );
+        assert!(lease_name(&"a-".repeat(200)).len() <= 253);
+        assert!(!lease_name(&"a-".repeat(200)).ends_with('-'));
+    }
+
+    #[test]
+    fn a_lease_round_trips_into_what_the_ring_reads() {
+        let shard = Shard::new("replica-1", "ns", Duration::from_secs(15));
+        let lease = shard.lease(Some("ring-0123456789ab"));
+        let member = member_lease(&lease).expect("a member");
+        assert_eq!(member.identity, "replica-1");
+        assert_eq!(member.duration, Duration::from_secs(15));
+        assert_eq!(member.acknowledged.as_deref(), Some("ring-0123456789ab"));
+        assert!(member.is_live(SystemTime::now()));
+        assert!(
+            !shard.may_reconcile("any"),
+            "nothing before its Lease is renewed and the ring settled"
+        );
+    }
+}

@@ -1,0 +1,211 @@
+//! Who is a member, and when a replica may reconcile a CR, from the members' Leases.
+//!
+//! Each replica holds a Lease of its own and writes in it the ring version it has applied and
+//! drained (no pass of a CR it no longer owns still running): its acknowledgement. A CR that moves
+//! is taken up by its new owner only once every live member has acknowledged the ring that moved
+//! it, so the old owner has stopped first; a CR that stays where it was never waits. A member whose
+//! Lease expired is no longer live: its CRs move without its acknowledgement.
+
+use super::ring::Ring;
+use std::time::{Duration, SystemTime};
+
+/// What a replica reads in one member's Lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberLease {
+    pub identity: String,
+    /// `spec.renewTime`.
+    pub renewed: SystemTime,
+    /// `spec.leaseDurationSeconds`.
+    pub duration: Duration,
+    /// The ring version it has applied and drained, if it said one.
+    pub acknowledged: Option<String>,
+}
+
+impl MemberLease {
+    pub fn is_live(&self, now: SystemTime) -> bool {
+        self.renewed + self.duration > now
+    }
+}
+
+/// A replica's view of the membership: the ring of the live members now, and the last ring every
+/// live member had acknowledged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct View {
+    current: Option<Ring>,
+    settled: Option<Ring>,
+}
+
+impl View {
+    /// Takes the Leases read at `now`; says whether what a replica may reconcile can have changed.
+    pub fn observe(&mut self, leases: &[MemberLease], now: SystemTime) -> bool {
+        let live: Vec<&MemberLease> = leases.iter().filter(|lease| lease.is_live(now)).collect();
+        let current = Ring::new(live.iter().map(|lease| lease.identity.clone()));
+        let version = current.version();
+        let everyone_acknowledged = !live.is_empty()
+            && live
+                .iter()
+                .all(|lease| lease.acknowledged.as_deref() == Some(version.as_str()));
+        let before = self.clone();
+        if everyone_acknowledged {
+            self.settled = Some(current.clone());
+        }
+        self.current = Some(current);
+        *self != before
+    }
+
+    /// The ring of the live members (none before the first `observe`).
+    pub fn current(&self) -> Option<&Ring> {
+        self.current.as_ref()
+    }
+
+    /// Whether `me` may reconcile the CR with this uid: it owns it in the current ring, and either
+    /// every live member has acknowledged that ring or it owned the CR in the last ring they had.
+    pub fn may_reconcile(&self, me: &str, uid: &str) -> bool {
+        let Some(current) = &self.current else {
+            return false;
+        };
+        if current.owner_of(uid) != Some(me) {
+            return false;
+        }
+        match &self.settled {
+            Some(settled) if settled == current => true,
+            Some(settled) => settled.owner_of(uid) == Some(me),
+            None => false,
+        }
+    }
+
+    /// The version `me` may acknowledge, given the uids of the passes it has running: the current
+    /// ring's once none of them is a CR it lost.
+    pub fn acknowledgeable<'a>(
+        &self,
+        me: &str,
+        mut running: impl Iterator<Item = &'a str>,
+    ) -> Option<String> {
+        let current = self.current.as_ref()?;
+        running
+            .all(|uid| current.owner_of(uid) == Some(me))
+            .then(|| current.version())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: Duration = Duration::from_secs(15);
+
+    fn at(seconds: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + seconds)
+    }
+
+    fn lease(identity: &str, renewed: u64, acknowledged: Option<&str>) -> MemberLease {
+        MemberLease {
+            identity: identity.into(),
+            renewed: at(renewed),
+            duration: LEASE,
+            acknowledged: acknowledged.map(Into::into),
+        }
+    }
+
+    /// A uid `owner` owns in `ring`, that `other` owned in `before`.
+    fn moved_uid(before: &Ring, ring: &Ring, other: &str, owner: &str) -> String {
+        (0..10_000)
+            .map(|i| format!("uid-{i}"))
+            .find(|uid| before.owner_of(uid) == Some(other) && ring.owner_of(uid) == Some(owner))
+            .expect("some uid moved")
+    }
+
+    #[test]
+    fn expired_leases_are_not_members() {
+        let mut view = View::default();
+        view.observe(&[lease("a", 0, None), lease("b", 10, None)], at(20));
+        assert_eq!(view.current().map(Ring::members), Some(&["b".to_string()][..]));
+    }
+
+    #[test]
+    fn a_moved_cr_waits_for_every_live_acknowledgement_and_a_staying_one_does_not() {
+        let one = Ring::new(["a"]);
+        let two = Ring::new(["a", "b"]);
+        let mut view = View::default();
+        view.observe(&[lease("a", 0, Some(&one.version()))], at(1));
+        let moving = moved_uid(&one, &two, "a", "b");
+        let staying = (0..10_000)
+            .map(|i| format!("uid-{i}"))
+            .find(|uid| two.owner_of(uid) == Some("a"))
+            .expect("a keeps some");
+        assert!(view.may_reconcile("a", &moving) && view.may_reconcile("a", &staying));
+
+        // b joins: a stops on what it lost at once; b waits for a's acknowledgement.
+        assert!(view.observe(&[lease("a", 0, Some(&one.version())), lease("b", 1, None)], at(2)));
+        assert!(!view.may_reconcile("a", &moving));
+        assert!(view.may_reconcile("a", &staying));
+        assert!(!view.may_reconcile("b", &moving));
+        // a may acknowledge only once its pass of the moved CR has ended.
+        assert_eq!(view.acknowledgeable("a", [moving.as_str()].into_iter()), None);
+        assert_eq!(
+            view.acknowledgeable("a", [staying.as_str()].into_iter()),
+            Some(two.version())
+        );
+        view.observe(
+            &[
+                lease("a", 2, Some(&two.version())),
+                lease("b", 2, Some(&two.version())),
+            ],
+            at(3),
+        );
+        assert!(view.may_reconcile("b", &moving));
+        assert!(!view.may_reconcile("a", &moving));
+    }
+
+    #[test]
+    fn a_departed_members_crs_move_once_its_lease_expired_without_its_acknowledgement() {
+        let two = Ring::new(["a", "b"]);
+        let one = Ring::new(["a"]);
+        let mut view = View::default();
+        let both = [
+            lease("a", 0, Some(&two.version())),
+            lease("b", 0, Some(&two.version())),
+        ];
+        view.observe(&both, at(1));
+        let orphaned = moved_uid(&two, &one, "b", "a");
+        assert!(!view.may_reconcile("a", &orphaned));
+        // b stops renewing; while its Lease lasts, its CRs stay with it.
+        view.observe(
+            &[
+                lease("a", 10, Some(&two.version())),
+                lease("b", 0, Some(&two.version())),
+            ],
+            at(14),
+        );
+        assert!(!view.may_reconcile("a", &orphaned));
+        // Expired: a is alone, acknowledges, and takes them.
+        view.observe(
+            &[
+                lease("a", 15, Some(&two.version())),
+                lease("b", 0, Some(&two.version())),
+            ],
+            at(16),
+        );
+        assert!(
+            !view.may_reconcile("a", &orphaned),
+            "not before a's own acknowledgement"
+        );
+        view.observe(
+            &[
+                lease("a", 16, Some(&one.version())),
+                lease("b", 0, Some(&two.version())),
+            ],
+            at(17),
+        );
+        assert!(view.may_reconcile("a", &orphaned));
+    }
+
+    #[test]
+    fn nothing_is_reconciled_before_the_first_settled_ring() {
+        let mut view = View::default();
+        assert!(!view.may_reconcile("a", "uid-1"));
+        view.observe(&[lease("a", 0, None)], at(1));
+        assert!(!view.may_reconcile("a", "uid-1"));
+        assert!(!view.may_reconcile("stranger", "uid-1"));
+    }
+}
