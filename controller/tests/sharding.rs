@@ -34,14 +34,8 @@ async fn reporters(env: &Env, namespace: &str, name: &str) -> BTreeSet<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn replicas_split_the_crs_by_the_ring_and_take_over_a_killed_ones() {
-    let env = env("shards").await;
-    let (src, dst) = env.names();
-    let names = [
-        format!("shard-a-{}", std::process::id()),
-        format!("shard-b-{}", std::process::id()),
-    ];
+/// Starts a replica named `name` with `--shard-by-lease`, its member Lease in `namespace`.
+fn replica(name: &str, namespace: &str) -> ServiceProcess {
     let seconds = format!("{LEASE_SECONDS}s");
     let args = [
         "--author-access=trusted",
@@ -51,62 +45,112 @@ async fn replicas_split_the_crs_by_the_ring_and_take_over_a_killed_ones() {
         "--leader-election-lease-duration",
         seconds.as_str(),
         "--leader-election-namespace",
-        src.as_str(),
+        namespace,
     ];
-    let start =
-        |name: &str| ServiceProcess::start_as(binary(), &args, &kubeconfig_path(), &[("POD_NAME", name)]);
-    let (mut a, mut b) = (start(&names[0]), start(&names[1]));
-    a.wait_ready().await;
-    b.wait_ready().await;
+    ServiceProcess::start_as(binary(), &args, &kubeconfig_path(), &[("POD_NAME", name)])
+}
 
-    // Both hold a member Lease and acknowledge the ring of both.
-    let ring = Ring::new(names.clone());
-    let leases = env.api::<Lease>(&src);
-    let acknowledged = |version: String| {
-        let leases = leases.clone();
+/// Waits until the member Leases in `namespace` are exactly those of `ring` and all acknowledge it.
+async fn wait_settled(env: &Env, namespace: &str, ring: &Ring) {
+    let leases = env.api::<Lease>(namespace);
+    let version = ring.version();
+    let expected: BTreeSet<String> = ring.members().iter().cloned().collect();
+    wait_for("the members acknowledge their ring", TIMEOUT, || {
+        let (leases, version, expected) = (leases.clone(), version.clone(), expected.clone());
         async move {
             let list = leases
                 .list(&ListParams::default().labels("projection.sh/controller-member=true"))
                 .await
                 .map_err(|e| e.to_string())?;
-            let said: Vec<Option<String>> = list
+            let said: BTreeSet<(String, Option<String>)> = list
                 .items
                 .iter()
                 .map(|l| {
-                    l.metadata
+                    let holder = l
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.holder_identity.clone())
+                        .unwrap_or_default();
+                    let ack = l
+                        .metadata
                         .annotations
                         .as_ref()
-                        .and_then(|a| a.get("projection.sh/ring-version").cloned())
+                        .and_then(|a| a.get("projection.sh/ring-version").cloned());
+                    (holder, ack)
                 })
                 .collect();
-            (!said.is_empty() && said.iter().all(|s| s.as_deref() == Some(version.as_str())))
-                .then_some(list.items.len())
-                .ok_or(format!("the members acknowledge {said:?}, not {version}"))
+            let holders: BTreeSet<String> = said.iter().map(|(h, _)| h.clone()).collect();
+            (holders == expected
+                && said
+                    .iter()
+                    .all(|(_, ack)| ack.as_deref() == Some(version.as_str())))
+            .then_some(())
+            .ok_or(format!("the members say {said:?}, not all {version}"))
         }
-    };
-    let members = wait_for("both members acknowledge the ring of both", TIMEOUT, || {
-        acknowledged(ring.version())
     })
     .await;
-    assert_eq!(members, 2);
+}
 
-    source_configmap(&env.api::<ConfigMap>(&src), "cfg", json!({"k": "v1"})).await;
+/// Creates `count` Projections of `src/cfg` (copies `cfg-<i>`), waits until all are Ready, and
+/// gives their uids.
+async fn projections(env: &Env, src: &str, count: usize) -> Vec<String> {
     let mut uids = Vec::new();
-    for i in 0..CRS {
+    for i in 0..count {
         let created = create(
             &env.projections(),
             projection(
                 &format!("p{i}"),
-                cm_source(&src, "cfg"),
+                cm_source(src, "cfg"),
                 json!({"destination": {"name": format!("cfg-{i}")}}),
             ),
         )
         .await;
         uids.push(created.metadata.uid.expect("a uid"));
     }
-    for i in 0..CRS {
+    for i in 0..count {
         wait_ready(&env.projections(), &format!("p{i}")).await;
     }
+    uids
+}
+
+/// Waits until every copy `cfg-<i>` of `indexes` in `namespace` has `k` = `value`.
+async fn wait_copies(env: &Env, namespace: &str, indexes: &[usize], value: &str) {
+    let copies = env.api::<ConfigMap>(namespace);
+    wait_for("every copy has the edit", Duration::from_secs(30), || {
+        let copies = copies.clone();
+        async move {
+            let mut stale = Vec::new();
+            for i in indexes {
+                let copy = copies.get(&format!("cfg-{i}")).await.map_err(|e| e.to_string())?;
+                if data_of(&copy)["k"] != value {
+                    stale.push(*i);
+                }
+            }
+            stale
+                .is_empty()
+                .then_some(())
+                .ok_or(format!("stale copies {stale:?}"))
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn replicas_split_the_crs_by_the_ring_and_take_over_a_killed_ones() {
+    let env = env("shards").await;
+    let (src, dst) = env.names();
+    let names = [
+        format!("shard-a-{}", std::process::id()),
+        format!("shard-b-{}", std::process::id()),
+    ];
+    let (mut a, mut b) = (replica(&names[0], &src), replica(&names[1], &src));
+    a.wait_ready().await;
+    b.wait_ready().await;
+    let ring = Ring::new(names.clone());
+    wait_settled(&env, &src, &ring).await;
+
+    source_configmap(&env.api::<ConfigMap>(&src), "cfg", json!({"k": "v1"})).await;
+    let uids = projections(&env, &src, CRS).await;
 
     // Each CR was reconciled by its owner alone, and each replica owns some.
     let mut owned = [0usize; 2];
@@ -125,29 +169,14 @@ async fn replicas_split_the_crs_by_the_ring_and_take_over_a_killed_ones() {
     b.kill_hard();
     let killed = Instant::now();
     merge(&env.api::<ConfigMap>(&src), "cfg", json!({"data": {"k": "v2"}})).await;
-    let copies = env.api::<ConfigMap>(&dst);
-    wait_for("every copy has the edit", Duration::from_secs(30), || {
-        let copies = copies.clone();
-        async move {
-            let mut stale = Vec::new();
-            for i in 0..CRS {
-                let copy = copies.get(&format!("cfg-{i}")).await.map_err(|e| e.to_string())?;
-                if data_of(&copy)["k"] != "v2" {
-                    stale.push(i);
-                }
-            }
-            stale
-                .is_empty()
-                .then_some(())
-                .ok_or(format!("stale copies {stale:?}"))
-        }
-    })
-    .await;
+    wait_copies(&env, &dst, &(0..CRS).collect::<Vec<_>>(), "v2").await;
     let took = killed.elapsed();
+    eprintln!("an edit made right after the kill reached every copy in {took:?}");
     assert!(
         took < Duration::from_secs(LEASE_SECONDS + 4),
         "taken over {took:?} after the kill (Lease {LEASE_SECONDS}s)"
     );
+    let leases = env.api::<Lease>(&src);
     let alone = Ring::new([names[0].clone()]).version();
     wait_object(
         &leases,
@@ -177,16 +206,76 @@ async fn replicas_split_the_crs_by_the_ring_and_take_over_a_killed_ones() {
         status.is_some_and(|s| s.success()),
         "clean exit on SIGTERM: {status:?}"
     );
-    let left = leases
-        .list(&ListParams::default().labels("projection.sh/controller-member=true"))
-        .await
-        .expect("leases");
+    wait_absent(
+        &leases,
+        &format!("projection-member-{}", names[0]),
+        "the stopped member's Lease",
+    )
+    .await;
+    let _cleanup = controller(&[]).await;
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_joining_replica_takes_its_share_and_a_cr_deleted_during_the_handover_is_cleaned_up() {
+    let env = env("shards-join").await;
+    let (src, dst) = env.names();
+    let names: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|n| format!("join-{n}-{}", std::process::id()))
+        .collect();
+    let (mut a, mut b) = (replica(&names[0], &src), replica(&names[1], &src));
+    a.wait_ready().await;
+    b.wait_ready().await;
+    let two = Ring::new(names[..2].to_vec());
+    wait_settled(&env, &src, &two).await;
+    source_configmap(&env.api::<ConfigMap>(&src), "cfg", json!({"k": "v1"})).await;
+    let uids = projections(&env, &src, CRS).await;
+
+    // A third joins; a CR that moves to it is deleted at once, while the ring changes.
+    let three = Ring::new(names.clone());
+    let moving: Vec<usize> = (0..CRS)
+        .filter(|&i| three.owner_of(&uids[i]) == Some(names[2].as_str()))
+        .collect();
+    assert!(!moving.is_empty(), "the newcomer takes some of {CRS}");
     assert!(
-        left.items
-            .iter()
-            .all(|l| l.metadata.name.as_deref() != Some(&format!("projection-member-{}", names[0]))),
-        "the stopped replica's Lease is gone"
+        moving.len() * 2 <= CRS,
+        "a join moves about a third, not {} of {CRS}",
+        moving.len()
     );
+    let mut c = replica(&names[2], &src);
+    let deleted = moving[0];
+    delete(&env.projections(), &format!("p{deleted}")).await;
+    c.wait_ready().await;
+    wait_settled(&env, &src, &three).await;
+    wait_absent(
+        &env.projections(),
+        &format!("p{deleted}"),
+        "the deleted Projection",
+    )
+    .await;
+    wait_absent(&env.api::<ConfigMap>(&dst), &format!("cfg-{deleted}"), "its copy").await;
+
+    // An edit now reaches every copy, each CR written by its owner before or after the join only.
+    merge(&env.api::<ConfigMap>(&src), "cfg", json!({"data": {"k": "v2"}})).await;
+    let kept: Vec<usize> = (0..CRS).filter(|&i| i != deleted).collect();
+    wait_copies(&env, &dst, &kept, "v2").await;
+    for &i in &kept {
+        let before = two.owner_of(&uids[i]).expect("an owner").to_owned();
+        let after = three.owner_of(&uids[i]).expect("an owner").to_owned();
+        let seen = reporters(&env, &dst, &format!("p{i}")).await;
+        assert!(
+            seen.contains(&after) && seen.iter().all(|r| *r == before || *r == after),
+            "p{i}: written by {seen:?}; its owners were {before}, then {after}"
+        );
+    }
+    for process in [&mut a, &mut b, &mut c] {
+        let status = process.terminate();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "clean exit on SIGTERM: {status:?}"
+        );
+    }
     let _cleanup = controller(&[]).await;
     env.finish().await;
 }
