@@ -689,6 +689,59 @@ fn controller_rbac_follows_supported_kinds_and_keeps_what_it_needs() {
 }
 
 #[test]
+fn sharding_is_one_value_that_replaces_leader_election() {
+    let lease_verbs = |r: &Rendered| {
+        verbs_on(
+            r.get("Role", "projection-controller-leader-election"),
+            "coordination.k8s.io",
+            "leases",
+        )
+    };
+    let default = rendered(&[("controller.replicas", json!(2))]);
+    let controller = default.get("Deployment", "projection-controller");
+    assert!(args_of(controller).contains(&"--leader-elect".to_owned()));
+    assert!(!args_of(controller).contains(&"--shard-by-lease".to_owned()));
+    assert_eq!(lease_verbs(&default), set(&["get", "create", "update", "patch"]));
+
+    let sharded = rendered(&[
+        ("controller.replicas", json!(3)),
+        ("controller.sharding.enabled", json!(true)),
+    ]);
+    let controller = sharded.get("Deployment", "projection-controller");
+    let args = args_of(controller);
+    assert!(args.contains(&"--shard-by-lease".to_owned()), "{args:?}");
+    assert!(!args.contains(&"--leader-elect".to_owned()), "{args:?}");
+    assert_eq!(
+        flag_value(controller, "--leader-election-lease-duration").as_deref(),
+        Some("15s")
+    );
+    assert_eq!(controller["spec"]["replicas"], 3);
+    let env = &container(controller)["env"];
+    assert!(
+        env.as_array()
+            .expect("env")
+            .iter()
+            .any(|e| e["name"] == "POD_NAME" && e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"),
+        "the ring places each replica by its pod's name: {env}"
+    );
+    // Each replica lists the others' Leases and deletes its own (and long-expired ones).
+    assert_eq!(
+        lease_verbs(&sharded),
+        set(&["get", "list", "create", "update", "patch", "delete"])
+    );
+    // Without leader election too (sharding replaces it).
+    let alone = rendered(&[
+        ("controller.replicas", json!(3)),
+        ("controller.leaderElection.enabled", json!(false)),
+        ("controller.sharding.enabled", json!(true)),
+    ]);
+    assert!(
+        args_of(alone.get("Deployment", "projection-controller")).contains(&"--shard-by-lease".to_owned())
+    );
+    assert_eq!(lease_verbs(&alone), lease_verbs(&sharded));
+}
+
+#[test]
 fn webhook_rbac_is_minimal() {
     for mode in MODES {
         let mut values = mode_values(mode);
