@@ -15,8 +15,9 @@ if ! { pid_alive kube-apiserver && pid_alive kube-controller-manager; }; then
   fi
 fi
 tests/control-plane/up.sh >/dev/null
-# The second control plane the cross-cluster tests write into (no node; a few seconds once built).
-tests/control-plane/remote.sh up >/dev/null
+# The second control plane the cross-cluster tests write into (no node; a few seconds once built),
+# with the apiserver's sharded list and watch on.
+eval "$(tests/control-plane/remote.sh up)"
 # Tests run controllers and webhooks of their own; the demo's would act on their objects too.
 stop_demo_services
 # What only the monitoring tests use (promtool, Prometheus, prometheus-operator; cached by version),
@@ -28,3 +29,8 @@ tests/control-plane/build-gitops.sh >/dev/null
 tests/control-plane/cert-manager.sh
 
 cargo test --workspace --locked --no-fail-fast "$@"
+# The replicas with shards again, on the second control plane: there the apiserver filters their CR
+# watches by shardSelector (on the first it ignores the parameter and each replica filters itself).
+if [ $# -eq 0 ]; then
+  PROJECTION_TEST_KUBECONFIG=$REMOTE_KUBECONFIG cargo test --locked -p controller --test sharding
+fi

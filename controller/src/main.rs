@@ -21,6 +21,7 @@ mod relevance;
 mod remote;
 mod replica;
 mod shard;
+mod shard_watch;
 mod wake;
 mod warm;
 mod watch_errors;

@@ -90,6 +90,9 @@ pub struct Metrics {
     pub watched_dest_gvks: Gauge,
     /// Other clusters open for copies (`spec.destination.kubeConfig`).
     pub remote_clusters: Gauge,
+    /// CR watch events a replica with shards received and dropped as another replica's: none where
+    /// the apiserver filters by `shardSelector`, the others' share where it ignores it.
+    pub shard_events_dropped_total: Family<KindLabels, Counter>,
     /// The controller-runtime names the Go operator exposed.
     pub queue: crate::queue_metrics::QueueMetrics,
     /// client-go's `rest_client_requests_total`, for the controller's client.
@@ -116,6 +119,7 @@ impl Metrics {
             watched_gvks: Gauge::default(),
             watched_dest_gvks: Gauge::default(),
             remote_clusters: Gauge::default(),
+            shard_events_dropped_total: Family::default(),
             queue: crate::queue_metrics::QueueMetrics::register(registry),
             rest_client: runtime::rest_client_metrics::RestClientMetrics::register(registry),
             replica: Arc::default(),
@@ -164,6 +168,11 @@ impl Metrics {
             "projection_remote_clusters",
             "Other clusters open for copies (spec.destination.kubeConfig): each named by at least one CR",
             metrics.remote_clusters.clone(),
+        );
+        registry.register(
+            "projection_shard_events_dropped",
+            "CR watch events a replica with shards (--shard-by-lease) received and dropped as another replica's, by kind",
+            metrics.shard_events_dropped_total.clone(),
         );
         registry.register_collector(Box::new(ReplicaCollector(metrics.replica.clone())));
         registry.register_collector(Box::new(runtime::process_metrics::ProcessCollector::default()));
@@ -378,6 +387,10 @@ mod tests {
             .reconcile_duration_seconds
             .get_or_create(&KindLabels { kind })
             .observe(0.1);
+        metrics
+            .shard_events_dropped_total
+            .get_or_create(&KindLabels { kind })
+            .inc();
         metrics
             .reconcile_errors_total
             .get_or_create(&ErrorLabels {

@@ -35,7 +35,11 @@ use tokio_util::sync::CancellationToken;
 /// `crate::cache::stored_cr`) and filtered to relevant changes; `deleted` is told of each CR the watch
 /// reports deleted.
 fn cr_stream<K>(
-    client: &Client,
+    (client, shard, dropped): (
+        &Client,
+        Option<Arc<crate::shard::Shard>>,
+        prometheus_client::metrics::counter::Counter,
+    ),
     writer: reflector::store::Writer<StoredCr<K>>,
     finalizer: &'static str,
     initial: crate::initial_list::InitialList,
@@ -44,12 +48,26 @@ fn cr_stream<K>(
 where
     K: Resource<DynamicType = ()> + serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
-    let events = initial_list::watch(
-        Api::<StoredCr<K>>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-        initial,
-    )
-    .default_backoff()
+    let watch = |client: Client| {
+        move || {
+            initial_list::watch(
+                Api::<StoredCr<K>>::all(client.clone()),
+                watcher::Config::default().any_semantic(),
+                initial,
+            )
+            .default_backoff()
+            .boxed()
+        }
+    };
+    // With shards: this replica's ranges only, listed anew when they change.
+    let events = match shard {
+        None => watch(client.clone())(),
+        Some(shard) => {
+            let client = crate::shard_watch::sharded_client(client, shard.selector());
+            let events = crate::shard_watch::restarting(watch(client), shard.selector());
+            crate::shard_watch::owned_only(events, shard, dropped)
+        }
+    }
     .reflect(writer);
     on_deleted(events, deleted).applied_objects().filter({
         let mut changes = crate::relevance::RelevantChanges::default();
@@ -257,19 +275,31 @@ impl Replica {
         let projection_changes = tokio::sync::mpsc::unbounded_channel();
         let cluster_changes = tokio::sync::mpsc::unbounded_channel();
         tasks.push(tokio::spawn(warm::feed(
-            cr_stream(&client, projection_writer, PROJECTION_FINALIZER, initial, {
-                let ctx = ctx.clone();
-                move |cr| pass::forget_deleted(&ctx, cr)
-            }),
+            cr_stream(
+                (&client, ctx.shard.clone(), dropped(&ctx, "Projection")),
+                projection_writer,
+                PROJECTION_FINALIZER,
+                initial,
+                {
+                    let ctx = ctx.clone();
+                    move |cr| pass::forget_deleted(&ctx, cr)
+                },
+            ),
             projection_changes.0.clone(),
             warm_tx.clone(),
             leading.clone(),
         )));
         tasks.push(tokio::spawn(warm::feed(
-            cr_stream(&client, cluster_writer, CLUSTER_PROJECTION_FINALIZER, initial, {
-                let ctx = ctx.clone();
-                move |cr| pass::forget_deleted(&ctx, cr)
-            }),
+            cr_stream(
+                (&client, ctx.shard.clone(), dropped(&ctx, "ClusterProjection")),
+                cluster_writer,
+                CLUSTER_PROJECTION_FINALIZER,
+                initial,
+                {
+                    let ctx = ctx.clone();
+                    move |cr| pass::forget_deleted(&ctx, cr)
+                },
+            ),
             cluster_changes.0.clone(),
             warm_tx,
             leading.clone(),
@@ -390,6 +420,15 @@ impl Replica {
     }
 }
 
+/// The counter of CR watch events of `kind` dropped as another replica's.
+fn dropped(ctx: &context::Context, kind: &'static str) -> prometheus_client::metrics::counter::Counter {
+    ctx.report
+        .metrics
+        .shard_events_dropped_total
+        .get_or_create(&metrics::KindLabels { kind })
+        .clone()
+}
+
 /// Sends the reconcilers every CR this replica may reconcile now and could not before, each time
 /// the membership (or its own Lease's validity) changes.
 async fn resend_when_shards_change(
@@ -404,8 +443,16 @@ async fn resend_when_shards_change(
     ),
 ) {
     let mut changed = shard.subscribe();
+    // Also every 2 s: a CR that moved here may reach the store (its watch listing anew) after the
+    // change that gave it to this replica.
+    let mut sweep = tokio::time::interval(std::time::Duration::from_secs(2));
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut mine: std::collections::HashSet<String> = std::collections::HashSet::new();
-    while changed.changed().await.is_ok() {
+    loop {
+        tokio::select! {
+            alive = changed.changed() => if alive.is_err() { return },
+            _ = sweep.tick() => {}
+        }
         let mut now_mine = std::collections::HashSet::new();
         for cr in projections.state() {
             let uid = cr.meta().uid.clone().unwrap_or_default();

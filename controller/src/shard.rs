@@ -13,7 +13,10 @@ use kube::{
     Api, Client,
     api::{DeleteParams, ListParams, Patch, PatchParams},
 };
-use shared::shard::membership::{MemberLease, View};
+use shared::shard::{
+    membership::{MemberLease, View},
+    selector::{ShardFilter, shard_selector},
+};
 use std::{
     collections::{BTreeMap, HashMap},
     sync::{Arc, Mutex, RwLock},
@@ -41,6 +44,9 @@ pub struct Shard {
     running: Mutex<HashMap<String, usize>>,
     /// Ticks whenever what this replica may reconcile can have changed.
     changed: tokio::sync::watch::Sender<()>,
+    /// The `shardSelector` of this replica's ranges in the current ring, for its CR watches (which
+    /// restart, to list anew, whenever it changes).
+    selector: tokio::sync::watch::Sender<ShardFilter>,
 }
 
 /// A pass under way; ends (for the acknowledgement) when dropped.
@@ -72,7 +78,22 @@ impl Shard {
             valid_until: Mutex::default(),
             running: Mutex::default(),
             changed: tokio::sync::watch::Sender::new(()),
+            selector: tokio::sync::watch::Sender::new(ShardFilter::Nothing),
         })
+    }
+
+    /// Whether the current ring gives this replica the CR with this uid (what its CR stores keep).
+    pub fn owns(&self, uid: &str) -> bool {
+        self.view
+            .read()
+            .expect("view")
+            .current()
+            .is_some_and(|ring| ring.owner_of(uid) == Some(self.me.as_str()))
+    }
+
+    /// The selector of this replica's ranges, and its changes.
+    pub fn selector(&self) -> tokio::sync::watch::Receiver<ShardFilter> {
+        self.selector.subscribe()
     }
 
     fn lease_valid(&self) -> bool {
@@ -134,6 +155,17 @@ impl Shard {
                         .observe(&leases, SystemTime::now());
                     if changed {
                         let view = self.view.read().expect("view");
+                        let selector = shard_selector(
+                            &view
+                                .current()
+                                .map(|ring| ring.ranges_of(&self.me))
+                                .unwrap_or_default(),
+                        );
+                        self.selector.send_if_modified(|current| {
+                            let modified = *current != selector;
+                            *current = selector;
+                            modified
+                        });
                         tracing::info!(
                             identity = self.me,
                             members = view.current().map_or(0, |ring| ring.members().len()),

@@ -11,7 +11,7 @@ use k8s_openapi::api::{
     core::v1::{ConfigMap, Event},
 };
 use kube::api::ListParams;
-use projection_tests::{ServiceProcess, kubeconfig_path, wait_for};
+use projection_tests::{ServiceProcess, kubeconfig_path, metric_value, wait_for};
 use serde_json::json;
 use shared::shard::Ring;
 use std::{
@@ -20,6 +20,17 @@ use std::{
 };
 
 const LEASE_SECONDS: u64 = 4;
+const DROPPED: &str = "projection_shard_events_dropped_total{kind=\"Projection\"}";
+
+/// Whether the apiserver has sharded list and watch (the second local control plane does).
+async fn sharded_list_and_watch(client: &kube::Client) -> bool {
+    client
+        .request_text(http::Request::get("/metrics").body(Vec::new()).expect("request"))
+        .await
+        .expect("the apiserver's metrics")
+        .lines()
+        .any(|line| line == "kubernetes_feature_enabled{name=\"ShardedListAndWatch\",stage=\"ALPHA\"} 1")
+}
 const CRS: usize = 24;
 
 /// The replicas whose events name the CR `name` in `namespace`.
@@ -164,6 +175,20 @@ async fn replicas_split_the_crs_by_the_ring_and_take_over_a_killed_ones() {
         );
     }
     assert!(owned.iter().all(|&n| n > 0), "both own some of {CRS}: {owned:?}");
+    // Where the apiserver filters by shardSelector, neither received the other's CRs; where it
+    // ignores it, each dropped the other's.
+    let dropped: f64 = [&a, &b]
+        .iter()
+        .map(|r| metric_value(&r.metrics(), DROPPED).expect("the dropped counter"))
+        .sum();
+    if sharded_list_and_watch(&env.client).await {
+        assert_eq!(dropped, 0.0, "the apiserver sent each replica its own CRs only");
+    } else {
+        assert!(
+            dropped >= CRS as f64,
+            "each replica dropped the other's CRs: {dropped}"
+        );
+    }
 
     // The second is killed; an edit made right after reaches every copy once its Lease expired.
     b.kill_hard();

@@ -1,0 +1,162 @@
+//! The CR watches of a replica with shards (`--shard-by-lease`): they ask the apiserver for this
+//! replica's ranges only (`shardSelector`, KEP-5866; kube's list and watch parameters lack it, so a
+//! client of our own adds it to the CR collections' requests), keep only the CRs the current ring
+//! gives this replica (an apiserver without the feature gate ignores the parameter), and list anew
+//! whenever the ranges change, so a CR that moved here arrives and one that moved away leaves.
+
+use crate::shard::Shard;
+use futures::{StreamExt, stream::BoxStream};
+use kube::{
+    Client, Resource,
+    runtime::watcher::{self, Event},
+};
+use prometheus_client::metrics::counter::Counter;
+use shared::{
+    api::crd::{ClusterProjection, Projection},
+    shard::selector::ShardFilter,
+};
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// What is sent when this replica owns no range: a selector of the one hash 0, so the server sends
+/// (next to) nothing; the replica's own filter drops the rest.
+const NO_RANGE: &str = "shardRange(object.metadata.uid, '0x0000000000000000', '0x0000000000000001')";
+
+/// `client` with the replica's `shardSelector` on every list and watch of the CRs' collections.
+pub fn sharded_client(client: &Client, selector: watch::Receiver<ShardFilter>) -> Client {
+    let inner = client.clone();
+    let collections = [
+        Projection::url_path(&(), None),
+        ClusterProjection::url_path(&(), None),
+    ];
+    let service = tower::service_fn(move |mut request: http::Request<kube::client::Body>| {
+        if request.method() == http::Method::GET && collections.iter().any(|c| c == request.uri().path()) {
+            let value = match &*selector.borrow() {
+                ShardFilter::Everything => None,
+                ShardFilter::Nothing => Some(NO_RANGE.to_owned()),
+                ShardFilter::Ranges(ranges) => Some(ranges.clone()),
+            };
+            if let Some(value) = value {
+                add_query(&mut request, "shardSelector", &value);
+            }
+        }
+        let inner = inner.clone();
+        async move { inner.send(request).await }
+    });
+    Client::new(service, client.default_namespace())
+}
+
+fn add_query<B>(request: &mut http::Request<B>, key: &str, value: &str) {
+    let pair = form_urlencoded::Serializer::new(String::new())
+        .append_pair(key, value)
+        .finish();
+    let uri = request.uri();
+    let with = match uri.query() {
+        Some(query) => format!("{}?{query}&{pair}", uri.path()),
+        None => format!("{}?{pair}", uri.path()),
+    };
+    if let Ok(uri) = http::Uri::try_from(with) {
+        *request.uri_mut() = uri;
+    }
+}
+
+/// The stream `make` gives, made anew each time the selector changes (a new watch lists what
+/// the new ranges hold; the reflector replaces its store with that list).
+pub fn restarting<T: Send + 'static>(
+    mut make: impl FnMut() -> BoxStream<'static, T> + Send + 'static,
+    mut changes: watch::Receiver<ShardFilter>,
+) -> BoxStream<'static, T> {
+    changes.mark_unchanged();
+    let current = make();
+    futures::stream::unfold(
+        (current, Some(changes), make),
+        |(mut current, mut changes, mut make)| async move {
+            loop {
+                tokio::select! {
+                    item = current.next() => return item.map(|item| (item, (current, changes, make))),
+                    alive = async {
+                        match changes.as_mut() {
+                            Some(changes) => changes.changed().await.is_ok(),
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        if alive {
+                            current = make();
+                        } else {
+                            changes = None;
+                        }
+                    }
+                }
+            }
+        },
+    )
+    .boxed()
+}
+
+/// Only the events of CRs the current ring gives this replica; the others counted in `dropped`.
+pub fn owned_only<K: Resource + Send + 'static>(
+    events: BoxStream<'static, watcher::Result<Event<K>>>,
+    shard: Arc<Shard>,
+    dropped: Counter,
+) -> BoxStream<'static, watcher::Result<Event<K>>> {
+    events
+        .filter(move |event| {
+            let keep = match event {
+                Ok(Event::Apply(cr) | Event::InitApply(cr) | Event::Delete(cr)) => {
+                    shard.owns(cr.meta().uid.as_deref().unwrap_or_default())
+                }
+                _ => true,
+            };
+            if !keep {
+                dropped.inc();
+            }
+            std::future::ready(keep)
+        })
+        .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_selector_is_added_to_the_query_encoded() {
+        let mut request = http::Request::get("/apis/projection.sh/v1/projections?watch=true")
+            .body(())
+            .unwrap();
+        add_query(
+            &mut request,
+            "shardSelector",
+            "shardRange(object.metadata.uid, '0x0', '0x1')",
+        );
+        assert_eq!(
+            request.uri().to_string(),
+            "/apis/projection.sh/v1/projections?watch=true&shardSelector=\
+             shardRange%28object.metadata.uid%2C+%270x0%27%2C+%270x1%27%29"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_change_of_the_selector_starts_the_stream_anew() {
+        let (tx, rx) = watch::channel(ShardFilter::Nothing);
+        let mut round = 0;
+        let mut stream = restarting(
+            move || {
+                round += 1;
+                futures::stream::iter([round])
+                    .chain(futures::stream::pending())
+                    .boxed()
+            },
+            rx,
+        );
+        assert_eq!(stream.next().await, Some(1));
+        tx.send_replace(ShardFilter::Everything);
+        assert_eq!(stream.next().await, Some(2));
+        drop(tx);
+        let pending = tokio::time::timeout(std::time::Duration::from_millis(50), stream.next()).await;
+        assert!(
+            pending.is_err(),
+            "the last stream goes on once nobody changes the selector"
+        );
+    }
+}
