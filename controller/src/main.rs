@@ -121,6 +121,7 @@ async fn main() -> anyhow::Result<()> {
             &identity,
             &args.leader_election_namespace,
             args.leader_election_lease_duration,
+            &metrics,
         )
     });
     let membership = shard

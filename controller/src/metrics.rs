@@ -93,6 +93,9 @@ pub struct Metrics {
     /// CR watch events a replica with shards received and dropped as another replica's: none where
     /// the apiserver filters by `shardSelector`, the others' share where it ignores it.
     pub shard_events_dropped_total: Family<KindLabels, Counter>,
+    /// With shards: the live members this replica sees, and the changes of the ring it applied.
+    pub shard_members: Gauge,
+    pub shard_ring_changes_total: Counter,
     /// The controller-runtime names the Go operator exposed.
     pub queue: crate::queue_metrics::QueueMetrics,
     /// client-go's `rest_client_requests_total`, for the controller's client.
@@ -120,6 +123,8 @@ impl Metrics {
             watched_dest_gvks: Gauge::default(),
             remote_clusters: Gauge::default(),
             shard_events_dropped_total: Family::default(),
+            shard_members: Gauge::default(),
+            shard_ring_changes_total: Counter::default(),
             queue: crate::queue_metrics::QueueMetrics::register(registry),
             rest_client: runtime::rest_client_metrics::RestClientMetrics::register(registry),
             replica: Arc::default(),
@@ -173,6 +178,16 @@ impl Metrics {
             "projection_shard_events_dropped",
             "CR watch events a replica with shards (--shard-by-lease) received and dropped as another replica's, by kind",
             metrics.shard_events_dropped_total.clone(),
+        );
+        registry.register(
+            "projection_shard_members",
+            "Live members of the ring this replica with shards (--shard-by-lease) sees; 0 without shards",
+            metrics.shard_members.clone(),
+        );
+        registry.register(
+            "projection_shard_ring_changes",
+            "Changes of the members a replica with shards applied (each moves some CRs between replicas)",
+            metrics.shard_ring_changes_total.clone(),
         );
         registry.register_collector(Box::new(ReplicaCollector(metrics.replica.clone())));
         registry.register_collector(Box::new(runtime::process_metrics::ProcessCollector::default()));

@@ -47,6 +47,11 @@ pub struct Shard {
     /// The `shardSelector` of this replica's ranges in the current ring, for its CR watches (which
     /// restart, to list anew, whenever it changes).
     selector: tokio::sync::watch::Sender<ShardFilter>,
+    /// `projection_shard_members`, `projection_shard_ring_changes_total`.
+    metrics: (
+        prometheus_client::metrics::gauge::Gauge,
+        prometheus_client::metrics::counter::Counter,
+    ),
 }
 
 /// A pass under way; ends (for the acknowledgement) when dropped.
@@ -68,7 +73,12 @@ impl Drop for Running {
 }
 
 impl Shard {
-    pub fn new(me: &str, namespace: &str, duration: Duration) -> Arc<Self> {
+    pub fn new(
+        me: &str,
+        namespace: &str,
+        duration: Duration,
+        metrics: &crate::metrics::Metrics,
+    ) -> Arc<Self> {
         Arc::new(Self {
             me: me.to_owned(),
             lease_name: lease_name(me),
@@ -79,6 +89,10 @@ impl Shard {
             running: Mutex::default(),
             changed: tokio::sync::watch::Sender::new(()),
             selector: tokio::sync::watch::Sender::new(ShardFilter::Nothing),
+            metrics: (
+                metrics.shard_members.clone(),
+                metrics.shard_ring_changes_total.clone(),
+            ),
         })
     }
 
@@ -161,11 +175,16 @@ impl Shard {
                                 .map(|ring| ring.ranges_of(&self.me))
                                 .unwrap_or_default(),
                         );
-                        self.selector.send_if_modified(|current| {
+                        let moved = self.selector.send_if_modified(|current| {
                             let modified = *current != selector;
                             *current = selector;
                             modified
                         });
+                        let members = view.current().map_or(0, |ring| ring.members().len());
+                        self.metrics.0.set(i64::try_from(members).unwrap_or(i64::MAX));
+                        if moved {
+                            self.metrics.1.inc();
+                        }
                         tracing::info!(
                             identity = self.me,
                             members = view.current().map_or(0, |ring| ring.members().len()),
@@ -317,7 +336,9 @@ mod tests {
 
     #[test]
     fn a_lease_round_trips_into_what_the_ring_reads() {
-        let shard = Shard::new("replica-1", "ns", Duration::from_secs(15));
+        let metrics =
+            crate::metrics::Metrics::register(&mut prometheus_client::registry::Registry::default());
+        let shard = Shard::new("replica-1", "ns", Duration::from_secs(15), &metrics);
         let lease = shard.lease(Some("ring-0123456789ab"));
         let member = member_lease(&lease).expect("a member");
         assert_eq!(member.identity, "replica-1");
