@@ -454,25 +454,33 @@ async fn resend_when_shards_change(
             _ = sweep.tick() => {}
         }
         let mut now_mine = std::collections::HashSet::new();
-        for cr in projections.state() {
-            let uid = cr.meta().uid.clone().unwrap_or_default();
-            if shard.may_reconcile(&uid) {
-                if !mine.contains(&uid) {
-                    let _ = projection_changes.send((*cr).clone());
-                }
-                now_mine.insert(uid);
-            }
-        }
-        for cr in clusters.state() {
-            let uid = cr.meta().uid.clone().unwrap_or_default();
-            if shard.may_reconcile(&uid) {
-                if !mine.contains(&uid) {
-                    let _ = cluster_changes.send((*cr).clone());
-                }
-                now_mine.insert(uid);
-            }
-        }
+        send_newly_reconcilable(&shard, (&projections, &projection_changes), &mine, &mut now_mine);
+        send_newly_reconcilable(&shard, (&clusters, &cluster_changes), &mine, &mut now_mine);
         mine = now_mine;
+    }
+}
+
+/// Sends each CR of `store` this replica may reconcile and did not at the last look (`before`);
+/// records in `now` the uids it may.
+fn send_newly_reconcilable<K: Resource<DynamicType = ()> + Clone>(
+    shard: &crate::shard::Shard,
+    (store, changes): (
+        &reflector::Store<StoredCr<K>>,
+        &tokio::sync::mpsc::UnboundedSender<StoredCr<K>>,
+    ),
+    before: &std::collections::HashSet<String>,
+    now: &mut std::collections::HashSet<String>,
+) where
+    StoredCr<K>: Clone,
+{
+    for cr in store.state() {
+        let uid = cr.meta().uid.clone().unwrap_or_default();
+        if shard.may_reconcile(&uid) {
+            if !before.contains(&uid) {
+                let _ = changes.send((*cr).clone());
+            }
+            now.insert(uid);
+        }
     }
 }
 

@@ -161,7 +161,11 @@ async fn replicas_split_the_crs_by_the_ring_and_take_over_a_killed_ones() {
     wait_settled(&env, &src, &ring).await;
     for replica in [&a, &b] {
         let metrics = replica.metrics();
-        assert_eq!(metric_value(&metrics, "projection_shard_members"), Some(2.0), "{metrics}");
+        assert_eq!(
+            metric_value(&metrics, "projection_shard_members"),
+            Some(2.0),
+            "{metrics}"
+        );
         assert!(
             metric_value(&metrics, "projection_shard_ring_changes_total").is_some_and(|n| n >= 1.0),
             "{metrics}"
