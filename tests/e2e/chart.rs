@@ -729,6 +729,14 @@ fn sharding_is_one_value_that_replaces_leader_election() {
         lease_verbs(&sharded),
         set(&["get", "list", "create", "update", "patch", "delete"])
     );
+    // A drain takes one replica at a time; without shards there is no controller budget.
+    let budget = sharded.get("PodDisruptionBudget", "projection-controller");
+    assert_eq!(budget["spec"]["maxUnavailable"], 1);
+    assert_labels_select(
+        &budget["spec"]["selector"]["matchLabels"],
+        &controller["spec"]["template"]["metadata"]["labels"],
+    );
+    assert!(!default.has("PodDisruptionBudget", "projection-controller"));
     // Without leader election too (sharding replaces it).
     let alone = rendered(&[
         ("controller.replicas", json!(3)),
