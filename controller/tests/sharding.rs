@@ -11,7 +11,7 @@ use k8s_openapi::api::{
     core::v1::{ConfigMap, Event},
 };
 use kube::api::ListParams;
-use projection_tests::{ServiceProcess, kubeconfig_path, metric_value, wait_for};
+use projection_tests::{ServiceProcess, kubeconfig_path, metric_value, sharded_list_and_watch, wait_for};
 use serde_json::json;
 use shared::shard::Ring;
 use std::{
@@ -22,15 +22,6 @@ use std::{
 const LEASE_SECONDS: u64 = 4;
 const DROPPED: &str = "projection_shard_events_dropped_total{kind=\"Projection\"}";
 
-/// Whether the apiserver has sharded list and watch (the second local control plane does).
-async fn sharded_list_and_watch(client: &kube::Client) -> bool {
-    client
-        .request_text(http::Request::get("/metrics").body(Vec::new()).expect("request"))
-        .await
-        .expect("the apiserver's metrics")
-        .lines()
-        .any(|line| line == "kubernetes_feature_enabled{name=\"ShardedListAndWatch\",stage=\"ALPHA\"} 1")
-}
 const CRS: usize = 24;
 
 /// The replicas whose events name the CR `name` in `namespace`.

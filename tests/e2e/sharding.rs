@@ -15,6 +15,7 @@ use kube::{
 use projection_tests::{
     TestNamespace, client, install_crds,
     remote::{RemoteNamespace, remote_client},
+    sharded_list_and_watch,
 };
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -27,8 +28,6 @@ use shared::{
 };
 use std::collections::BTreeSet;
 
-const GATE_ON: &str = "kubernetes_feature_enabled{name=\"ShardedListAndWatch\",stage=\"ALPHA\"} 1";
-
 /// Three replicas, named as a Deployment's pods are.
 fn ring() -> Ring {
     Ring::new([
@@ -36,14 +35,6 @@ fn ring() -> Ring {
         "projection-controller-7c9d5b6f4-p9w3m",
         "projection-controller-7c9d5b6f4-z4r7t",
     ])
-}
-
-async fn gate_is_on(client: &Client) -> bool {
-    let metrics = client
-        .request_text(http::Request::get("/metrics").body(Vec::new()).expect("request"))
-        .await
-        .expect("the apiserver's metrics");
-    metrics.lines().any(|line| line == GATE_ON)
 }
 
 /// `path` with `shardSelector=selector` (percent-encoded).
@@ -129,7 +120,7 @@ async fn create_projections(client: &Client, namespace: &str, count: usize) -> V
 async fn with_the_gate_on_the_apiserver_lists_and_watches_exactly_what_our_ring_gives_each_member() {
     let remote = remote_client().await;
     assert!(
-        gate_is_on(&remote).await,
+        sharded_list_and_watch(&remote).await,
         "the second control plane runs without ShardedListAndWatch: restart it with \
          `tests/control-plane/remote.sh down && tests/control-plane/remote.sh up`"
     );
@@ -240,7 +231,7 @@ async fn with_the_gate_on_the_apiserver_lists_and_watches_exactly_what_our_ring_
 async fn with_the_gate_off_the_apiserver_ignores_the_selector_so_a_replica_filters_itself() {
     let client = client().await;
     assert!(
-        !gate_is_on(&client).await,
+        !sharded_list_and_watch(&client).await,
         "the first control plane runs with the gate off"
     );
     let namespace = TestNamespace::create(&client, "shard-off").await;

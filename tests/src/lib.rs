@@ -701,6 +701,17 @@ pub async fn wait_for_event(client: &Client, namespace: &str, regarding: &str, r
     .await
 }
 
+/// Whether the apiserver of `client` has sharded list and watch (feature gate
+/// `ShardedListAndWatch`, on in the second local control plane), from its own metrics.
+pub async fn sharded_list_and_watch(client: &Client) -> bool {
+    client
+        .request_text(http::Request::get("/metrics").body(Vec::new()).expect("request"))
+        .await
+        .expect("the apiserver's metrics")
+        .lines()
+        .any(|line| line == "kubernetes_feature_enabled{name=\"ShardedListAndWatch\",stage=\"ALPHA\"} 1")
+}
+
 /// Serialises tests that each run their own controller: two controllers on one cluster would both
 /// reconcile every object.
 pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
