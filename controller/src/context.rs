@@ -132,6 +132,7 @@ impl Context {
                 copies: self.copies.clone(),
                 namespaces: (cr.scope == Scope::Namespaces).then(|| self.namespaces.clone()),
                 cluster: None,
+                cluster_identity: None,
             }),
             Some(secret) => {
                 let recorded = cr.recorded().and_then(|r| r.cluster.as_deref());
@@ -151,6 +152,8 @@ pub struct Destination {
     /// Another cluster's apiserver (`RemoteAccess::server_id`), recorded with the copies; `None`
     /// for this cluster.
     pub cluster: Option<String>,
+    /// That cluster's identity, when its credentials may read it (recorded for admission).
+    pub cluster_identity: Option<String>,
 }
 
 /// What the read step needs: discovery, the watches that hold the sources, the platform's policy

@@ -51,6 +51,8 @@ pub struct RemoteCluster {
     client: Client,
     /// The identity of the CRs' own cluster, stamped on the copies.
     identity: String,
+    /// This cluster's own identity, once read (`None`: its credentials may not read it).
+    identity_there: OnceCell<Option<String>>,
     settings: RemoteSettings,
     /// Where the copies of Projections go, per namespace.
     by_namespace: Mutex<HashMap<String, Arc<CopyCluster>>>,
@@ -97,6 +99,23 @@ impl RemoteCluster {
             author_clients: AuthorClients::new(self.client.clone()),
             source_cluster: Some(self.identity.clone()),
         })
+    }
+
+    /// This cluster's identity (`runtime::cluster_identity`), read once with its credentials;
+    /// `None` when they may not read it, or when it does not answer (asked again next pass).
+    async fn identity_there(&self) -> Option<String> {
+        let read = self
+            .identity_there
+            .get_or_try_init(|| async {
+                match runtime::cluster_identity::read(&self.client).await {
+                    Ok(identity) => Ok(Some(identity).filter(|i| !i.is_empty())),
+                    // Refused or absent: a credential bound to its namespaces; it stays unknown.
+                    Err(kube::Error::Api(_)) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .await;
+        read.ok().and_then(Clone::clone)
     }
 
     /// Where a Projection of `namespace` writes its copy here.
@@ -214,6 +233,7 @@ impl RemoteClusters {
             copies,
             namespaces,
             cluster: Some(cluster.server.clone()),
+            cluster_identity: cluster.identity_there().await,
         })
     }
 
@@ -242,6 +262,7 @@ impl RemoteClusters {
             server: access.server_id(),
             client,
             identity,
+            identity_there: OnceCell::new(),
             settings: self.settings.clone(),
             by_namespace: Mutex::default(),
             everywhere: OnceCell::new(),

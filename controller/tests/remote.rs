@@ -54,7 +54,8 @@ async fn kubeconfig_secret(client: &Client, namespace: &str, name: &str, text: &
         .unwrap_or_else(|e| panic!("cannot write Secret {namespace}/{name}: {e}"));
 }
 
-/// The UID of the local cluster's `kube-system`: the identity its copies carry elsewhere.
+/// The UID of the `kube-system` of the cluster `client` reaches: the identity copies written from
+/// it carry elsewhere, and the one recorded for copies written into it.
 async fn local_identity(client: &Client) -> String {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
@@ -143,6 +144,17 @@ async fn a_projection_writes_its_copy_into_another_cluster_and_keeps_it_there() 
         local_copies.get_opt("settings").await.expect("get").is_none(),
         "nothing is written in the CR's own cluster"
     );
+    // Credentials bound to one namespace may not read the other cluster's identity: none recorded.
+    let written = env
+        .projections()
+        .get("p")
+        .await
+        .expect("get")
+        .status
+        .expect("status");
+    let written = written.copy.written_destination.expect("recorded");
+    assert!(written.cluster.is_some_and(|c| c.starts_with("server-")));
+    assert_eq!(written.cluster_identity, None);
     // The other cluster is counted, and its requests under its alias, never its URL.
     let alias = KubeconfigSecret {
         namespace: dst.clone(),
@@ -294,6 +306,16 @@ async fn a_cluster_projection_writes_into_the_namespaces_of_another_cluster() {
             Some(listing.as_str())
         );
     }
+    // Credentials that may get namespaces there read the other cluster's identity, recorded for
+    // admission (the webhook places the copies by it).
+    let identity_there = local_identity(&remote).await;
+    wait_object(&cps, &listing, "the other cluster's identity recorded", |cp| {
+        cp.status
+            .as_ref()
+            .and_then(|s| s.copy.written_destination.as_ref())
+            .is_some_and(|w| w.cluster_identity.as_deref() == Some(identity_there.as_str()))
+    })
+    .await;
 
     // A selector is evaluated among the other cluster's namespaces, as their labels change.
     let selecting = format!("{controller_namespace}-sel");

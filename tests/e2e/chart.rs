@@ -798,12 +798,35 @@ fn webhook_rbac_is_minimal() {
             ("projection.sh", "clusterprojections"),
             ("", "namespaces"),
         ] {
+            let unnamed: BTreeSet<String> = role["rules"]
+                .as_array()
+                .expect("rules")
+                .iter()
+                .filter(|r| r.get("resourceNames").is_none())
+                .filter(|r| {
+                    strings(&r["apiGroups"]) == [group]
+                        && strings(&r["resources"]).iter().any(|x| x == resource)
+                })
+                .flat_map(|r| strings(&r["verbs"]))
+                .collect();
             assert_eq!(
-                verbs_on(role, group, resource),
+                unnamed,
                 set(&["list", "watch"]),
                 "the CR index watches {resource}, and writes nothing"
             );
         }
+        // One namespace read by name: kube-system, this cluster's identity (loops through a
+        // kubeconfig that reaches this very cluster).
+        let named: Vec<&Value> = role["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .filter(|r| r.get("resourceNames").is_some())
+            .filter(|r| strings(&r["resources"]) == ["namespaces"])
+            .collect();
+        assert_eq!(named.len(), 1, "{mode}: {named:?}");
+        assert_eq!(named[0]["resourceNames"], json!(["kube-system"]));
+        assert_eq!(strings(&named[0]["verbs"]), ["get"]);
         let self_managed = mode == "self-managed";
         assert_eq!(
             r.has("Role", "projection-webhook-certificate"),

@@ -13,9 +13,13 @@ use kube::{
 };
 use shared::{
     admission::claims::{
-        ClaimIndex, ClaimVerdict, Claimant, check, cluster_claim, cluster_targets, projection_claim,
+        Claim, ClaimIndex, ClaimVerdict, Claimant, KnownClusters, check, cluster_claim, cluster_targets,
+        projection_claim,
     },
-    api::crd::{ClusterProjection, ClusterProjectionSpec, Projection},
+    api::{
+        crd::{ClusterProjection, ClusterProjectionSpec, Projection},
+        kind::ProjectionCr,
+    },
 };
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -30,8 +34,11 @@ type NamespaceLabels = BTreeMap<String, BTreeMap<String, String>>;
 #[derive(Default)]
 struct State {
     index: ClaimIndex,
-    /// ClusterProjections with a selector, re-resolved when namespaces change.
-    selecting: HashMap<Claimant, ClusterProjectionSpec>,
+    /// Which clusters the CRs' kubeconfig Secrets reach, as their statuses recorded.
+    clusters: KnownClusters,
+    /// ClusterProjections with a selector, re-resolved when namespaces change, with the identity
+    /// of the cluster they write into that their status recorded.
+    selecting: HashMap<Claimant, (ClusterProjectionSpec, Option<String>)>,
     namespaces: NamespaceLabels,
     /// Which of the three watches have listed once.
     synced: [bool; 3],
@@ -42,11 +49,18 @@ const CLUSTER_PROJECTIONS: usize = 1;
 const NAMESPACES: usize = 2;
 
 impl State {
-    fn set_cluster(&mut self, who: Claimant, spec: ClusterProjectionSpec) {
+    /// Records the claim of `who`, placed by the cluster identity its status `recorded`.
+    fn set(&mut self, who: Claimant, claim: Claim, recorded: Option<&str>) {
+        self.clusters.learn(&claim, recorded);
+        let claim = claim.placed(&self.clusters, recorded);
+        self.index.set(who, claim);
+    }
+
+    fn set_cluster(&mut self, who: Claimant, spec: ClusterProjectionSpec, recorded: Option<String>) {
         let targets = cluster_targets(&spec, &self.namespaces);
-        self.index.set(who.clone(), cluster_claim(&spec, &targets));
+        self.set(who.clone(), cluster_claim(&spec, &targets), recorded.as_deref());
         if spec.destination.namespace_selector.is_some() {
-            self.selecting.insert(who, spec);
+            self.selecting.insert(who, (spec, recorded));
         } else {
             self.selecting.remove(&who);
         }
@@ -59,9 +73,9 @@ impl State {
 
     /// Re-resolves the selectors against the namespaces as they are now.
     fn reselect(&mut self) {
-        let selecting: Vec<(Claimant, ClusterProjectionSpec)> = self.selecting.drain().collect();
-        for (who, spec) in selecting {
-            self.set_cluster(who, spec);
+        let selecting: Vec<_> = self.selecting.drain().collect();
+        for (who, (spec, recorded)) in selecting {
+            self.set_cluster(who, spec, recorded);
         }
     }
 }
@@ -89,12 +103,16 @@ pub enum Candidate<'a> {
 }
 
 impl ClaimWatch {
-    /// Starts the three watches; they run until `stop` completes.
+    /// Starts the three watches, after reading this cluster's identity (so that copies through a
+    /// kubeconfig that reaches this very cluster are known to land here); they run until `stop`
+    /// completes.
     pub fn start(client: Client, stop: impl Future<Output = ()> + Send + 'static) -> Arc<Self> {
         let watch = Arc::new(Self::default());
         let run = {
             let watch = watch.clone();
             async move {
+                let this = this_cluster(&client).await;
+                watch.write().clusters = KnownClusters::new(this);
                 tokio::join!(
                     watch.follow_projections(client.clone()),
                     watch.follow_cluster_projections(client.clone()),
@@ -138,13 +156,13 @@ impl ClaimWatch {
                     namespace: namespace.to_owned(),
                     name: name.to_owned(),
                 },
-                projection_claim(namespace, spec),
+                projection_claim(namespace, spec).placed(&state.clusters, None),
             ),
             Candidate::Cluster { spec } => (
                 Claimant::ClusterProjection {
                     name: name.to_owned(),
                 },
-                cluster_claim(spec, &cluster_targets(spec, &state.namespaces)),
+                cluster_claim(spec, &cluster_targets(spec, &state.namespaces)).placed(&state.clusters, None),
             ),
         };
         check(&state.index, &who, &claim)
@@ -177,7 +195,12 @@ impl ClaimWatch {
                 watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
                     let namespace = p.namespace().unwrap_or_default();
                     relisted.insert(who(&p));
-                    state.index.set(who(&p), projection_claim(&namespace, &p.spec));
+                    let recorded = recorded_identity(&p);
+                    state.set(
+                        who(&p),
+                        projection_claim(&namespace, &p.spec),
+                        recorded.as_deref(),
+                    );
                 }
                 watcher::Event::Delete(p) => state.remove(&who(&p)),
                 watcher::Event::InitDone => {
@@ -210,7 +233,8 @@ impl ClaimWatch {
                 watcher::Event::Init => relisted.clear(),
                 watcher::Event::Apply(cp) | watcher::Event::InitApply(cp) => {
                     relisted.insert(who(&cp));
-                    state.set_cluster(who(&cp), cp.spec);
+                    let recorded = recorded_identity(&cp);
+                    state.set_cluster(who(&cp), cp.spec, recorded);
                 }
                 watcher::Event::Delete(cp) => state.remove(&who(&cp)),
                 watcher::Event::InitDone => {
@@ -265,6 +289,34 @@ impl ClaimWatch {
             }
         }
     }
+}
+
+/// The identity of the cluster a CR's copies were written to, as its status recorded it.
+fn recorded_identity<K: ProjectionCr>(cr: &K) -> Option<String> {
+    cr.view().recorded()?.cluster_identity.clone()
+}
+
+/// This cluster's identity, as the controller stamps it on copies elsewhere; `None` when the
+/// webhook may not read it (then no kubeconfig is known to reach this cluster). Asked a few times:
+/// the apiserver may not answer yet while the webhook starts.
+async fn this_cluster(client: &Client) -> Option<String> {
+    for attempt in 1..=5u32 {
+        match runtime::cluster_identity::read(client).await {
+            Ok(identity) => return Some(identity).filter(|i| !i.is_empty()),
+            Err(kube::Error::Api(status)) => {
+                tracing::info!(
+                    code = status.code,
+                    "CR index: this cluster's identity is not readable; copies through a kubeconfig are placed by their Secret"
+                );
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(attempt, error = %e, "CR index: reading this cluster's identity failed");
+                tokio::time::sleep(std::time::Duration::from_secs(u64::from(attempt))).await;
+            }
+        }
+    }
+    None
 }
 
 /// After a relist: forgets the CRs of one kind (`of_kind`) that the list no longer holds.

@@ -981,3 +981,93 @@ async fn an_overlap_is_warned_of_and_a_loop_is_denied_with_its_chain() {
     let metrics = webhook.process.metrics();
     assert!(metrics.contains("projection_webhook_requests_total"), "{metrics}");
 }
+
+#[tokio::test]
+async fn a_loop_through_a_kubeconfig_that_reaches_this_cluster_is_denied_once_its_identity_is_recorded() {
+    let (_serial, client) = serial_cluster().await;
+    let a = TestNamespace::create(&client, "webhook-self-a").await;
+    let b = TestNamespace::create(&client, "webhook-self-b").await;
+    let webhook = Webhook::start(&["--source-mode", "permissive"]).await;
+    let (a, b) = (a.name(), b.name());
+    configmap(a, "cfg", Some("true")).await;
+    let source = |namespace: &str| json!({"kind": "ConfigMap", "namespace": namespace, "name": "cfg"});
+
+    // b/out copies a/cfg through the kubeconfig of Secret b/same-cluster: to b/cfg over there.
+    assert_admitted(&apply(&manifest(
+        "Projection",
+        "out",
+        Some(b),
+        json!({"source": source(a), "destination": {"kubeConfig": {"secretRef": {"name": "same-cluster"}}}}),
+    )));
+    // a/back copies b/cfg here back onto a/cfg. While nothing says where that Secret leads, b/cfg
+    // here is not out's copy: admitted (a dry run changes nothing).
+    let back = manifest("Projection", "back", Some(a), json!({"source": source(b)}));
+    let dry_run = || kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], &back);
+    wait_for("out in the webhook's index", TIMEOUT, || async {
+        let overlapping = manifest(
+            "Projection",
+            "probe",
+            Some(b),
+            json!({"source": {"kind": "ConfigMap", "namespace": a, "name": "other"},
+                   "destination": {"name": "cfg", "kubeConfig": {"secretRef": {"name": "same-cluster"}}}}),
+        );
+        let out = kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], &overlapping);
+        stderr(&out)
+            .contains(&format!("is already claimed by Projection {b}/out"))
+            .then_some(())
+            .ok_or_else(|| stderr(&out))
+    })
+    .await;
+    assert_admitted(&dry_run());
+
+    // The controller records the identity of the cluster the copies went to when the credentials
+    // may read it: here, this very cluster's (its kube-system UID). Recorded as the controller does,
+    // through the status subresource.
+    let this_cluster = kubectl_ok(&[
+        "get",
+        "namespace",
+        "kube-system",
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    let status = json!({"status": {"writtenDestination": {
+        "version": "v1", "kind": "ConfigMap", "name": "cfg",
+        "cluster": "server-000000000000", "clusterIdentity": this_cluster.trim()}}});
+    kubectl_ok(&[
+        "-n",
+        b,
+        "patch",
+        "projection",
+        "out",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status.to_string(),
+    ]);
+    let denial = wait_until_denied("the loop through the Secret denied", TIMEOUT, dry_run).await;
+    assert!(
+        denial.contains(&format!(
+            "this spec closes a loop of copies, each one the source of the next: Projection {a}/back \
+             copies ConfigMap {b}/cfg to ConfigMap {a}/cfg, then Projection {b}/out copies ConfigMap \
+             {a}/cfg to ConfigMap {b}/cfg"
+        )),
+        "{denial}"
+    );
+    // Another Projection through the same Secret, not reconciled yet, lands where out recorded:
+    // writing b/cfg here, it overlaps out.
+    let again = manifest(
+        "Projection",
+        "again",
+        Some(b),
+        json!({"source": {"kind": "ConfigMap", "namespace": a, "name": "other"},
+               "destination": {"name": "cfg", "kubeConfig": {"secretRef": {"name": "same-cluster"}}}}),
+    );
+    let err = assert_admitted(&kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], &again));
+    assert!(
+        err.contains(&format!(
+            "Warning: destination ConfigMap {b}/cfg is already claimed by Projection {b}/out"
+        )),
+        "{err}"
+    );
+    drop(webhook);
+}

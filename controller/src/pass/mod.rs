@@ -97,7 +97,8 @@ async fn run(cr: &CrView<'_>, ctx: &Context, requested: Option<&str>) -> PassEnd
     // they stay targets, counted as failed.
     let forbidden = forbidden_namespaces(&ctx.sources, &read, &targets.write).await;
     let owner = copies_at.owner_of(cr);
-    let copies = WrittenDestination::of(&read.resource, cr.copy_name).in_cluster(destination.cluster.clone());
+    let copies = WrittenDestination::of(&read.resource, cr.copy_name)
+        .in_cluster(destination.cluster.clone(), destination.cluster_identity.clone());
     let known: Vec<&str> = std::iter::once(copies.name.as_str())
         .chain(cr.recorded().map(|r| r.name.as_str()))
         .collect();

@@ -18,8 +18,9 @@ use std::{
 /// cluster or in the one a kubeconfig Secret names.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Coordinates {
-    /// The other cluster it is in, by the kubeconfig Secret that reaches it (`None`: this one).
-    /// Two CRs are known to write the same object there only when they name the same Secret.
+    /// The other cluster it is in, by the kubeconfig Secret that reaches it, or by its identity
+    /// once known ([`KnownClusters`]; `None`: this one). Two CRs are known to write the same object
+    /// there when they name the same Secret, or Secrets known to reach the same cluster.
     pub cluster: Option<String>,
     /// API group; empty for the core group.
     pub group: String,
@@ -77,6 +78,65 @@ pub struct Claim {
     pub source: Coordinates,
     /// The copies.
     pub copies: Vec<Coordinates>,
+}
+
+/// Which clusters admission knows kubeconfig Secrets to reach: this cluster's identity (as
+/// `projection.sh/source-cluster` names clusters) and, per Secret, the identity of the cluster a CR
+/// that uses it recorded (`status.writtenDestination.clusterIdentity`: the controller reads it there
+/// when the kubeconfig's credentials may). Copies are placed by identity where it is known, so a
+/// Secret that reaches this very cluster writes here (its loops are loops), and two Secrets that
+/// reach one cluster write into the same one; elsewhere by their Secret, as before.
+#[derive(Clone, Debug, Default)]
+pub struct KnownClusters {
+    this: Option<String>,
+    reached: HashMap<String, String>,
+}
+
+impl KnownClusters {
+    /// Nothing known yet but this cluster's identity, if read.
+    pub fn new(this: Option<String>) -> Self {
+        Self {
+            this: this.filter(|i| !i.is_empty()),
+            reached: HashMap::new(),
+        }
+    }
+
+    /// Learns from a CR's status that the Secret of `claim`'s copies reached the cluster
+    /// `recorded` (the identity it recorded, if any).
+    pub fn learn(&mut self, claim: &Claim, recorded: Option<&str>) {
+        let Some(identity) = recorded.filter(|i| !i.is_empty()) else {
+            return;
+        };
+        for secret in claim.copies.iter().filter_map(|c| c.cluster.as_deref()) {
+            self.reached.insert(secret.to_owned(), identity.to_owned());
+        }
+    }
+
+    /// Where a copy `cluster` (a Secret's label, `None`: here) names lands, given the identity its
+    /// CR recorded for that cluster or, without one, what a CR recorded for the same Secret.
+    fn place(&self, cluster: Option<&str>, recorded: Option<&str>) -> Option<String> {
+        let secret = cluster?;
+        let identity = recorded
+            .filter(|i| !i.is_empty())
+            .or_else(|| self.reached.get(secret).map(String::as_str));
+        match identity {
+            Some(identity) if self.this.as_deref() == Some(identity) => None,
+            Some(identity) => Some(format!("identity {identity}")),
+            None => Some(secret.to_owned()),
+        }
+    }
+}
+
+impl Claim {
+    /// The same claim, its copies placed by the identity of the cluster they land in where known
+    /// ([`KnownClusters`]); `recorded` is the identity the CR's own status recorded, if any.
+    #[must_use]
+    pub fn placed(mut self, clusters: &KnownClusters, recorded: Option<&str>) -> Self {
+        for copy in &mut self.copies {
+            copy.cluster = clusters.place(copy.cluster.as_deref(), recorded);
+        }
+        self
+    }
 }
 
 /// The cluster a kubeconfig Secret reaches, as claims name it: the Secret's namespace (`None`: the
@@ -430,6 +490,65 @@ mod tests {
         let back = projection_claim("z", &projection_spec("b", "cfg", Some("x")));
         let verdict = check(&index, &projection("z", "back"), &back);
         assert_eq!(verdict.denial, None);
+    }
+
+    #[test]
+    fn copies_are_placed_by_the_identity_of_their_cluster_once_a_cr_recorded_it() {
+        let remote = |secret: &str, source: (&str, &str), copy: &str| -> ProjectionSpec {
+            serde_json::from_value(json!({
+                "source": {"kind": "ConfigMap", "namespace": source.0, "name": source.1},
+                "destination": {"name": copy, "kubeConfig": {"secretRef": {"name": secret}}}}))
+            .unwrap()
+        };
+        let mut clusters = KnownClusters::new(Some("uid-here".into()));
+        let mut index = ClaimIndex::default();
+        // b/out copies a/cfg through Secret b/self, which its status says reaches this cluster.
+        let out = projection_claim("b", &remote("self", ("a", "cfg"), "cfg"));
+        clusters.learn(&out, Some("uid-here"));
+        let out = out.placed(&clusters, Some("uid-here"));
+        assert_eq!(out.copies, [cm("b", "cfg")]);
+        index.set(projection("b", "out"), out);
+        // a/back copies b/cfg back onto a/cfg, here: the loop runs through that Secret.
+        let back = projection_claim("a", &projection_spec("b", "cfg", Some("cfg"))).placed(&clusters, None);
+        let verdict = check(&index, &projection("a", "back"), &back);
+        assert!(
+            verdict.denial.as_deref().is_some_and(|d| d.contains(
+                "Projection a/back copies ConfigMap b/cfg to ConfigMap a/cfg, then Projection b/out \
+                 copies ConfigMap a/cfg to ConfigMap b/cfg"
+            )),
+            "{verdict:?}"
+        );
+        // A new CR through the same Secret, not reconciled yet, lands where the first recorded.
+        let again = projection_claim("b", &remote("self", ("z", "other"), "cfg")).placed(&clusters, None);
+        assert_eq!(again.copies, [cm("b", "cfg")]);
+        assert_eq!(check(&index, &projection("b", "again"), &again).warnings.len(), 1);
+        // Two Secrets known to reach one other cluster write into the same one.
+        let first =
+            projection_claim("b", &remote("east-1", ("a", "x"), "x")).placed(&clusters, Some("uid-east"));
+        assert_eq!(
+            first.copies[0].to_string(),
+            "ConfigMap b/x in the cluster of identity uid-east"
+        );
+        index.set(projection("b", "first"), first);
+        let second =
+            projection_claim("b", &remote("east-2", ("a", "y"), "x")).placed(&clusters, Some("uid-east"));
+        assert_eq!(
+            check(&index, &projection("b", "second"), &second).warnings,
+            [
+                "destination ConfigMap b/x in the cluster of identity uid-east is already claimed by \
+              Projection b/first; only one of them can write it"
+            ]
+        );
+        // Unknown (the credentials may not read it, or no pass yet): by the Secret, as before.
+        let unknown = projection_claim("b", &remote("west", ("a", "x"), "x")).placed(&clusters, None);
+        assert_eq!(
+            unknown.copies[0].cluster.as_deref(),
+            Some("Secret b/west key value")
+        );
+        // Without this cluster's identity, nothing is taken for here.
+        let blind = projection_claim("b", &remote("self", ("a", "cfg"), "cfg"))
+            .placed(&KnownClusters::new(None), Some("uid-here"));
+        assert_eq!(blind.copies[0].cluster.as_deref(), Some("identity uid-here"));
     }
 
     #[test]

@@ -415,6 +415,12 @@ pub struct WrittenDestination {
     /// later pointed at another apiserver is refused rather than leave these copies behind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
+    /// For copies in another cluster: that cluster's identity, as `projection.sh/source-cluster`
+    /// names clusters (its About API `cluster.clusterset.k8s.io` ClusterProperty, else the UID of its
+    /// `kube-system` namespace), when the kubeconfig's credentials may read it. Admission knows
+    /// through it that two Secrets reach one cluster, or that one reaches this very cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_identity: Option<String>,
 }
 
 impl WrittenDestination {
@@ -426,13 +432,19 @@ impl WrittenDestination {
             kind: resource.kind.clone(),
             name: name.to_owned(),
             cluster: None,
+            cluster_identity: None,
         }
     }
 
-    /// The same record, of copies written into the cluster `cluster` names (`None`: this one).
+    /// The same record, of copies written into the cluster `cluster` names (`None`: this one),
+    /// whose identity is `identity` when known.
     #[must_use]
-    pub fn in_cluster(self, cluster: Option<String>) -> Self {
-        Self { cluster, ..self }
+    pub fn in_cluster(self, cluster: Option<String>, identity: Option<String>) -> Self {
+        Self {
+            cluster,
+            cluster_identity: identity,
+            ..self
+        }
     }
 }
 

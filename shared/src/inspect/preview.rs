@@ -236,6 +236,7 @@ mod tests {
                 kind: "ConfigMap".into(),
                 name: "cfg".into(),
                 cluster: None,
+                cluster_identity: None,
             },
             targets,
             once: None,

@@ -216,6 +216,7 @@ mod tests {
             kind: "ConfigMap".into(),
             name: "cfg".into(),
             cluster: None,
+            cluster_identity: None,
         };
         let stored = record(&copies, &set(&["a", "b"]));
         assert_eq!(stored.count, 2);

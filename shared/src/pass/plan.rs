@@ -418,6 +418,7 @@ mod tests {
             kind: kind.into(),
             name: name.into(),
             cluster: None,
+            cluster_identity: None,
         }
     }
 

@@ -528,6 +528,7 @@ mod tests {
             kind: "ConfigMap".into(),
             name: name.into(),
             cluster: None,
+            cluster_identity: None,
         }
     }
 
