@@ -96,6 +96,8 @@ pub struct Metrics {
     /// With shards: the live members this replica sees, and the changes of the ring it applied.
     pub shard_members: Gauge,
     pub shard_ring_changes_total: Counter,
+    /// Passes cut short because the replica's member Lease lapsed (the fence).
+    pub shard_fenced_passes_total: Counter,
     /// The controller-runtime names the Go operator exposed.
     pub queue: crate::queue_metrics::QueueMetrics,
     /// client-go's `rest_client_requests_total`, for the controller's client.
@@ -125,6 +127,7 @@ impl Metrics {
             shard_events_dropped_total: Family::default(),
             shard_members: Gauge::default(),
             shard_ring_changes_total: Counter::default(),
+            shard_fenced_passes_total: Counter::default(),
             queue: crate::queue_metrics::QueueMetrics::register(registry),
             rest_client: runtime::rest_client_metrics::RestClientMetrics::register(registry),
             replica: Arc::default(),
@@ -188,6 +191,11 @@ impl Metrics {
             "projection_shard_ring_changes",
             "Changes of the members a replica with shards applied (each moves some CRs between replicas)",
             metrics.shard_ring_changes_total.clone(),
+        );
+        registry.register(
+            "projection_shard_fenced_passes",
+            "Passes a replica with shards cut short because its member Lease lapsed before they ended (no write started after)",
+            metrics.shard_fenced_passes_total.clone(),
         );
         registry.register_collector(Box::new(ReplicaCollector(metrics.replica.clone())));
         registry.register_collector(Box::new(runtime::process_metrics::ProcessCollector::default()));

@@ -39,6 +39,10 @@ use tokio::{sync::OnceCell, task::JoinHandle};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// How long a pass waits for another cluster's identity (recorded for admission) when it first
+/// writes there: a cluster that does not answer costs its passes this much more, not a timeout.
+const IDENTITY_WITHIN: Duration = Duration::from_secs(2);
+
 /// Why another cluster cannot take the copies now: the reason and the message of the CR's status.
 pub type Unusable = (Reason, String);
 
@@ -102,16 +106,21 @@ impl RemoteCluster {
     }
 
     /// This cluster's identity (`runtime::cluster_identity`), read once with its credentials;
-    /// `None` when they may not read it, or when it does not answer (asked again next pass).
+    /// `None` when they may not read it, or when it does not answer within [`IDENTITY_WITHIN`]
+    /// (asked again next pass: a pass to a cluster that does not answer waits on its copies, not
+    /// on this).
     async fn identity_there(&self) -> Option<String> {
         let read = self
             .identity_there
             .get_or_try_init(|| async {
-                match runtime::cluster_identity::read(&self.client).await {
-                    Ok(identity) => Ok(Some(identity).filter(|i| !i.is_empty())),
+                let read =
+                    tokio::time::timeout(IDENTITY_WITHIN, runtime::cluster_identity::read(&self.client))
+                        .await;
+                match read {
+                    Ok(Ok(identity)) => Ok(Some(identity).filter(|i| !i.is_empty())),
                     // Refused or absent: a credential bound to its namespaces; it stays unknown.
-                    Err(kube::Error::Api(_)) => Ok(None),
-                    Err(e) => Err(e),
+                    Ok(Err(kube::Error::Api(_))) => Ok(None),
+                    Ok(Err(_)) | Err(_) => Err(()),
                 }
             })
             .await;

@@ -429,8 +429,8 @@ fn dropped(ctx: &context::Context, kind: &'static str) -> prometheus_client::met
         .clone()
 }
 
-/// Sends the reconcilers every CR this replica may reconcile now and could not before, each time
-/// the membership (or its own Lease's validity) changes.
+/// Sends the reconcilers every CR this replica may reconcile now and could not before (or whose
+/// pass the fence held), each time the membership (or its own Lease's validity) changes.
 async fn resend_when_shards_change(
     shard: Arc<crate::shard::Shard>,
     (projections, clusters): (
@@ -452,6 +452,10 @@ async fn resend_when_shards_change(
         tokio::select! {
             alive = changed.changed() => if alive.is_err() { return },
             _ = sweep.tick() => {}
+        }
+        // Those whose pass the fence held count as not reconcilable before: sent again.
+        for held in shard.release_held() {
+            mine.remove(&held);
         }
         let mut now_mine = std::collections::HashSet::new();
         send_newly_reconcilable(&shard, (&projections, &projection_changes), &mine, &mut now_mine);

@@ -14,20 +14,16 @@ use kube::{
     api::{DeleteParams, ListParams, Patch, PatchParams},
 };
 use shared::shard::{
-    membership::{MemberLease, View},
+    membership::{ACKNOWLEDGED_ANNOTATION, MEMBER_LABEL, MemberLease, View},
     selector::{ShardFilter, shard_selector},
 };
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     sync::{Arc, Mutex, RwLock},
     time::{Duration, Instant, SystemTime},
 };
 use tokio_util::sync::CancellationToken;
 
-/// The label every member Lease carries (how members find each other).
-pub const MEMBER_LABEL: &str = "projection.sh/controller-member";
-/// The annotation in which a member says the ring version it has applied and drained.
-pub const ACKNOWLEDGED_ANNOTATION: &str = "projection.sh/ring-version";
 const FIELD_MANAGER: &str = "projection-controller";
 
 /// This replica's membership.
@@ -42,14 +38,19 @@ pub struct Shard {
     valid_until: Mutex<Option<Instant>>,
     /// The passes running, by CR uid.
     running: Mutex<HashMap<String, usize>>,
+    /// The CRs whose pass was cut short, or not started, because the Lease was not valid: run
+    /// again once it is, if this replica may then (nothing else would send them).
+    held: Mutex<HashSet<String>>,
     /// Ticks whenever what this replica may reconcile can have changed.
     changed: tokio::sync::watch::Sender<()>,
     /// The `shardSelector` of this replica's ranges in the current ring, for its CR watches (which
     /// restart, to list anew, whenever it changes).
     selector: tokio::sync::watch::Sender<ShardFilter>,
-    /// `projection_shard_members`, `projection_shard_ring_changes_total`.
+    /// `projection_shard_members`, `projection_shard_ring_changes_total`,
+    /// `projection_shard_fenced_passes_total`.
     metrics: (
         prometheus_client::metrics::gauge::Gauge,
+        prometheus_client::metrics::counter::Counter,
         prometheus_client::metrics::counter::Counter,
     ),
 }
@@ -87,11 +88,13 @@ impl Shard {
             view: RwLock::default(),
             valid_until: Mutex::default(),
             running: Mutex::default(),
+            held: Mutex::default(),
             changed: tokio::sync::watch::Sender::new(()),
             selector: tokio::sync::watch::Sender::new(ShardFilter::Nothing),
             metrics: (
                 metrics.shard_members.clone(),
                 metrics.shard_ring_changes_total.clone(),
+                metrics.shard_fenced_passes_total.clone(),
             ),
         })
     }
@@ -117,6 +120,42 @@ impl Shard {
             .is_some_and(|until| Instant::now() < until)
     }
 
+    /// Resolves once this replica's Lease validity has lapsed (not renewed in time, or stopping):
+    /// the fence a pass runs within. A renewal meanwhile pushes it further.
+    async fn lapsed(&self) {
+        loop {
+            let until = *self.valid_until.lock().expect("lease validity");
+            match until {
+                Some(until) if Instant::now() < until => tokio::time::sleep_until(until.into()).await,
+                _ => return,
+            }
+        }
+    }
+
+    /// Runs `pass` (of the CR `cr`) within the fence: `None` when it was cut short because this
+    /// replica's Lease lapsed first. No request of the pass (a copy's write or removal, the
+    /// finalizer, the status) starts after that, since the others may take the CR once they see the
+    /// Lease expire; its owner then (this replica, renewed, or another) runs the pass anew: a copy
+    /// is written only where it differs, and a finalizer's cleanup is redone. A request already sent
+    /// may still land: the fence lapses at two thirds of the Lease, a third before the others act.
+    pub async fn within_fence<T>(
+        &self,
+        pass: impl std::future::Future<Output = T>,
+        (uid, cr): (&str, &str),
+    ) -> Option<T> {
+        // The fence first: a pass whose fence has lapsed does not take one more step.
+        tokio::select! {
+            biased;
+            () = self.lapsed() => {
+                self.metrics.2.inc();
+                self.hold(uid);
+                tracing::warn!(cr, "a pass was cut short: this replica's member Lease lapsed before it ended");
+                None
+            }
+            ended = pass => Some(ended),
+        }
+    }
+
     /// Whether this replica may reconcile the CR with this uid now.
     pub fn may_reconcile(&self, uid: &str) -> bool {
         self.lease_valid() && self.view.read().expect("view").may_reconcile(&self.me, uid)
@@ -124,6 +163,10 @@ impl Shard {
 
     /// Starts a pass of the CR with this uid, if this replica may.
     pub fn begin(self: &Arc<Self>, uid: &str) -> Option<Running> {
+        if !self.lease_valid() {
+            self.hold(uid);
+            return None;
+        }
         if !self.may_reconcile(uid) {
             return None;
         }
@@ -137,6 +180,25 @@ impl Shard {
             shard: self.clone(),
             uid: uid.to_owned(),
         })
+    }
+
+    /// Remembers that the pass of the CR with this uid waits for the Lease to be valid again.
+    fn hold(&self, uid: &str) {
+        self.held.lock().expect("held passes").insert(uid.to_owned());
+    }
+
+    /// The held CRs (cut short or not started for want of a valid Lease) this replica may reconcile
+    /// now, no longer held.
+    pub fn release_held(&self) -> HashSet<String> {
+        let mut held = self.held.lock().expect("held passes");
+        let now: HashSet<String> = held
+            .iter()
+            .filter(|uid| self.may_reconcile(uid))
+            .cloned()
+            .collect();
+        // A CR the ring gives another replica now is that one's to run.
+        held.retain(|uid| !now.contains(uid) && self.owns(uid));
+        now
     }
 
     /// Ticks whenever what this replica may reconcile can have changed.
@@ -161,7 +223,7 @@ impl Shard {
             match api.list(&members).await {
                 Ok(list) => {
                     self.delete_long_expired(&api, &list.items).await;
-                    let leases: Vec<MemberLease> = list.items.iter().filter_map(member_lease).collect();
+                    let leases: Vec<MemberLease> = list.items.iter().filter_map(MemberLease::of).collect();
                     let changed = self
                         .view
                         .write()
@@ -250,7 +312,7 @@ impl Shard {
     async fn delete_long_expired(&self, api: &Api<Lease>, leases: &[Lease]) {
         let now = SystemTime::now();
         for lease in leases {
-            let Some(member) = member_lease(lease) else {
+            let Some(member) = MemberLease::of(lease) else {
                 continue;
             };
             if member.renewed + member.duration * 4 > now {
@@ -305,21 +367,6 @@ fn lease_name(identity: &str) -> String {
     name.trim_end_matches(['-', '.']).to_owned()
 }
 
-/// What the ring needs of a member Lease; `None` for one without a holder or a renewal.
-fn member_lease(lease: &Lease) -> Option<MemberLease> {
-    let spec = lease.spec.as_ref()?;
-    Some(MemberLease {
-        identity: spec.holder_identity.clone()?,
-        renewed: SystemTime::from(spec.renew_time.as_ref()?.0),
-        duration: Duration::from_secs(u64::try_from(spec.lease_duration_seconds?).ok()?),
-        acknowledged: lease
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|annotations| annotations.get(ACKNOWLEDGED_ANNOTATION).cloned()),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,13 +381,59 @@ mod tests {
         assert!(!lease_name(&"a-".repeat(200)).ends_with('-'));
     }
 
+    #[tokio::test]
+    async fn a_pass_outliving_the_lease_is_cut_short_and_one_within_it_ends() {
+        let metrics =
+            crate::metrics::Metrics::register(&mut prometheus_client::registry::Registry::default());
+        let shard = Shard::new("replica-1", "ns", Duration::from_secs(3), &metrics);
+        let valid_for = |d: Duration| *shard.valid_until.lock().expect("validity") = Some(Instant::now() + d);
+        // Never renewed: the fence is closed, nothing of a pass runs.
+        let ran = std::sync::atomic::AtomicBool::new(false);
+        let pass = async { ran.store(true, std::sync::atomic::Ordering::SeqCst) };
+        assert_eq!(shard.within_fence(pass, ("u1", "a/never")).await, None);
+        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst), "not a step of it");
+        // A pass that ends within the validity ends.
+        valid_for(Duration::from_secs(5));
+        assert_eq!(shard.within_fence(async { 7 }, ("u2", "a/quick")).await, Some(7));
+        // One still waiting (on a slow apiserver) when the validity lapses stops there: what would
+        // follow the wait (a write) never starts.
+        valid_for(Duration::from_millis(100));
+        let wrote = std::sync::atomic::AtomicBool::new(false);
+        let slow = async {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            wrote.store(true, std::sync::atomic::Ordering::SeqCst);
+        };
+        let started = Instant::now();
+        assert_eq!(shard.within_fence(slow, ("u3", "a/slow")).await, None);
+        assert!(started.elapsed() < Duration::from_millis(400));
+        assert!(!wrote.load(std::sync::atomic::Ordering::SeqCst));
+        // A renewal during the pass pushes the fence further: the pass ends.
+        valid_for(Duration::from_millis(100));
+        let renewing = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            valid_for(Duration::from_secs(5));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            "ended"
+        };
+        assert_eq!(
+            shard.within_fence(renewing, ("u4", "a/renewed")).await,
+            Some("ended")
+        );
+        assert_eq!(metrics.shard_fenced_passes_total.get(), 2);
+        // The two cut short are held for when the Lease is valid again (and the ring gives them).
+        assert_eq!(
+            shard.held.lock().expect("held").clone(),
+            HashSet::from(["u1".to_owned(), "u3".to_owned()])
+        );
+    }
+
     #[test]
     fn a_lease_round_trips_into_what_the_ring_reads() {
         let metrics =
             crate::metrics::Metrics::register(&mut prometheus_client::registry::Registry::default());
         let shard = Shard::new("replica-1", "ns", Duration::from_secs(15), &metrics);
         let lease = shard.lease(Some("ring-0123456789ab"));
-        let member = member_lease(&lease).expect("a member");
+        let member = MemberLease::of(&lease).expect("a member");
         assert_eq!(member.identity, "replica-1");
         assert_eq!(member.duration, Duration::from_secs(15));
         assert_eq!(member.acknowledged.as_deref(), Some("ring-0123456789ab"));

@@ -843,3 +843,108 @@ async fn adoption_in_another_cluster_needs_a_consent_naming_the_crs_cluster() {
     );
     env.finish().await;
 }
+
+/// The proxy in front of the second apiserver, whose path a test can cut.
+async fn proxy_to_the_other_cluster() -> BlackHoleProxy {
+    let (server, _) = remote_server_and_ca();
+    let upstream: std::net::SocketAddr = server
+        .trim_start_matches("https://")
+        .parse()
+        .expect("the second apiserver's address");
+    BlackHoleProxy::start(upstream).await.expect("the proxy")
+}
+
+#[tokio::test]
+async fn a_pass_still_waiting_when_its_replicas_lease_lapses_is_cut_short_and_run_anew() {
+    let env = env("remote-fence").await;
+    let (src, dst) = env.names();
+    let remote = remote_client().await;
+    // The Projection's pass waits on the other cluster, whose path is cut from the start.
+    let there_path = proxy_to_the_other_cluster().await;
+    there_path.black_hole();
+    let _there = other_cluster_for(
+        &env,
+        &remote,
+        "copies",
+        Some(&format!("https://{}", there_path.addr())),
+    )
+    .await;
+    // One replica with shards (a ring of one), reaching its own apiserver through a proxy too.
+    let upstream = projection_tests::apiserver_addr()
+        .await
+        .expect("the apiserver's address");
+    let home_path = BlackHoleProxy::start(upstream).await.expect("the proxy");
+    let mut kubeconfig: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(projection_tests::kubeconfig_path()).expect("kubeconfig"),
+    )
+    .expect("YAML");
+    kubeconfig["clusters"][0]["cluster"]["server"] = json!(format!("https://{}", home_path.addr()));
+    let kubeconfig_file =
+        projection_tests::testenv_dir().join(format!("fence-{}.kubeconfig", std::process::id()));
+    std::fs::write(&kubeconfig_file, kubeconfig.to_string()).expect("kubeconfig written");
+    let name = format!("fence-{}", std::process::id());
+    let mut replica = projection_tests::ServiceProcess::start_as(
+        binary(),
+        &[
+            "--author-access=trusted",
+            "--requeue-interval",
+            "5m",
+            "--shard-by-lease",
+            "--leader-election-lease-duration",
+            "4s",
+            "--leader-election-namespace",
+            &src,
+        ],
+        &kubeconfig_file,
+        &[("POD_NAME", &name)],
+    );
+    replica.wait_ready().await;
+    let fenced = "projection_shard_fenced_passes_total";
+    assert_eq!(metric_value(&replica.metrics(), fenced), Some(0.0));
+
+    let asked = std::time::Instant::now();
+    project_settings_there(&env, "p", json!({})).await;
+    wait_for(
+        "the pass waiting on the other cluster",
+        std::time::Duration::from_secs(20),
+        || async {
+            (there_path.accepted_since(asked).0 > 0)
+                .then_some(())
+                .ok_or_else(|| "no connection to the other cluster yet".to_owned())
+        },
+    )
+    .await;
+    // Its own apiserver falls silent: no renewal gets through, and within two thirds of the Lease
+    // the pass waiting elsewhere is cut short, before its request there could time out (15 s) and
+    // before anything after it (the status) is written.
+    home_path.black_hole();
+    let silenced = std::time::Instant::now();
+    wait_for(
+        "the pass cut short",
+        std::time::Duration::from_secs(10),
+        || async {
+            let metrics = replica.metrics();
+            (metric_value(&metrics, fenced).unwrap_or_default() >= 1.0)
+                .then_some(())
+                .ok_or(format!("{fenced} still 0"))
+        },
+    )
+    .await;
+    let cut_after = silenced.elapsed();
+    assert!(
+        cut_after < std::time::Duration::from_secs(4),
+        "cut {cut_after:?} after the apiserver fell silent (Lease 4 s)"
+    );
+    eprintln!("the pass was cut short {cut_after:?} after the replica's apiserver fell silent");
+    // Both paths back: the replica renews its Lease and runs the pass anew, to its end.
+    home_path.restore();
+    there_path.restore();
+    wait_ready(&env.projections(), "p").await;
+    let copies: Api<ConfigMap> = Api::namespaced(remote.clone(), &dst);
+    wait_object(&copies, "settings", "the copy in the other cluster", |cm| {
+        data_of(cm)["level"] == "1"
+    })
+    .await;
+    let _ = std::fs::remove_file(&kubeconfig_file);
+    env.finish().await;
+}

@@ -178,6 +178,29 @@ async fn replicas_split_the_crs_by_the_ring_and_take_over_a_killed_ones() {
         );
     }
     assert!(owned.iter().all(|&n| n > 0), "both own some of {CRS}: {owned:?}");
+    // `kubectl projection status` names the same owners, read from the member Leases.
+    let status =
+        std::process::Command::new(projection_tests::workspace_binary("plugin", "kubectl-projection"))
+            .args(["status", "-n", &dst, "--controller-namespace", &src])
+            .env("KUBECONFIG", kubeconfig_path())
+            .output()
+            .expect("kubectl-projection runs");
+    let table = String::from_utf8_lossy(&status.stdout);
+    // (Its exit code also reflects ClusterProjections of other tests: not asserted.)
+    assert!(
+        table.lines().next().is_some_and(|h| h.contains("OWNER")),
+        "{table}"
+    );
+    for (i, uid) in uids.iter().enumerate() {
+        let owner = ring.owner_of(uid).expect("an owner");
+        assert!(
+            table.lines().any(|line| {
+                let columns: Vec<&str> = line.split_whitespace().collect();
+                columns.get(2) == Some(&format!("p{i}").as_str()) && columns.contains(&owner)
+            }),
+            "p{i} is shown as {owner}'s:\n{table}"
+        );
+    }
     // Where the apiserver filters by shardSelector, neither received the other's CRs; where it
     // ignores it, each dropped the other's.
     let dropped: f64 = [&a, &b]

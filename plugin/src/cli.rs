@@ -165,6 +165,10 @@ pub enum Command {
         /// Only the CRs matching this label selector (of both kinds).
         #[arg(short = 'l', long, value_name = "SELECTOR")]
         selector: Option<String>,
+        /// The controller's namespace, where replicas that run sharded (`--shard-by-lease`) hold
+        /// their Leases: an OWNER column then names the replica that reconciles each CR.
+        #[arg(long, default_value = "projection-system", value_name = "NAMESPACE")]
+        controller_namespace: String,
     },
     /// Every projection controller of the cluster: whether it is ready, and who writes its copies
     /// (their author, impersonated, or the controller), as its flags, the cluster's version and its

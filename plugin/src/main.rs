@@ -161,7 +161,10 @@ async fn run(cli: Cli) -> Result<Code, Failure> {
             };
             preview::run(global, &files, &settings).await
         }
-        Command::Status { selector } => status::run(global, selector.as_deref()).await,
+        Command::Status {
+            selector,
+            controller_namespace,
+        } => status::run(global, selector.as_deref(), &controller_namespace).await,
         Command::Check { what: None } => check::run(global).await,
         Command::Check {
             what:

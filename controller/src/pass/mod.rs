@@ -310,21 +310,27 @@ pub async fn reconcile<K: ProjectionKind>(
     let object = Arc::new(stored.expand().map_err(Error::Cache)?);
     let started = Instant::now();
     let queue = ctx.report.metrics.queue.of(K::SCOPE);
-    queue.started(
-        &queue_key(object.meta().namespace.as_deref(), &object.name_any()),
-        started,
-    );
+    let key = queue_key(object.meta().namespace.as_deref(), &object.name_any());
+    queue.started(&key, started);
     let api = object.api(ctx.report.client.clone());
     let deleting = object.meta().deletion_timestamp.is_some();
     let uid = object.uid().unwrap_or_default();
-    let result = finalizer(&api, K::SCOPE.finalizer(), object, |event| async {
+    let pass = finalizer(&api, K::SCOPE.finalizer(), object, |event| async {
         match event {
             Finalizer::Apply(o) => apply(o.as_ref(), &ctx).await,
             Finalizer::Cleanup(o) => cleanup(o.as_ref(), &ctx).await,
         }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
+    });
+    // With shards, the pass runs within the fence: cut short (unreported, to be run anew by the CR's
+    // owner) where this replica's Lease lapses.
+    let ended = match ctx.shard.as_deref() {
+        Some(shard) => shard
+            .within_fence(pass, (&uid, &key))
+            .await
+            .unwrap_or(Ok(Action::await_change())),
+        None => pass.await,
+    };
+    let result = ended.map_err(|e| Error::Finalizer(Box::new(e)));
     if deleting && result.is_ok() {
         ctx.report.statuses.forget(&uid);
         // The copies are gone and so is the finalizer: nothing of this CR is left to retry. Reset

@@ -7,7 +7,13 @@
 //! Lease expired is no longer live: its CRs move without its acknowledgement.
 
 use super::ring::Ring;
+use k8s_openapi::api::coordination::v1::Lease;
 use std::time::{Duration, SystemTime};
+
+/// The label every member Lease carries (how members, and `kubectl projection status`, find them).
+pub const MEMBER_LABEL: &str = "projection.sh/controller-member";
+/// The annotation in which a member says the ring version it has applied and drained.
+pub const ACKNOWLEDGED_ANNOTATION: &str = "projection.sh/ring-version";
 
 /// What a replica reads in one member's Lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +28,21 @@ pub struct MemberLease {
 }
 
 impl MemberLease {
+    /// What the ring needs of a member Lease; `None` for one without a holder or a renewal.
+    pub fn of(lease: &Lease) -> Option<Self> {
+        let spec = lease.spec.as_ref()?;
+        Some(Self {
+            identity: spec.holder_identity.clone()?,
+            renewed: SystemTime::from(spec.renew_time.as_ref()?.0),
+            duration: Duration::from_secs(u64::try_from(spec.lease_duration_seconds?).ok()?),
+            acknowledged: lease
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|annotations| annotations.get(ACKNOWLEDGED_ANNOTATION).cloned()),
+        })
+    }
+
     pub fn is_live(&self, now: SystemTime) -> bool {
         self.renewed + self.duration > now
     }
