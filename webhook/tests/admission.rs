@@ -887,15 +887,39 @@ async fn a_spec_whose_copy_would_be_an_invalid_secret_is_denied_at_kubectl_apply
     );
 }
 
+/// The set-up of the tests of the index of the other CRs: the cluster to itself, two namespaces
+/// (`a` holding the projectable ConfigMap `cfg`) and a webhook in permissive mode.
+struct ClaimsWorld {
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+    a: TestNamespace,
+    b: TestNamespace,
+    webhook: Webhook,
+}
+
+async fn claims_world(prefix: &str) -> ClaimsWorld {
+    let (serial, client) = serial_cluster().await;
+    let a = TestNamespace::create(&client, &format!("{prefix}-a")).await;
+    let b = TestNamespace::create(&client, &format!("{prefix}-b")).await;
+    let webhook = Webhook::start(&["--source-mode", "permissive"]).await;
+    configmap(a.name(), "cfg", Some("true")).await;
+    ClaimsWorld {
+        _serial: serial,
+        a,
+        b,
+        webhook,
+    }
+}
+
+/// The source `namespace/cfg`.
+fn cfg_in(namespace: &str) -> Value {
+    json!({"kind": "ConfigMap", "namespace": namespace, "name": "cfg"})
+}
+
 #[tokio::test]
 async fn an_overlap_is_warned_of_and_a_loop_is_denied_with_its_chain() {
-    let (_serial, client) = serial_cluster().await;
-    let a = TestNamespace::create(&client, "webhook-claims-a").await;
-    let b = TestNamespace::create(&client, "webhook-claims-b").await;
-    let webhook = Webhook::start(&["--source-mode", "permissive"]).await;
-    let (a, b) = (a.name(), b.name());
-    configmap(a, "cfg", Some("true")).await;
-    let source = |namespace: &str| json!({"kind": "ConfigMap", "namespace": namespace, "name": "cfg"});
+    let world = claims_world("webhook-claims").await;
+    let (a, b, webhook) = (world.a.name(), world.b.name(), &world.webhook);
+    let source = cfg_in;
 
     // b/first copies a/cfg to b/cfg.
     assert_admitted(&apply(&manifest(
@@ -984,13 +1008,9 @@ async fn an_overlap_is_warned_of_and_a_loop_is_denied_with_its_chain() {
 
 #[tokio::test]
 async fn a_loop_through_a_kubeconfig_that_reaches_this_cluster_is_denied_once_its_identity_is_recorded() {
-    let (_serial, client) = serial_cluster().await;
-    let a = TestNamespace::create(&client, "webhook-self-a").await;
-    let b = TestNamespace::create(&client, "webhook-self-b").await;
-    let webhook = Webhook::start(&["--source-mode", "permissive"]).await;
-    let (a, b) = (a.name(), b.name());
-    configmap(a, "cfg", Some("true")).await;
-    let source = |namespace: &str| json!({"kind": "ConfigMap", "namespace": namespace, "name": "cfg"});
+    let world = claims_world("webhook-self").await;
+    let (a, b) = (world.a.name(), world.b.name());
+    let source = cfg_in;
 
     // b/out copies a/cfg through the kubeconfig of Secret b/same-cluster: to b/cfg over there.
     assert_admitted(&apply(&manifest(
@@ -1069,5 +1089,4 @@ async fn a_loop_through_a_kubeconfig_that_reaches_this_cluster_is_denied_once_it
         )),
         "{err}"
     );
-    drop(webhook);
 }
