@@ -78,9 +78,6 @@ impl Operator {
     /// Starts the operator watching `namespaces` only, its Prometheus' config reloader from the image
     /// built here.
     fn start(scratch: &Scratch, namespaces: &[&str]) -> Self {
-        // The operator and the images of its Prometheus (imported into the node) may still be
-        // building in the background.
-        projection_tests::wait_for_tools();
         let binary = control_plane_bin().join("prometheus-operator");
         assert!(
             binary.exists(),

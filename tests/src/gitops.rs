@@ -15,7 +15,6 @@ use std::{
 /// The path of `kstatus` or `helm4` in the control plane's bin folder; panics saying how to build
 /// it when it is missing.
 pub fn tool(name: &str) -> PathBuf {
-    crate::wait_for_tools();
     let path = control_plane_bin().join(name);
     assert!(
         path.exists(),

@@ -49,39 +49,6 @@ pub fn testenv_dir() -> PathBuf {
         .unwrap_or_else(|| repo_root().join(".testenv"))
 }
 
-/// Waits while `scripts/test.sh` still builds, in the background, what only some tests use (Helm 4
-/// and kstatus; promtool, Prometheus and prometheus-operator, their images imported into the node):
-/// `$TESTENV_DIR/tools.building` holds that build's PID meanwhile, `tools.failed` says it failed
-/// (its output in `tools.log`). Returns at once when no build runs (built beforehand, or by hand:
-/// the tests then say what is missing).
-pub fn wait_for_tools() {
-    let dir = testenv_dir();
-    let (building, failed) = (dir.join("tools.building"), dir.join("tools.failed"));
-    // Bounded: a cold build of all of them takes minutes on 2 cores.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30 * 60);
-    loop {
-        assert!(
-            !failed.exists(),
-            "building the tools some tests use failed: see {}",
-            dir.join("tools.log").display()
-        );
-        // It holds the PID of the build: one that is gone without a word (killed) builds nothing.
-        let Ok(pid) = std::fs::read_to_string(&building) else {
-            return;
-        };
-        let pid = pid.trim();
-        if pid.is_empty() || !Path::new("/proc").join(pid).exists() {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the tools some tests use were still building after 30 minutes: see {}",
-            dir.join("tools.log").display()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
 /// The kubeconfig the tests use: `PROJECTION_TEST_KUBECONFIG`, else the local control plane's.
 pub fn kubeconfig_path() -> PathBuf {
     std::env::var_os("PROJECTION_TEST_KUBECONFIG")

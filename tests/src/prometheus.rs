@@ -16,7 +16,6 @@ use std::{
 /// The path of `promtool` or `prometheus` in the control plane's bin folder; panics saying how to
 /// build it when it is missing.
 pub fn tool(name: &str) -> PathBuf {
-    crate::wait_for_tools();
     let path = control_plane_bin().join(name);
     assert!(
         path.exists(),
