@@ -487,12 +487,7 @@ async fn a_cluster_that_stops_answering_holds_only_its_cr_and_is_caught_up_when_
     let remote = remote_client().await;
     // The controller reaches the other cluster through a proxy whose path the test cuts: every
     // connection stays open and nothing comes back, as behind a dead route.
-    let (server, _) = remote_server_and_ca();
-    let upstream: std::net::SocketAddr = server
-        .trim_start_matches("https://")
-        .parse()
-        .expect("the second apiserver's address");
-    let proxy = BlackHoleProxy::start(upstream).await.expect("the proxy");
+    let proxy = proxy_to_the_other_cluster().await;
     let through_proxy = format!("https://{}", proxy.addr());
     let _there = other_cluster_for(&env, &remote, "copies", Some(&through_proxy)).await;
     let _controller = controller(&[]).await;
