@@ -26,6 +26,10 @@ const E2E_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
+/// Buckets of `projection_shard_takeover_seconds`: a takeover waits for the members'
+/// acknowledgements (a second or two) and then for its pass, up to a Lease's length or more.
+const TAKEOVER_BUCKETS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0];
+
 /// Labels of `projection_reconcile_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReconcileLabels {
@@ -98,6 +102,9 @@ pub struct Metrics {
     pub shard_ring_changes_total: Counter,
     /// Passes cut short because the replica's member Lease lapsed (the fence).
     pub shard_fenced_passes_total: Counter,
+    /// Seconds from a replica seeing the membership change that moved a CR to it to the end of
+    /// that CR's first pass there (one observation per CR taken over).
+    pub shard_takeover_seconds: Histogram,
     /// The controller-runtime names the Go operator exposed.
     pub queue: crate::queue_metrics::QueueMetrics,
     /// client-go's `rest_client_requests_total`, for the controller's client.
@@ -128,6 +135,7 @@ impl Metrics {
             shard_members: Gauge::default(),
             shard_ring_changes_total: Counter::default(),
             shard_fenced_passes_total: Counter::default(),
+            shard_takeover_seconds: Histogram::new(TAKEOVER_BUCKETS),
             queue: crate::queue_metrics::QueueMetrics::register(registry),
             rest_client: runtime::rest_client_metrics::RestClientMetrics::register(registry),
             replica: Arc::default(),
@@ -196,6 +204,11 @@ impl Metrics {
             "projection_shard_fenced_passes",
             "Passes a replica with shards cut short because its member Lease lapsed before they ended (no write started after)",
             metrics.shard_fenced_passes_total.clone(),
+        );
+        registry.register(
+            "projection_shard_takeover_seconds",
+            "Seconds from a replica with shards seeing the membership change that moved a CR to it to the end of that CR's first pass there",
+            metrics.shard_takeover_seconds.clone(),
         );
         registry.register_collector(Box::new(ReplicaCollector(metrics.replica.clone())));
         registry.register_collector(Box::new(runtime::process_metrics::ProcessCollector::default()));

@@ -24,9 +24,13 @@ use shared::api::{
     crd::{ClusterProjection, Projection},
     keys::{CLUSTER_PROJECTION_FINALIZER, PROJECTION_FINALIZER},
 };
-use std::sync::{
-    Arc,
-    atomic::{AtomicBool, Ordering},
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
 };
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -526,6 +530,7 @@ async fn follow_discovery_changes<K>(
 ) where
     K: Watchable,
 {
+    let looking = Arc::new(Mutex::new(HashMap::new()));
     initial_list::watch(
         Api::<PartialObjectMeta<K>>::all(client),
         watcher::Config::default(),
@@ -537,11 +542,53 @@ async fn follow_discovery_changes<K>(
             let name = object.metadata.name.as_deref().unwrap_or_default();
             ctx.sources.discovery.invalidate();
             ctx.watches.wake_discovery_followers(group_of(name));
+            look_again(&ctx, &looking, group_of(name));
             also(&ctx.watches, name, matches!(event, Ok(Event::Delete(_))));
         }
         std::future::ready(())
     })
     .await;
+}
+
+/// When the followers of a group look at discovery again after a change of it. Discovery trails
+/// the objects it is made of: the aggregator lists a new CRD's versions one by one, each after its
+/// APIService shows, so a look taken on the change's event can see a group whose preferred version
+/// is not registered yet (a source resolved to `v1beta1` of a CRD serving `v1` too). The last of
+/// these looks settles on what discovery finally serves.
+const DISCOVERY_SETTLES_AFTER: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(5)];
+
+/// Schedules the later looks at discovery for the followers of `group`. One schedule runs per group
+/// at a time: `looking` holds the groups with one running, and whether the group changed again
+/// since it began (then it runs once more, so the last look still follows the last change).
+fn look_again(ctx: &Arc<context::Context>, looking: &Arc<Mutex<HashMap<String, bool>>>, group: &str) {
+    {
+        let mut pending = looking.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(changed_again) = pending.get_mut(group) {
+            *changed_again = true;
+            return;
+        }
+        pending.insert(group.to_owned(), false);
+    }
+    let (ctx, looking, group) = (ctx.clone(), looking.clone(), group.to_owned());
+    tokio::spawn(async move {
+        loop {
+            let mut waited = Duration::ZERO;
+            for after in DISCOVERY_SETTLES_AFTER {
+                tokio::time::sleep(after - waited).await;
+                waited = after;
+                ctx.sources.discovery.invalidate();
+                ctx.watches.wake_discovery_followers(&group);
+            }
+            let mut pending = looking.lock().unwrap_or_else(|e| e.into_inner());
+            match pending.get_mut(&group) {
+                Some(changed_again) if *changed_again => *changed_again = false,
+                _ => {
+                    pending.remove(&group);
+                    return;
+                }
+            }
+        }
+    });
 }
 
 /// The API group in the name of a CRD (`<plural>.<group>`) or an APIService (`<version>.<group>`,

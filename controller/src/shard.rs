@@ -4,8 +4,12 @@
 //! read every second, the passes running, and the fence: no pass starts once the Lease may have
 //! expired in the others' eyes.
 
+use crate::events::Events;
 use k8s_openapi::{
-    api::coordination::v1::{Lease, LeaseSpec},
+    api::{
+        coordination::v1::{Lease, LeaseSpec},
+        core::v1::ObjectReference,
+    },
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
     jiff::Timestamp,
 };
@@ -13,9 +17,12 @@ use kube::{
     Api, Client,
     api::{DeleteParams, ListParams, Patch, PatchParams},
 };
-use shared::shard::{
-    membership::{ACKNOWLEDGED_ANNOTATION, MEMBER_LABEL, MemberLease, View},
-    selector::{ShardFilter, shard_selector},
+use shared::{
+    api::reason::Reason,
+    shard::{
+        membership::{ACKNOWLEDGED_ANNOTATION, MEMBER_LABEL, MemberLease, View},
+        selector::{ShardFilter, shard_selector},
+    },
 };
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -41,17 +48,24 @@ pub struct Shard {
     /// The CRs whose pass was cut short, or not started, because the Lease was not valid: run
     /// again once it is, if this replica may then (nothing else would send them).
     held: Mutex<HashSet<String>>,
+    /// The version of the ring of live members and when this replica first saw it (where the
+    /// time a takeover took is counted from).
+    ring_since: Mutex<Option<(String, Instant)>>,
+    /// The settled ring's version and the CRs taken over in it whose first pass here began (each
+    /// takeover is told once).
+    taken_over: Mutex<(String, HashSet<String>)>,
     /// Ticks whenever what this replica may reconcile can have changed.
     changed: tokio::sync::watch::Sender<()>,
     /// The `shardSelector` of this replica's ranges in the current ring, for its CR watches (which
     /// restart, to list anew, whenever it changes).
     selector: tokio::sync::watch::Sender<ShardFilter>,
     /// `projection_shard_members`, `projection_shard_ring_changes_total`,
-    /// `projection_shard_fenced_passes_total`.
+    /// `projection_shard_fenced_passes_total`, `projection_shard_takeover_seconds`.
     metrics: (
         prometheus_client::metrics::gauge::Gauge,
         prometheus_client::metrics::counter::Counter,
         prometheus_client::metrics::counter::Counter,
+        prometheus_client::metrics::histogram::Histogram,
     ),
 }
 
@@ -59,6 +73,18 @@ pub struct Shard {
 pub struct Running {
     shard: Arc<Shard>,
     uid: String,
+    /// Set on the first pass of a CR the ring moved to this replica.
+    pub takeover: Option<Takeover>,
+}
+
+/// The first pass of a CR on the replica the ring moved it to.
+pub struct Takeover {
+    /// The replica that reconciled it before.
+    pub from: String,
+    /// The version of the ring that moved it.
+    pub ring: String,
+    /// When this replica saw the ring of members that moved it.
+    pub since: Instant,
 }
 
 impl Drop for Running {
@@ -89,12 +115,15 @@ impl Shard {
             valid_until: Mutex::default(),
             running: Mutex::default(),
             held: Mutex::default(),
+            ring_since: Mutex::default(),
+            taken_over: Mutex::default(),
             changed: tokio::sync::watch::Sender::new(()),
             selector: tokio::sync::watch::Sender::new(ShardFilter::Nothing),
             metrics: (
                 metrics.shard_members.clone(),
                 metrics.shard_ring_changes_total.clone(),
                 metrics.shard_fenced_passes_total.clone(),
+                metrics.shard_takeover_seconds.clone(),
             ),
         })
     }
@@ -179,7 +208,54 @@ impl Shard {
         Some(Running {
             shard: self.clone(),
             uid: uid.to_owned(),
+            takeover: self.takeover_of(uid),
         })
+    }
+
+    /// Whether this pass is the first of the CR with this uid here since the ring moved it to this
+    /// replica, and from whom.
+    fn takeover_of(&self, uid: &str) -> Option<Takeover> {
+        let (from, ring) = {
+            let view = self.view.read().expect("view");
+            (
+                view.taken_over_from(&self.me, uid)?.to_owned(),
+                view.settled_version()?,
+            )
+        };
+        {
+            let mut taken_over = self.taken_over.lock().expect("takeovers");
+            if taken_over.0 != ring {
+                *taken_over = (ring.clone(), HashSet::new());
+            }
+            if !taken_over.1.insert(uid.to_owned()) {
+                return None;
+            }
+        }
+        let since = match &*self.ring_since.lock().expect("ring since") {
+            Some((version, at)) if *version == ring => *at,
+            _ => Instant::now(),
+        };
+        Some(Takeover { from, ring, since })
+    }
+
+    /// Tells that the pass of a CR taken over ended: the event on the CR (who reconciles it now, and
+    /// who did before), the time it took since the membership changed.
+    pub async fn took_over(&self, takeover: Takeover, about: &ObjectReference, events: &Events) {
+        let took = takeover.since.elapsed();
+        self.metrics.3.observe(took.as_secs_f64());
+        events
+            .publish(
+                about,
+                Reason::OwnerChanged,
+                format!(
+                    "reconciled by replica {} now, taken over from {} (ring {}, {} ms after the membership changed)",
+                    self.me,
+                    takeover.from,
+                    takeover.ring,
+                    took.as_millis()
+                ),
+            )
+            .await;
     }
 
     /// Remembers that the pass of the CR with this uid waits for the Lease to be valid again.
@@ -242,6 +318,12 @@ impl Shard {
                             *current = selector;
                             modified
                         });
+                        if let Some(version) = view.current().map(|ring| ring.version()) {
+                            let mut since = self.ring_since.lock().expect("ring since");
+                            if since.as_ref().is_none_or(|(seen, _)| *seen != version) {
+                                *since = Some((version, Instant::now()));
+                            }
+                        }
                         let members = view.current().map_or(0, |ring| ring.members().len());
                         self.metrics.0.set(i64::try_from(members).unwrap_or(i64::MAX));
                         if moved {

@@ -412,11 +412,17 @@ async fn custom_resources_pinned_and_unpinned_and_a_kind_that_becomes_known() {
         .expect("widget created");
     // Recovered without a timer: the CRD watch wakes the Projection.
     wait_ready(&env.projections(), "late").await;
-    let resolved = wait_condition(&env.projections(), "late", "SourceResolved", "True", None).await;
-    assert_eq!(
-        resolved["message"],
-        format!("resolved {group}/Widget to preferred version v1")
-    );
+    // Discovery registers a new CRD's versions one by one: a pass on the CRD's event may resolve
+    // the kind at v1beta1 before v1 is listed; the controller looks again and settles on v1.
+    let settled = format!("resolved {group}/Widget to preferred version v1");
+    wait_for(&format!("late {settled}"), TIMEOUT, || async {
+        let resolved = wait_condition(&env.projections(), "late", "SourceResolved", "True", None).await;
+        match resolved["message"].as_str() {
+            Some(message) if message == settled => Ok(()),
+            _ => Err(resolved.to_string()),
+        }
+    })
+    .await;
 
     create(
         &env.projections(),

@@ -11,7 +11,9 @@ use k8s_openapi::api::{
     core::v1::{ConfigMap, Event},
 };
 use kube::api::ListParams;
-use projection_tests::{ServiceProcess, kubeconfig_path, metric_value, sharded_list_and_watch, wait_for};
+use projection_tests::{
+    ServiceProcess, kubeconfig_path, metric_value, sharded_list_and_watch, wait_for, wait_for_event,
+};
 use serde_json::json;
 use shared::shard::Ring;
 use std::{
@@ -33,6 +35,18 @@ async fn reporters(env: &Env, namespace: &str, name: &str) -> BTreeSet<String> {
         .items
         .into_iter()
         .filter_map(|event| event.reporting_instance)
+        .collect()
+}
+
+/// The reasons of the events about the CR `name` in `namespace`.
+async fn reasons(env: &Env, namespace: &str, name: &str) -> BTreeSet<String> {
+    env.api::<Event>(namespace)
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter_map(|event| event.reason)
         .collect()
 }
 
@@ -243,6 +257,37 @@ async fn replicas_split_the_crs_by_the_ring_and_take_over_a_killed_ones() {
         },
     )
     .await;
+    // Each CR of the dead replica tells, in one event from the survivor, who took it over from
+    // whom; the survivor counts one takeover per CR, each within a Lease of the ring's change.
+    let moved: Vec<usize> = (0..CRS)
+        .filter(|&i| ring.owner_of(&uids[i]) == Some(names[1].as_str()))
+        .collect();
+    let told = format!(
+        "reconciled by replica {} now, taken over from {} (ring {alone},",
+        names[0], names[1]
+    );
+    for &i in &moved {
+        let note = wait_for_event(&env.client, &dst, &format!("p{i}"), "OwnerChanged").await;
+        assert!(note.starts_with(&told), "p{i}: {note}");
+    }
+    for i in (0..CRS).filter(|i| !moved.contains(i)) {
+        assert!(
+            !reasons(&env, &dst, &format!("p{i}"))
+                .await
+                .contains("OwnerChanged"),
+            "p{i} stayed with {}",
+            names[0]
+        );
+    }
+    let metrics = a.metrics();
+    let takeovers = metric_value(&metrics, "projection_shard_takeover_seconds_count");
+    assert_eq!(takeovers, Some(moved.len() as f64), "{metrics}");
+    let seconds = metric_value(&metrics, "projection_shard_takeover_seconds_sum").unwrap_or(f64::MAX);
+    assert!(
+        seconds / (moved.len() as f64) < LEASE_SECONDS as f64,
+        "a takeover took {seconds} s in all for {} CRs",
+        moved.len()
+    );
     // The dead replica's Lease is deleted once it has been expired for three of its durations.
     wait_absent(
         &leases,
@@ -319,6 +364,17 @@ async fn a_joining_replica_takes_its_share_and_a_cr_deleted_during_the_handover_
             seen.contains(&after) && seen.iter().all(|r| *r == before || *r == after),
             "p{i}: written by {seen:?}; its owners were {before}, then {after}"
         );
+    }
+    // Each CR that moved tells, in one event from the newcomer, whose it was.
+    for &i in moving.iter().filter(|&&i| i != deleted) {
+        let before = two.owner_of(&uids[i]).expect("an owner");
+        let note = wait_for_event(&env.client, &dst, &format!("p{i}"), "OwnerChanged").await;
+        let told = format!(
+            "reconciled by replica {} now, taken over from {before} (ring {},",
+            names[2],
+            three.version()
+        );
+        assert!(note.starts_with(&told), "p{i}: {note}");
     }
     for process in [&mut a, &mut b, &mut c] {
         let status = process.terminate();

@@ -296,7 +296,7 @@ pub async fn reconcile<K: ProjectionKind>(
 ) -> Result<Action, Error> {
     // With shards, only the replica the ring gives this CR to runs its pass; the others skip it,
     // and a change of the membership sends it again to whoever may run it then.
-    let _running = match &ctx.shard {
+    let mut running = match &ctx.shard {
         Some(shard) => match shard.begin(stored.meta().uid.as_deref().unwrap_or_default()) {
             Some(running) => Some(running),
             None => {
@@ -315,6 +315,12 @@ pub async fn reconcile<K: ProjectionKind>(
     let api = object.api(ctx.report.client.clone());
     let deleting = object.meta().deletion_timestamp.is_some();
     let uid = object.uid().unwrap_or_default();
+    let about = object.object_ref(&());
+    // A CR no replica reported on yet (created as the ring changed) is new here, not taken over.
+    let reported_before = object
+        .view()
+        .status
+        .is_some_and(|s| s.observed_generation.is_some());
     let pass = finalizer(&api, K::SCOPE.finalizer(), object, |event| async {
         match event {
             Finalizer::Apply(o) => apply(o.as_ref(), &ctx).await,
@@ -323,11 +329,18 @@ pub async fn reconcile<K: ProjectionKind>(
     });
     // With shards, the pass runs within the fence: cut short (unreported, to be run anew by the CR's
     // owner) where this replica's Lease lapses.
+    // The first pass of a CR the ring moved here tells who reconciles it now, once it has ended.
     let ended = match ctx.shard.as_deref() {
-        Some(shard) => shard
-            .within_fence(pass, (&uid, &key))
-            .await
-            .unwrap_or(Ok(Action::await_change())),
+        Some(shard) => match shard.within_fence(pass, (&uid, &key)).await {
+            Some(ended) => {
+                let takeover = running.as_mut().and_then(|r| r.takeover.take());
+                if let Some(takeover) = takeover.filter(|_| reported_before) {
+                    shard.took_over(takeover, &about, &ctx.report.events).await;
+                }
+                ended
+            }
+            None => Ok(Action::await_change()),
+        },
         None => pass.await,
     };
     let result = ended.map_err(|e| Error::Finalizer(Box::new(e)));

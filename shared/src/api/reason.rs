@@ -103,6 +103,9 @@ named_enum! {
         /// refuses (one that runs a program, names a file, or has no inline credentials), or now
         /// reaches another apiserver than the one the CR's copies were written to.
         DestinationClusterInvalid,
+        /// Event (`--shard-by-lease`): another controller replica reconciles the CR now, the ring
+        /// of live members having moved it there (a replica joined, left or died).
+        OwnerChanged,
     }
 }
 
@@ -121,6 +124,8 @@ named_enum! {
         Validate,
         /// Resolving the source's kind.
         Resolve,
+        /// Taking up a CR's reconciles (a replica that took it over from another).
+        Reconcile,
     }
 }
 
@@ -226,6 +231,7 @@ impl Reason {
             DestinationCreateFailed | DestinationForbidden => Verb::Create,
             DestinationUpdateFailed | DestinationImmutable => Verb::Update,
             DeletionBlocked => Verb::Delete,
+            OwnerChanged => Verb::Reconcile,
             Resolved | SourceNotResolved | DestinationDeleteFailed | DestinationWriteFailed | Suspended => {
                 return None;
             }
@@ -273,7 +279,7 @@ impl Reason {
             // Not failures: nothing to retry until something changes.
             Resolved | Projected | Updated | DestinationRecreated | DestinationDeleted
             | DestinationLeftAlone | SourceNotResolved | Suspended | DestinationOrphaned
-            | DestinationAdopted => Retry::OnChange,
+            | DestinationAdopted | OwnerChanged => Retry::OnChange,
         }
     }
 
@@ -285,7 +291,7 @@ impl Reason {
         use Reason::*;
         match self {
             Resolved | Projected | Updated | DestinationRecreated | DestinationDeleted
-            | DestinationLeftAlone | Suspended | DestinationOrphaned | DestinationAdopted => {
+            | DestinationLeftAlone | Suspended | DestinationOrphaned | DestinationAdopted | OwnerChanged => {
                 Progress::Settled
             }
             // May still come: the source, its kind, an answer.
@@ -336,7 +342,7 @@ impl Reason {
         use Reason::*;
         match self {
             Resolved | Projected | Updated | DestinationRecreated | DestinationDeleted
-            | DestinationLeftAlone | Suspended | DestinationOrphaned | DestinationAdopted => {
+            | DestinationLeftAlone | Suspended | DestinationOrphaned | DestinationAdopted | OwnerChanged => {
                 ResultCategory::Success
             }
             DestinationConflict => ResultCategory::Conflict,
@@ -433,6 +439,7 @@ mod tests {
                 "DestinationClusterUnreachable",
                 "DestinationClusterForbidden",
                 "DestinationClusterInvalid",
+                "OwnerChanged",
             ]
         );
         for reason in Reason::ALL {
@@ -443,7 +450,15 @@ mod tests {
         let verbs: Vec<&str> = Verb::ALL.iter().map(|v| v.as_str()).collect();
         assert_eq!(
             verbs,
-            ["Create", "Update", "Delete", "Get", "Validate", "Resolve"]
+            [
+                "Create",
+                "Update",
+                "Delete",
+                "Get",
+                "Validate",
+                "Resolve",
+                "Reconcile"
+            ]
         );
         let results: Vec<&str> = ResultCategory::ALL.iter().map(|c| c.as_str()).collect();
         assert_eq!(
@@ -662,6 +677,13 @@ mod tests {
                 true,
                 Retry::Backoff,
                 "destination_error",
+            ),
+            (
+                OwnerChanged,
+                Some(Verb::Reconcile),
+                false,
+                Retry::OnChange,
+                "success",
             ),
         ];
         assert_eq!(table.len(), Reason::ALL.len(), "every reason is in the table");

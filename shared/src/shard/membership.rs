@@ -48,12 +48,13 @@ impl MemberLease {
     }
 }
 
-/// A replica's view of the membership: the ring of the live members now, and the last ring every
-/// live member had acknowledged.
+/// A replica's view of the membership: the ring of the live members now, the last ring every
+/// live member had acknowledged, and the settled ring before that one.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct View {
     current: Option<Ring>,
     settled: Option<Ring>,
+    previous: Option<Ring>,
 }
 
 impl View {
@@ -67,8 +68,8 @@ impl View {
                 .iter()
                 .all(|lease| lease.acknowledged.as_deref() == Some(version.as_str()));
         let before = self.clone();
-        if everyone_acknowledged {
-            self.settled = Some(current.clone());
+        if everyone_acknowledged && self.settled.as_ref() != Some(&current) {
+            self.previous = self.settled.replace(current.clone());
         }
         self.current = Some(current);
         *self != before
@@ -93,6 +94,22 @@ impl View {
             Some(settled) => settled.owner_of(uid) == Some(me),
             None => false,
         }
+    }
+
+    /// The member that reconciled the CR with this uid before the settled ring gave it to `me`:
+    /// `Some` only for a CR that moved to `me` when the members last settled (not for one `me`
+    /// kept, nor on the first ring a replica sees, when it cannot know who had its CRs).
+    pub fn taken_over_from(&self, me: &str, uid: &str) -> Option<&str> {
+        let (settled, previous) = (self.settled.as_ref()?, self.previous.as_ref()?);
+        if settled.owner_of(uid) != Some(me) {
+            return None;
+        }
+        previous.owner_of(uid).filter(|&before| before != me)
+    }
+
+    /// The version of the ring every live member last acknowledged.
+    pub fn settled_version(&self) -> Option<String> {
+        self.settled.as_ref().map(Ring::version)
     }
 
     /// The version `me` may acknowledge, given the uids of the passes it has running: the current
@@ -176,6 +193,11 @@ mod tests {
         );
         assert!(view.may_reconcile("b", &moving));
         assert!(!view.may_reconcile("a", &moving));
+        // b took the moved CR over from a; a kept the other; a's first ring moved nothing.
+        assert_eq!(view.taken_over_from("b", &moving), Some("a"));
+        assert_eq!(view.taken_over_from("a", &moving), None);
+        assert_eq!(view.taken_over_from("a", &staying), None);
+        assert_eq!(view.settled_version(), Some(two.version()));
     }
 
     #[test]
@@ -219,6 +241,16 @@ mod tests {
             at(17),
         );
         assert!(view.may_reconcile("a", &orphaned));
+        assert_eq!(view.taken_over_from("a", &orphaned), Some("b"));
+        // Read again with nothing changed, the ring before stays the one b was in.
+        view.observe(
+            &[
+                lease("a", 17, Some(&one.version())),
+                lease("b", 0, Some(&two.version())),
+            ],
+            at(18),
+        );
+        assert_eq!(view.taken_over_from("a", &orphaned), Some("b"));
     }
 
     #[test]
@@ -228,5 +260,10 @@ mod tests {
         view.observe(&[lease("a", 0, None)], at(1));
         assert!(!view.may_reconcile("a", "uid-1"));
         assert!(!view.may_reconcile("stranger", "uid-1"));
+        // The first settled ring takes nothing over from anyone.
+        let alone = Ring::new(["a"]).version();
+        view.observe(&[lease("a", 1, Some(&alone))], at(2));
+        assert!(view.may_reconcile("a", "uid-1"));
+        assert_eq!(view.taken_over_from("a", "uid-1"), None);
     }
 }
