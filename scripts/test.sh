@@ -28,7 +28,9 @@ tests/control-plane/build-gitops.sh >/dev/null
 # The node, with the images built here imported and cert-manager installed by its own chart.
 tests/control-plane/cert-manager.sh
 
-cargo test --workspace --locked --no-fail-fast "$@"
+# The sharding suite's three-replica test spreads 300 Projections here, where the apiserver ignores
+# shardSelector (each replica filters itself), and its 3,000 on the second control plane below.
+PROJECTION_SHARD_TEST_CRS=${PROJECTION_SHARD_TEST_CRS:-300} cargo test --workspace --locked --no-fail-fast "$@"
 # The replicas with shards again, on the second control plane: there the apiserver filters their CR
 # watches by shardSelector (on the first it ignores the parameter and each replica filters itself).
 if [ $# -eq 0 ]; then

@@ -365,6 +365,10 @@ impl Shard {
             {
                 Ok(_) => {
                     let was_valid = self.lease_valid();
+                    if !was_valid {
+                        // Back from a lapse (or starting): trust no ring settled before it.
+                        self.view.write().expect("view").lapsed();
+                    }
                     *self.valid_until.lock().expect("lease validity") = Some(sent + self.duration * 2 / 3);
                     renewed = Some(sent);
                     published = acknowledged;

@@ -25,6 +25,7 @@ const LEASE_SECONDS: u64 = 4;
 const DROPPED: &str = "projection_shard_events_dropped_total{kind=\"Projection\"}";
 
 const CRS: usize = 24;
+const BUSY_LEASE_SECONDS: u64 = 15;
 
 /// The replicas whose events name the CR `name` in `namespace`.
 async fn reporters(env: &Env, namespace: &str, name: &str) -> BTreeSet<String> {
@@ -52,7 +53,12 @@ async fn reasons(env: &Env, namespace: &str, name: &str) -> BTreeSet<String> {
 
 /// Starts a replica named `name` with `--shard-by-lease`, its member Lease in `namespace`.
 fn replica(name: &str, namespace: &str) -> ServiceProcess {
-    let seconds = format!("{LEASE_SECONDS}s");
+    replica_with_lease(name, namespace, LEASE_SECONDS)
+}
+
+/// Like [`replica`], with a Lease of `lease_seconds`.
+fn replica_with_lease(name: &str, namespace: &str, lease_seconds: u64) -> ServiceProcess {
+    let seconds = format!("{lease_seconds}s");
     let args = [
         "--author-access=trusted",
         "--requeue-interval",
@@ -377,6 +383,296 @@ async fn a_joining_replica_takes_its_share_and_a_cr_deleted_during_the_handover_
         assert!(note.starts_with(&told), "p{i}: {note}");
     }
     for process in [&mut a, &mut b, &mut c] {
+        let status = process.terminate();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "clean exit on SIGTERM: {status:?}"
+        );
+    }
+    let _cleanup = controller(&[]).await;
+    env.finish().await;
+}
+
+/// How many Projections the three-replica test spreads (`PROJECTION_SHARD_TEST_CRS` overrides).
+fn many() -> usize {
+    std::env::var("PROJECTION_SHARD_TEST_CRS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(3000)
+}
+
+/// Per CR (`p<i>`), the replicas that published each reason about it and how many times: an event
+/// repeated by one replica counts in its series, one from another replica is an event of its own.
+async fn events_by_cr(
+    env: &Env,
+    namespace: &str,
+) -> std::collections::HashMap<String, Vec<(String, String, i32)>> {
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> = env.api(namespace);
+    let mut by_cr: std::collections::HashMap<String, Vec<(String, String, i32)>> = Default::default();
+    for event in events.list(&ListParams::default()).await.expect("events").items {
+        let (Some(name), Some(reason)) = (event.regarding.and_then(|r| r.name), event.reason) else {
+            continue;
+        };
+        let count = event.series.map_or(1, |s| s.count);
+        by_cr.entry(name).or_default().push((
+            reason,
+            event.reporting_instance.unwrap_or_default(),
+            count,
+        ));
+    }
+    by_cr
+}
+
+/// Waits until every Projection in the namespace is Ready for its generation, listing them all
+/// at once (thousands of them).
+async fn wait_all_ready(env: &Env, count: usize) {
+    wait_for(
+        &format!("{count} Projections Ready"),
+        Duration::from_secs(300),
+        || async {
+            let list = env.projections().list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+            let ready = list
+                .items
+                .iter()
+                .filter(|p| {
+                    p.status.as_ref().is_some_and(|s| {
+                        s.copy.observed_generation == p.metadata.generation
+                            && s.copy
+                                .conditions
+                                .iter()
+                                .any(|c| c.r#type == "Ready" && c.status == "True")
+                    })
+                })
+                .count();
+            (ready == count)
+                .then_some(())
+                .ok_or(format!("{ready} of {count} Ready"))
+        },
+    )
+    .await;
+}
+
+/// Waits until every copy in the namespace has `k` = `value`, listing them all at once.
+async fn wait_all_copies(env: &Env, namespace: &str, count: usize, value: &str) {
+    let copies = env.api::<ConfigMap>(namespace);
+    wait_for(
+        &format!("{count} copies with k={value}"),
+        Duration::from_secs(300),
+        || async {
+            let list = copies.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+            let done = list
+                .items
+                .iter()
+                .filter(|cm| {
+                    cm.metadata.name.as_deref().is_some_and(|n| n.starts_with("cfg-"))
+                        && cm.data.as_ref().and_then(|d| d.get("k")).map(String::as_str) == Some(value)
+                })
+                .count();
+            (done == count)
+                .then_some(())
+                .ok_or(format!("{done} of {count} copies have it"))
+        },
+    )
+    .await;
+}
+
+/// Checks that each CR's copy was written once per source edit (`edits`), each time by the replica
+/// `owner_at(edit, i)` gives: its `Updated` events, counted with their series.
+fn each_written_once_per_edit(
+    events: &std::collections::HashMap<String, Vec<(String, String, i32)>>,
+    count: usize,
+    edits: usize,
+    owners: impl Fn(usize) -> BTreeSet<String>,
+) {
+    for i in 0..count {
+        let name = format!("p{i}");
+        let updated: Vec<&(String, String, i32)> = events
+            .get(&name)
+            .map(|e| e.iter().filter(|(reason, _, _)| reason == "Updated").collect())
+            .unwrap_or_default();
+        let writes: i32 = updated.iter().map(|(_, _, n)| n).sum();
+        let writers: BTreeSet<String> = updated.iter().map(|(_, by, _)| by.clone()).collect();
+        assert_eq!(
+            writes,
+            i32::try_from(edits).expect("few edits"),
+            "{name}: {updated:?}"
+        );
+        assert!(writers.is_subset(&owners(i)), "{name}: written by {writers:?}");
+    }
+}
+
+#[tokio::test]
+async fn three_replicas_split_thousands_of_crs_each_written_once_and_a_fourth_moves_a_quarter() {
+    let env = env("shards-many").await;
+    let (src, dst) = env.names();
+    let count = many();
+    let names: Vec<String> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| format!("many-{n}-{}", std::process::id()))
+        .collect();
+    // The chart's Lease: thousands of passes at once on two cores slow the renewals down, and a
+    // short Lease's fence would cut passes short (their events then lost, the test's measure).
+    let mut replicas: Vec<ServiceProcess> = names[..3]
+        .iter()
+        .map(|n| replica_with_lease(n, &src, BUSY_LEASE_SECONDS))
+        .collect();
+    for r in &mut replicas {
+        r.wait_ready().await;
+    }
+    let three = Ring::new(names[..3].to_vec());
+    wait_settled(&env, &src, &three).await;
+
+    source_configmap(&env.api::<ConfigMap>(&src), "cfg", json!({"k": "v1"})).await;
+    let started = Instant::now();
+    let uids = std::sync::Mutex::new(vec![String::new(); count]);
+    projection_tests::in_parallel((0..count).collect(), 16, |i| {
+        let (api, uids) = (env.projections(), &uids);
+        let body = projection(
+            &format!("p{i}"),
+            cm_source(&src, "cfg"),
+            json!({"destination": {"name": format!("cfg-{i}")}}),
+        );
+        async move {
+            let created = create(&api, body).await;
+            uids.lock().expect("uids")[i] = created.metadata.uid.expect("a uid");
+            Ok(())
+        }
+    })
+    .await
+    .expect("Projections created");
+    let uids = uids.into_inner().expect("uids");
+    wait_all_ready(&env, count).await;
+    eprintln!("{count} Projections created and Ready on 3 replicas in {:?}", started.elapsed());
+
+    let fenced: Vec<f64> = replicas
+        .iter()
+        .map(|r| metric_value(&r.metrics(), "projection_shard_fenced_passes_total").unwrap_or(-1.0))
+        .collect();
+    assert!(
+        fenced.iter().all(|&n| n == 0.0),
+        "no replica's Lease lapsed under the load (a pass cut short may lose its event): {fenced:?}"
+    );
+
+    // The split is within ±15 % of a third, and each CR was projected by its owner alone.
+    let mut owned = [0usize; 3];
+    for uid in &uids {
+        let owner = three.owner_of(uid).expect("an owner");
+        owned[names.iter().position(|n| n == owner).expect("a member")] += 1;
+    }
+    let share = count as f64 / 3.0;
+    assert!(
+        owned.iter().all(|&n| (n as f64 - share).abs() <= share * 0.15),
+        "each of three within ±15 % of {share}: {owned:?}"
+    );
+    let events = events_by_cr(&env, &dst).await;
+    for (i, uid) in uids.iter().enumerate() {
+        let owner = three.owner_of(uid).expect("an owner");
+        let projected: Vec<&(String, String, i32)> = events
+            .get(&format!("p{i}"))
+            .map(|e| e.iter().filter(|(r, _, _)| r == "Projected").collect())
+            .unwrap_or_default();
+        assert!(
+            projected.len() == 1 && projected[0].1 == owner && projected[0].2 == 1,
+            "p{i} is {owner}'s: {projected:?}"
+        );
+    }
+
+    // One edit: each copy written once, by its owner.
+    merge(&env.api::<ConfigMap>(&src), "cfg", json!({"data": {"k": "v2"}})).await;
+    let edited = Instant::now();
+    wait_all_copies(&env, &dst, count, "v2").await;
+    eprintln!("one edit reached {count} copies on 3 replicas in {:?}", edited.elapsed());
+    let owner_in = |ring: &Ring, i: usize| ring.owner_of(&uids[i]).expect("an owner").to_owned();
+    each_written_once_per_edit(&events_by_cr(&env, &dst).await, count, 1, |i| {
+        BTreeSet::from([owner_in(&three, i)])
+    });
+
+    // A fourth joins: about a quarter of the CRs move, each to it, and each of those tells so once.
+    let four = Ring::new(names.clone());
+    let moving: BTreeSet<usize> = (0..count)
+        .filter(|&i| owner_in(&three, i) != owner_in(&four, i))
+        .collect();
+    assert!(
+        moving.len() as f64 <= count as f64 * 0.35,
+        "at most 35 % move: {} of {count}",
+        moving.len()
+    );
+    assert!(moving.iter().all(|&i| owner_in(&four, i) == names[3]));
+    replicas.push(replica_with_lease(&names[3], &src, BUSY_LEASE_SECONDS));
+    replicas[3].wait_ready().await;
+    wait_settled(&env, &src, &four).await;
+    wait_for(
+        "an OwnerChanged event on every CR that moved",
+        Duration::from_secs(120),
+        || async {
+            let events = events_by_cr(&env, &dst).await;
+            let told = (0..count)
+                .filter(|i| {
+                    events
+                        .get(&format!("p{i}"))
+                        .is_some_and(|e| e.iter().any(|(r, _, _)| r == "OwnerChanged"))
+                })
+                .count();
+            (told == moving.len())
+                .then_some(())
+                .ok_or(format!("{told} of {} told", moving.len()))
+        },
+    )
+    .await;
+    let events = events_by_cr(&env, &dst).await;
+    for i in 0..count {
+        let changes: Vec<&(String, String, i32)> = events
+            .get(&format!("p{i}"))
+            .map(|e| e.iter().filter(|(r, _, _)| r == "OwnerChanged").collect())
+            .unwrap_or_default();
+        if moving.contains(&i) {
+            assert!(
+                changes.len() == 1 && changes[0].1 == names[3] && changes[0].2 == 1,
+                "p{i} moved to {} once: {changes:?}",
+                names[3]
+            );
+        } else {
+            assert!(changes.is_empty(), "p{i} stayed: {changes:?}");
+        }
+    }
+
+    // Another edit: each copy written once more, by its owner in the ring of four.
+    merge(&env.api::<ConfigMap>(&src), "cfg", json!({"data": {"k": "v3"}})).await;
+    let edited = Instant::now();
+    wait_all_copies(&env, &dst, count, "v3").await;
+    eprintln!("one edit reached {count} copies on 4 replicas in {:?}", edited.elapsed());
+    each_written_once_per_edit(&events_by_cr(&env, &dst).await, count, 2, |i| {
+        BTreeSet::from([owner_in(&three, i), owner_in(&four, i)])
+    });
+
+    // Deleted while the four run, so their finalizers are removed in parallel (one by one, several
+    // at a time: the apiserver deletes a collection with one worker and ends at its request timeout).
+    projection_tests::in_parallel((0..count).collect(), 16, |i| {
+        let api = env.projections();
+        async move {
+            match api.delete(&format!("p{i}"), &kube::api::DeleteParams::default()).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+                Err(e) => Err(e.into()),
+            }
+        }
+    })
+    .await
+    .expect("Projections deleted");
+    wait_for("every Projection gone", Duration::from_secs(300), || async {
+        let left = env.projections().list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+        left.items
+            .is_empty()
+            .then_some(())
+            .ok_or(format!("{} left", left.items.len()))
+    })
+    .await;
+    let deleted = env.api::<ConfigMap>(&dst).list(&ListParams::default()).await.expect("copies");
+    assert!(
+        deleted.items.iter().all(|cm| !cm.metadata.name.as_deref().unwrap_or_default().starts_with("cfg-")),
+        "every copy deleted with its Projection"
+    );
+    for process in &mut replicas {
         let status = process.terminate();
         assert!(
             status.is_some_and(|s| s.success()),

@@ -69,10 +69,23 @@ impl View {
                 .all(|lease| lease.acknowledged.as_deref() == Some(version.as_str()));
         let before = self.clone();
         if everyone_acknowledged && self.settled.as_ref() != Some(&current) {
-            self.previous = self.settled.replace(current.clone());
+            if let Some(before) = self.settled.replace(current.clone()) {
+                self.previous = Some(before);
+            }
         }
         self.current = Some(current);
         *self != before
+    }
+
+    /// This replica's own Lease lapsed (it could not renew it in time): the others may have seen it
+    /// expire, taken its CRs and settled on rings it never saw, and the members may be the same
+    /// again when it is back (the same ring version, a stale proof). So the settled ring it knew
+    /// is no proof any more: it reconciles nothing until every live member has acknowledged the
+    /// current ring, by which time whoever held its CRs meanwhile has drained them.
+    pub fn lapsed(&mut self) {
+        if let Some(before) = self.settled.take() {
+            self.previous = Some(before);
+        }
     }
 
     /// The ring of the live members (none before the first `observe`).
@@ -251,6 +264,37 @@ mod tests {
             at(18),
         );
         assert_eq!(view.taken_over_from("a", &orphaned), Some("b"));
+    }
+
+    #[test]
+    fn a_member_back_from_a_lapse_waits_for_everyone_to_acknowledge_even_the_same_ring_again() {
+        let two = Ring::new(["a", "b"]);
+        let one = Ring::new(["a"]);
+        let both = |at_b: u64, ack_a: &Ring, ack_b: &Ring| {
+            [
+                lease("a", at_b, Some(&ack_a.version())),
+                lease("b", at_b, Some(&ack_b.version())),
+            ]
+        };
+        let mut view = View::default();
+        view.observe(&both(0, &two, &two), at(1));
+        let mine = (0..10_000)
+            .map(|i| format!("uid-{i}"))
+            .find(|uid| two.owner_of(uid) == Some("b"))
+            .expect("b owns some");
+        assert!(view.may_reconcile("b", &mine));
+        // b is cut off past its Lease: a alone settles on the ring of one and takes b's CRs (b sees
+        // none of it). b comes back and renews: the members are a and b again, as b last saw them.
+        view.lapsed();
+        view.observe(&both(20, &one, &two), at(21));
+        assert!(
+            !view.may_reconcile("b", &mine),
+            "not while a, which held b's CRs meanwhile, has not acknowledged the ring of two"
+        );
+        view.observe(&both(22, &two, &two), at(23));
+        assert!(view.may_reconcile("b", &mine));
+        // Taking its CRs back from a, which b cannot name: b never saw the ring of one.
+        assert_eq!(view.taken_over_from("b", &mine), None);
     }
 
     #[test]
