@@ -388,8 +388,22 @@ impl Shard {
         while !self.running.lock().expect("running passes").is_empty() && Instant::now() < drained {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        if let Err(e) = api.delete(&self.lease_name, &DeleteParams::default()).await {
-            tracing::warn!(error = %e, lease = self.lease_name, "could not delete the member Lease");
+        // Bounded: a stop must not wait on a connection that fell silent (the others take the CRs
+        // once the Lease expires anyway).
+        match tokio::time::timeout(
+            self.duration,
+            api.delete(&self.lease_name, &DeleteParams::default()),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, lease = self.lease_name, "could not delete the member Lease")
+            }
+            Err(_) => tracing::warn!(
+                lease = self.lease_name,
+                "could not delete the member Lease in time: the others take its CRs once it expires"
+            ),
         }
     }
 

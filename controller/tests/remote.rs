@@ -869,14 +869,7 @@ async fn a_pass_still_waiting_when_its_replicas_lease_lapses_is_cut_short_and_ru
         .await
         .expect("the apiserver's address");
     let home_path = BlackHoleProxy::start(upstream).await.expect("the proxy");
-    let mut kubeconfig: Value = serde_yaml::from_str(
-        &std::fs::read_to_string(projection_tests::kubeconfig_path()).expect("kubeconfig"),
-    )
-    .expect("YAML");
-    kubeconfig["clusters"][0]["cluster"]["server"] = json!(format!("https://{}", home_path.addr()));
-    let kubeconfig_file =
-        projection_tests::testenv_dir().join(format!("fence-{}.kubeconfig", std::process::id()));
-    std::fs::write(&kubeconfig_file, kubeconfig.to_string()).expect("kubeconfig written");
+    let kubeconfig_file = projection_tests::kubeconfig_through(home_path.addr(), "fence");
     let name = format!("fence-{}", std::process::id());
     let mut replica = projection_tests::ServiceProcess::start_as(
         binary(),

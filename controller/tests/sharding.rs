@@ -58,6 +58,16 @@ fn replica(name: &str, namespace: &str) -> ServiceProcess {
 
 /// Like [`replica`], with a Lease of `lease_seconds`.
 fn replica_with_lease(name: &str, namespace: &str, lease_seconds: u64) -> ServiceProcess {
+    replica_through(name, namespace, lease_seconds, &kubeconfig_path())
+}
+
+/// Like [`replica_with_lease`], reaching the apiserver with `kubeconfig`.
+fn replica_through(
+    name: &str,
+    namespace: &str,
+    lease_seconds: u64,
+    kubeconfig: &std::path::Path,
+) -> ServiceProcess {
     let seconds = format!("{lease_seconds}s");
     let args = [
         "--author-access=trusted",
@@ -69,7 +79,7 @@ fn replica_with_lease(name: &str, namespace: &str, lease_seconds: u64) -> Servic
         "--leader-election-namespace",
         namespace,
     ];
-    ServiceProcess::start_as(binary(), &args, &kubeconfig_path(), &[("POD_NAME", name)])
+    ServiceProcess::start_as(binary(), &args, kubeconfig, &[("POD_NAME", name)])
 }
 
 /// Waits until the member Leases in `namespace` are exactly those of `ring` and all acknowledge it.
@@ -340,8 +350,10 @@ async fn a_joining_replica_takes_its_share_and_a_cr_deleted_during_the_handover_
         .filter(|&i| three.owner_of(&uids[i]) == Some(names[2].as_str()))
         .collect();
     assert!(!moving.is_empty(), "the newcomer takes some of {CRS}");
+    // About a third; of 24 random uids more than half move in 3 % of runs, more than two thirds
+    // in 0.02 %. The share itself is measured on thousands by the three-replica test.
     assert!(
-        moving.len() * 2 <= CRS,
+        moving.len() * 3 <= CRS * 2,
         "a join moves about a third, not {} of {CRS}",
         moving.len()
     );
@@ -414,11 +426,10 @@ async fn events_by_cr(
             continue;
         };
         let count = event.series.map_or(1, |s| s.count);
-        by_cr.entry(name).or_default().push((
-            reason,
-            event.reporting_instance.unwrap_or_default(),
-            count,
-        ));
+        by_cr
+            .entry(name)
+            .or_default()
+            .push((reason, event.reporting_instance.unwrap_or_default(), count));
     }
     by_cr
 }
@@ -430,7 +441,11 @@ async fn wait_all_ready(env: &Env, count: usize) {
         &format!("{count} Projections Ready"),
         Duration::from_secs(300),
         || async {
-            let list = env.projections().list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+            let list = env
+                .projections()
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
             let ready = list
                 .items
                 .iter()
@@ -459,7 +474,10 @@ async fn wait_all_copies(env: &Env, namespace: &str, count: usize, value: &str) 
         &format!("{count} copies with k={value}"),
         Duration::from_secs(300),
         || async {
-            let list = copies.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+            let list = copies
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
             let done = list
                 .items
                 .iter()
@@ -542,7 +560,10 @@ async fn three_replicas_split_thousands_of_crs_each_written_once_and_a_fourth_mo
     .expect("Projections created");
     let uids = uids.into_inner().expect("uids");
     wait_all_ready(&env, count).await;
-    eprintln!("{count} Projections created and Ready on 3 replicas in {:?}", started.elapsed());
+    eprintln!(
+        "{count} Projections created and Ready on 3 replicas in {:?}",
+        started.elapsed()
+    );
 
     let fenced: Vec<f64> = replicas
         .iter()
@@ -581,7 +602,10 @@ async fn three_replicas_split_thousands_of_crs_each_written_once_and_a_fourth_mo
     merge(&env.api::<ConfigMap>(&src), "cfg", json!({"data": {"k": "v2"}})).await;
     let edited = Instant::now();
     wait_all_copies(&env, &dst, count, "v2").await;
-    eprintln!("one edit reached {count} copies on 3 replicas in {:?}", edited.elapsed());
+    eprintln!(
+        "one edit reached {count} copies on 3 replicas in {:?}",
+        edited.elapsed()
+    );
     let owner_in = |ring: &Ring, i: usize| ring.owner_of(&uids[i]).expect("an owner").to_owned();
     each_written_once_per_edit(&events_by_cr(&env, &dst).await, count, 1, |i| {
         BTreeSet::from([owner_in(&three, i)])
@@ -640,7 +664,10 @@ async fn three_replicas_split_thousands_of_crs_each_written_once_and_a_fourth_mo
     merge(&env.api::<ConfigMap>(&src), "cfg", json!({"data": {"k": "v3"}})).await;
     let edited = Instant::now();
     wait_all_copies(&env, &dst, count, "v3").await;
-    eprintln!("one edit reached {count} copies on 4 replicas in {:?}", edited.elapsed());
+    eprintln!(
+        "one edit reached {count} copies on 4 replicas in {:?}",
+        edited.elapsed()
+    );
     each_written_once_per_edit(&events_by_cr(&env, &dst).await, count, 2, |i| {
         BTreeSet::from([owner_in(&three, i), owner_in(&four, i)])
     });
@@ -650,7 +677,10 @@ async fn three_replicas_split_thousands_of_crs_each_written_once_and_a_fourth_mo
     projection_tests::in_parallel((0..count).collect(), 16, |i| {
         let api = env.projections();
         async move {
-            match api.delete(&format!("p{i}"), &kube::api::DeleteParams::default()).await {
+            match api
+                .delete(&format!("p{i}"), &kube::api::DeleteParams::default())
+                .await
+            {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
                 Err(e) => Err(e.into()),
@@ -660,16 +690,29 @@ async fn three_replicas_split_thousands_of_crs_each_written_once_and_a_fourth_mo
     .await
     .expect("Projections deleted");
     wait_for("every Projection gone", Duration::from_secs(300), || async {
-        let left = env.projections().list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+        let left = env
+            .projections()
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
         left.items
             .is_empty()
             .then_some(())
             .ok_or(format!("{} left", left.items.len()))
     })
     .await;
-    let deleted = env.api::<ConfigMap>(&dst).list(&ListParams::default()).await.expect("copies");
+    let deleted = env
+        .api::<ConfigMap>(&dst)
+        .list(&ListParams::default())
+        .await
+        .expect("copies");
     assert!(
-        deleted.items.iter().all(|cm| !cm.metadata.name.as_deref().unwrap_or_default().starts_with("cfg-")),
+        deleted.items.iter().all(|cm| !cm
+            .metadata
+            .name
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("cfg-")),
         "every copy deleted with its Projection"
     );
     for process in &mut replicas {
@@ -679,6 +722,89 @@ async fn three_replicas_split_thousands_of_crs_each_written_once_and_a_fourth_mo
             "clean exit on SIGTERM: {status:?}"
         );
     }
+    let _cleanup = controller(&[]).await;
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_replica_cut_off_from_its_apiserver_loses_its_crs_and_takes_them_back_once_all_agree() {
+    let env = env("shards-cut").await;
+    let (src, dst) = env.names();
+    let names = [
+        format!("cut-a-{}", std::process::id()),
+        format!("cut-b-{}", std::process::id()),
+    ];
+    // The second reaches its apiserver through a proxy that can fall silent.
+    let upstream = projection_tests::apiserver_addr()
+        .await
+        .expect("the apiserver's address");
+    let path = projection_tests::black_hole::BlackHoleProxy::start(upstream)
+        .await
+        .expect("the proxy");
+    let kubeconfig = projection_tests::kubeconfig_through(path.addr(), "shards-cut");
+    let mut a = replica(&names[0], &src);
+    let mut b = replica_through(&names[1], &src, LEASE_SECONDS, &kubeconfig);
+    a.wait_ready().await;
+    b.wait_ready().await;
+    let two = Ring::new(names.clone());
+    wait_settled(&env, &src, &two).await;
+    source_configmap(&env.api::<ConfigMap>(&src), "cfg", json!({"k": "v1"})).await;
+    let uids = projections(&env, &src, CRS).await;
+    let hers: Vec<usize> = (0..CRS)
+        .filter(|&i| two.owner_of(&uids[i]) == Some(names[1].as_str()))
+        .collect();
+    assert!(!hers.is_empty(), "the second owns some of {CRS}");
+
+    // Its path falls silent: an edit made right after reaches every copy once its Lease expired,
+    // its CRs taken over by the first.
+    path.black_hole();
+    let cut = Instant::now();
+    merge(&env.api::<ConfigMap>(&src), "cfg", json!({"data": {"k": "v2"}})).await;
+    wait_copies(&env, &dst, &(0..CRS).collect::<Vec<_>>(), "v2").await;
+    let took = cut.elapsed();
+    eprintln!("an edit made right after the cut reached every copy in {took:?}");
+    assert!(
+        took < Duration::from_secs(LEASE_SECONDS + 4),
+        "taken over {took:?} after the cut (Lease {LEASE_SECONDS}s)"
+    );
+    for &i in &hers {
+        let note = wait_for_event(&env.client, &dst, &format!("p{i}"), "OwnerChanged").await;
+        assert!(
+            note.starts_with(&format!(
+                "reconciled by replica {} now, taken over from {}",
+                names[0], names[1]
+            )),
+            "p{i}: {note}"
+        );
+    }
+
+    // The path comes back with what it held, as TCP does once a route returns: the second renews
+    // its Lease, the members are the two again, and it takes its CRs back only once the first has
+    // acknowledged that (after its passes of them ended), not on the ring of two it knew before.
+    path.restore();
+    wait_settled(&env, &src, &two).await;
+    let fenced = metric_value(&b.metrics(), "projection_shard_fenced_passes_total");
+    eprintln!("the cut-off replica cut {fenced:?} passes short");
+    // Nothing the second held while cut off reverted a copy.
+    wait_copies(&env, &dst, &(0..CRS).collect::<Vec<_>>(), "v2").await;
+    merge(&env.api::<ConfigMap>(&src), "cfg", json!({"data": {"k": "v3"}})).await;
+    wait_copies(&env, &dst, &(0..CRS).collect::<Vec<_>>(), "v3").await;
+    // Each copy written once per edit: its CRs by the first then by either, the others by the first.
+    each_written_once_per_edit(&events_by_cr(&env, &dst).await, CRS, 2, |i| {
+        if hers.contains(&i) {
+            BTreeSet::from(names.clone())
+        } else {
+            BTreeSet::from([names[0].clone()])
+        }
+    });
+    for (name, process) in names.iter().zip([&mut a, &mut b]) {
+        let status = process.terminate();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "{name}: clean exit on SIGTERM: {status:?}"
+        );
+    }
+    let _ = std::fs::remove_file(&kubeconfig);
     let _cleanup = controller(&[]).await;
     env.finish().await;
 }

@@ -67,6 +67,17 @@ pub async fn client() -> Client {
         .unwrap_or_else(|e| panic!("no local control plane: {e:#}\n{HOW_TO_START}"))
 }
 
+/// A copy of the test kubeconfig whose server is `https://<addr>` (a proxy in front of the
+/// apiserver), written as `<name>-<pid>.kubeconfig` in the test environment's folder.
+pub fn kubeconfig_through(addr: std::net::SocketAddr, name: &str) -> PathBuf {
+    let mut kubeconfig: serde_json::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(kubeconfig_path()).expect("kubeconfig")).expect("YAML");
+    kubeconfig["clusters"][0]["cluster"]["server"] = serde_json::json!(format!("https://{addr}"));
+    let file = testenv_dir().join(format!("{name}-{}.kubeconfig", std::process::id()));
+    std::fs::write(&file, kubeconfig.to_string()).expect("kubeconfig written");
+    file
+}
+
 /// The apiserver's socket address, from the test kubeconfig (for a proxy placed in front of it).
 pub async fn apiserver_addr() -> anyhow::Result<std::net::SocketAddr> {
     use std::net::ToSocketAddrs as _;

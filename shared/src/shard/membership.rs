@@ -69,9 +69,9 @@ impl View {
                 .all(|lease| lease.acknowledged.as_deref() == Some(version.as_str()));
         let before = self.clone();
         if everyone_acknowledged && self.settled.as_ref() != Some(&current) {
-            if let Some(before) = self.settled.replace(current.clone()) {
-                self.previous = Some(before);
-            }
+            // After a lapse there is no settled ring: the one before it stays the previous.
+            let before = self.settled.replace(current.clone());
+            self.previous = before.or(self.previous.take());
         }
         self.current = Some(current);
         *self != before
