@@ -1295,11 +1295,7 @@ async fn leader_election_hands_over_when_the_leader_dies() {
         started.elapsed()
     );
     assert!(second.is_running());
-    let status = second.terminate();
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "clean exit on SIGTERM: {status:?}"
-    );
+    stop_cleanly(&mut second);
     let _cleanup = controller(&[]).await;
     env.finish().await;
 }

@@ -39,18 +39,6 @@ async fn reporters(env: &Env, namespace: &str, name: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The reasons of the events about the CR `name` in `namespace`.
-async fn reasons(env: &Env, namespace: &str, name: &str) -> BTreeSet<String> {
-    env.api::<Event>(namespace)
-        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
-        .await
-        .expect("events")
-        .items
-        .into_iter()
-        .filter_map(|event| event.reason)
-        .collect()
-}
-
 /// Starts a replica named `name` with `--shard-by-lease`, its member Lease in `namespace`.
 fn replica(name: &str, namespace: &str) -> ServiceProcess {
     replica_with_lease(name, namespace, LEASE_SECONDS)
@@ -286,11 +274,12 @@ async fn replicas_split_the_crs_by_the_ring_and_take_over_a_killed_ones() {
         let note = wait_for_event(&env.client, &dst, &format!("p{i}"), "OwnerChanged").await;
         assert!(note.starts_with(&told), "p{i}: {note}");
     }
+    let events = events_by_cr(&env, &dst).await;
     for i in (0..CRS).filter(|i| !moved.contains(i)) {
         assert!(
-            !reasons(&env, &dst, &format!("p{i}"))
-                .await
-                .contains("OwnerChanged"),
+            events[&format!("p{i}")]
+                .iter()
+                .all(|(reason, _, _)| reason != "OwnerChanged"),
             "p{i} stayed with {}",
             names[0]
         );
@@ -313,11 +302,7 @@ async fn replicas_split_the_crs_by_the_ring_and_take_over_a_killed_ones() {
     .await;
 
     // A clean stop deletes its member Lease.
-    let status = a.terminate();
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "clean exit on SIGTERM: {status:?}"
-    );
+    stop_cleanly(&mut a);
     wait_absent(
         &leases,
         &format!("projection-member-{}", names[0]),
@@ -395,11 +380,7 @@ async fn a_joining_replica_takes_its_share_and_a_cr_deleted_during_the_handover_
         assert!(note.starts_with(&told), "p{i}: {note}");
     }
     for process in [&mut a, &mut b, &mut c] {
-        let status = process.terminate();
-        assert!(
-            status.is_some_and(|s| s.success()),
-            "clean exit on SIGTERM: {status:?}"
-        );
+        stop_cleanly(process);
     }
     let _cleanup = controller(&[]).await;
     env.finish().await;
@@ -716,11 +697,7 @@ async fn three_replicas_split_thousands_of_crs_each_written_once_and_a_fourth_mo
         "every copy deleted with its Projection"
     );
     for process in &mut replicas {
-        let status = process.terminate();
-        assert!(
-            status.is_some_and(|s| s.success()),
-            "clean exit on SIGTERM: {status:?}"
-        );
+        stop_cleanly(process);
     }
     let _cleanup = controller(&[]).await;
     env.finish().await;
@@ -797,12 +774,8 @@ async fn a_replica_cut_off_from_its_apiserver_loses_its_crs_and_takes_them_back_
             BTreeSet::from([names[0].clone()])
         }
     });
-    for (name, process) in names.iter().zip([&mut a, &mut b]) {
-        let status = process.terminate();
-        assert!(
-            status.is_some_and(|s| s.success()),
-            "{name}: clean exit on SIGTERM: {status:?}"
-        );
+    for process in [&mut a, &mut b] {
+        stop_cleanly(process);
     }
     let _ = std::fs::remove_file(&kubeconfig);
     let _cleanup = controller(&[]).await;

@@ -32,6 +32,16 @@ pub fn binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_projection-controller"))
 }
 
+/// Stops `process` with SIGTERM and asserts it exits cleanly within the wait `terminate` allows.
+pub fn stop_cleanly(process: &mut ServiceProcess) {
+    let status = process.terminate();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "clean exit on SIGTERM: {status:?} (log {})",
+        process.log.display()
+    );
+}
+
 /// A controller with a long retry cap, so anything that recovers within a test's timeout was woken
 /// by a watch, not by a timer. The suites that test reconciling, not tenancy, write their CRs as
 /// the admin without the webhook (so without an author record): their controller trusts its own
