@@ -76,7 +76,7 @@ for target in "${targets[@]}"; do
       die "the Rust target $target is not installed (rustup target add $target); this script downloads nothing"
     log "building kubectl-projection for $target"
     cargo build --release --locked -p kubectl-projection --target "$target" >&2
-    binary=target/$target/release/kubectl-projection
+    binary=${CARGO_TARGET_DIR:-target}/$target/release/kubectl-projection
   fi
   [ -x "$binary" ] || die "$binary is not an executable"
   stage=$(mktemp -d)

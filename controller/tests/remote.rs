@@ -851,6 +851,7 @@ async fn proxy_to_the_other_cluster() -> BlackHoleProxy {
 
 #[tokio::test]
 async fn a_pass_still_waiting_when_its_replicas_lease_lapses_is_cut_short_and_run_anew() {
+    let _cores = projection_tests::cores_timed().await;
     let env = env("remote-fence").await;
     let (src, dst) = env.names();
     let remote = remote_client().await;

@@ -157,6 +157,7 @@ async fn wait_copies(env: &Env, namespace: &str, indexes: &[usize], value: &str)
 
 #[tokio::test]
 async fn replicas_split_the_crs_by_the_ring_and_take_over_a_killed_ones() {
+    let _cores = projection_tests::cores_timed().await;
     let env = env("shards").await;
     let (src, dst) = env.names();
     let names = [
@@ -315,6 +316,7 @@ async fn replicas_split_the_crs_by_the_ring_and_take_over_a_killed_ones() {
 
 #[tokio::test]
 async fn a_joining_replica_takes_its_share_and_a_cr_deleted_during_the_handover_is_cleaned_up() {
+    let _cores = projection_tests::cores_timed().await;
     let env = env("shards-join").await;
     let (src, dst) = env.names();
     let names: Vec<String> = ["a", "b", "c"]
@@ -415,6 +417,35 @@ async fn events_by_cr(
     by_cr
 }
 
+/// [`events_by_cr`] once the CRs' `reason` events add up to `total` (series counted) or more:
+/// events are published after the write they tell of, so a copy can be seen before its event.
+async fn events_adding_up(
+    env: &Env,
+    namespace: &str,
+    reason: &str,
+    total: usize,
+) -> std::collections::HashMap<String, Vec<(String, String, i32)>> {
+    wait_for(
+        &format!("{total} {reason} events"),
+        Duration::from_secs(120),
+        || async {
+            let events = events_by_cr(env, namespace).await;
+            let seen: usize = events
+                .values()
+                .flatten()
+                .filter(|(r, _, _)| r == reason)
+                .map(|(_, _, n)| usize::try_from(*n).unwrap_or(0))
+                .sum();
+            if seen >= total {
+                Ok(events)
+            } else {
+                Err(format!("{seen} of {total}"))
+            }
+        },
+    )
+    .await
+}
+
 /// Waits until every Projection in the namespace is Ready for its generation, listing them all
 /// at once (thousands of them).
 async fn wait_all_ready(env: &Env, count: usize) {
@@ -502,6 +533,8 @@ fn each_written_once_per_edit(
 
 #[tokio::test]
 async fn three_replicas_split_thousands_of_crs_each_written_once_and_a_fourth_moves_a_quarter() {
+    // Thousands of CRs load the machine, and no replica's Lease may lapse meanwhile.
+    let _cores = projection_tests::cores_alone().await;
     let env = env("shards-many").await;
     let (src, dst) = env.names();
     let count = many();
@@ -566,7 +599,7 @@ async fn three_replicas_split_thousands_of_crs_each_written_once_and_a_fourth_mo
         owned.iter().all(|&n| (n as f64 - share).abs() <= share * 0.15),
         "each of three within ±15 % of {share}: {owned:?}"
     );
-    let events = events_by_cr(&env, &dst).await;
+    let events = events_adding_up(&env, &dst, "Projected", count).await;
     for (i, uid) in uids.iter().enumerate() {
         let owner = three.owner_of(uid).expect("an owner");
         let projected: Vec<&(String, String, i32)> = events
@@ -588,9 +621,12 @@ async fn three_replicas_split_thousands_of_crs_each_written_once_and_a_fourth_mo
         edited.elapsed()
     );
     let owner_in = |ring: &Ring, i: usize| ring.owner_of(&uids[i]).expect("an owner").to_owned();
-    each_written_once_per_edit(&events_by_cr(&env, &dst).await, count, 1, |i| {
-        BTreeSet::from([owner_in(&three, i)])
-    });
+    each_written_once_per_edit(
+        &events_adding_up(&env, &dst, "Updated", count).await,
+        count,
+        1,
+        |i| BTreeSet::from([owner_in(&three, i)]),
+    );
 
     // A fourth joins: about a quarter of the CRs move, each to it, and each of those tells so once.
     let four = Ring::new(names.clone());
@@ -649,9 +685,12 @@ async fn three_replicas_split_thousands_of_crs_each_written_once_and_a_fourth_mo
         "one edit reached {count} copies on 4 replicas in {:?}",
         edited.elapsed()
     );
-    each_written_once_per_edit(&events_by_cr(&env, &dst).await, count, 2, |i| {
-        BTreeSet::from([owner_in(&three, i), owner_in(&four, i)])
-    });
+    each_written_once_per_edit(
+        &events_adding_up(&env, &dst, "Updated", 2 * count).await,
+        count,
+        2,
+        |i| BTreeSet::from([owner_in(&three, i), owner_in(&four, i)]),
+    );
 
     // Deleted while the four run, so their finalizers are removed in parallel (one by one, several
     // at a time: the apiserver deletes a collection with one worker and ends at its request timeout).
@@ -705,6 +744,7 @@ async fn three_replicas_split_thousands_of_crs_each_written_once_and_a_fourth_mo
 
 #[tokio::test]
 async fn a_replica_cut_off_from_its_apiserver_loses_its_crs_and_takes_them_back_once_all_agree() {
+    let _cores = projection_tests::cores_timed().await;
     let env = env("shards-cut").await;
     let (src, dst) = env.names();
     let names = [
@@ -767,13 +807,18 @@ async fn a_replica_cut_off_from_its_apiserver_loses_its_crs_and_takes_them_back_
     merge(&env.api::<ConfigMap>(&src), "cfg", json!({"data": {"k": "v3"}})).await;
     wait_copies(&env, &dst, &(0..CRS).collect::<Vec<_>>(), "v3").await;
     // Each copy written once per edit: its CRs by the first then by either, the others by the first.
-    each_written_once_per_edit(&events_by_cr(&env, &dst).await, CRS, 2, |i| {
-        if hers.contains(&i) {
-            BTreeSet::from(names.clone())
-        } else {
-            BTreeSet::from([names[0].clone()])
-        }
-    });
+    each_written_once_per_edit(
+        &events_adding_up(&env, &dst, "Updated", 2 * CRS).await,
+        CRS,
+        2,
+        |i| {
+            if hers.contains(&i) {
+                BTreeSet::from(names.clone())
+            } else {
+                BTreeSet::from([names[0].clone()])
+            }
+        },
+    );
     for process in [&mut a, &mut b] {
         stop_cleanly(process);
     }

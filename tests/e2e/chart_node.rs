@@ -1327,6 +1327,7 @@ fn attacker_pod(namespace: &str, name: &str) -> Value {
 async fn webhook_pod_under_attack_stays_under_its_memory_limit_and_answers_the_apiserver() {
     const ATTACK: Duration = Duration::from_secs(25);
     const MEMORY_LIMIT: u64 = 256 * 1024 * 1024;
+    let _cores = projection_tests::cores_alone().await;
     let (_serial, client, system) = on_the_node("node-exhaust").await;
     // The default install, without `webhook.clientAuth`: nobody is asked for a client certificate,
     // so the attackers' reviews reach the handler (with it, a pod without the apiserver's
@@ -1527,6 +1528,7 @@ fn host_source_address(ip: &str) -> String {
 async fn webhook_pod_under_slow_body_and_idle_attacks_admits_twenty_spec_changes() {
     const ATTACK: Duration = Duration::from_secs(45);
     const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
+    let _cores = projection_tests::cores_alone().await;
     let (_serial, client, system) = on_the_node("node-starve").await;
     // Where the apiserver's calls to pods come from: the host's source address towards the pod
     // network (any address of it: the route is the bridge's).

@@ -723,6 +723,46 @@ pub async fn sharded_list_and_watch(client: &Client) -> bool {
         .any(|line| line == "kubernetes_feature_enabled{name=\"ShardedListAndWatch\",stage=\"ALPHA\"} 1")
 }
 
+/// The machine's cores, shared by the test binaries that `scripts/test.sh` runs side by side (in
+/// three lanes, each on clusters of its own): held through a lock on a file of the machine's
+/// temporary folder until dropped.
+pub struct Cores {
+    _lock: std::fs::File,
+}
+
+/// Takes the machine's cores alone, for a test that loads them on purpose (an attack on the
+/// webhook, thousands of CRs) and asserts on time under that load: it waits until no other such
+/// test and no test of [`cores_timed`] runs in any test binary on the machine. Take it before
+/// [`exclusive`] (or anything that takes it), never after, so that no two tests wait on each other.
+pub async fn cores_alone() -> Cores {
+    cores(true).await
+}
+
+/// Takes the machine's cores with other tests of its kind, for a test whose assertions are about
+/// time (a takeover within the Lease, a pass cut within seconds): it waits while a test of
+/// [`cores_alone`] runs anywhere on the machine, so that the load is not another test's attack.
+/// Take it before [`exclusive`], as [`cores_alone`].
+pub async fn cores_timed() -> Cores {
+    cores(false).await
+}
+
+async fn cores(alone: bool) -> Cores {
+    let path = std::env::temp_dir().join("projection-tests-cores.lock");
+    tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        if alone { file.lock() } else { file.lock_shared() }
+            .unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
+        Cores { _lock: file }
+    })
+    .await
+    .expect("the lock is taken")
+}
+
 /// Serialises tests that each run their own controller: two controllers on one cluster would both
 /// reconcile every object.
 pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {

@@ -80,7 +80,8 @@ async fn start_webhook(extra: &[&str]) -> (ServiceProcess, String, TlsConnector,
 }
 
 async fn under_attack(body_kind: attack::BodyKind) {
-    // One at a time: each measures a process of its own on a shared machine.
+    // One at a time, and alone on the machine: each measures a process of its own.
+    let _cores = projection_tests::cores_alone().await;
     let _serial = projection_tests::exclusive().await;
     // Everything comes from 127.0.0.1 here: as from many pods, the share of one address is not
     // what is measured.
@@ -156,6 +157,7 @@ async fn under_attack(body_kind: attack::BodyKind) {
 #[tokio::test]
 async fn a_webhook_under_slow_body_and_idle_attacks_admits_twenty_spec_changes() {
     const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+    let _cores = projection_tests::cores_alone().await;
     let _serial = projection_tests::exclusive().await;
     let (webhook, bind, connector, dir) = start_webhook(&["--apiserver-cidrs", "127.0.0.1/32"]).await;
     let address: std::net::SocketAddr = bind.parse().expect("address");
