@@ -63,21 +63,29 @@ for line in sys.stdin:
 ' > "$out/binaries"
 target_dir=$(cargo metadata --locked --no-deps --format-version 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 
-# run LANE FOLDER [TARGET] [ENV=VALUE...]: runs the package's test binaries (only TARGET's when
-# given, else all but those named in SKIP), as cargo test does (from the package's folder), with
-# the lane's environment; appends their output to the lane's log and one result line per binary.
+# run LANE FOLDER [TARGET [ENV=VALUE...] [-- ARG...]]: runs the package's test binaries (only
+# TARGET's when given, else all but those named in SKIP), as cargo test does (from the package's
+# folder), with the lane's environment and the ENV and ARGs given (libtest's test name filters,
+# --skip); appends their output to the lane's log and one result line per binary to the results.
 run() {
-  local lane=$1 folder=$2 target=${3:-} kind name exe started status found=0
+  local lane=$1 folder=$2 target=${3:-} f kind name exe started status found=0 vars=() args=()
   shift $(($# < 3 ? $# : 3))
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do vars+=("$1"); shift; done
+  if [ $# -gt 0 ]; then shift; args=("$@"); fi
   while read -r f kind name exe; do
     [ "$f" = "$folder" ] || continue
     if [ -n "$target" ]; then [ "$name" = "$target" ] || continue
     elif [[ " ${SKIP:-} " == *" $folder/$name "* ]]; then continue; fi
     found=1
     started=$(date +%s)
-    echo "     Running $folder $kind $name ($exe)" >> "$out/$lane.log"
-    if (cd "$folder" && env "$@" "$exe") >> "$out/$lane.log" 2>&1; then status=ok; else status=FAILED; fi
-    echo "[lane $lane] $folder/$name ($kind): $status in $(($(date +%s) - started)) s" | tee -a "$out/results"
+    echo "     Running $folder $kind $name ($exe ${args[*]})" >> "$out/$lane.log"
+    if (cd "$folder" && env "${vars[@]}" "$exe" "${args[@]}") >> "$out/$lane.log" 2>&1; then
+      status=ok
+    else
+      status=FAILED
+    fi
+    echo "[lane $lane] $folder/$name${args[*]:+ (${args[*]})}: $status in $(($(date +%s) - started)) s" |
+      tee -a "$out/results"
   done < "$out/binaries"
   if [ "$found" = 0 ]; then
     echo "[lane $lane] $folder/${target:-*}: FAILED: no such test binary" | tee -a "$out/results"
@@ -93,20 +101,29 @@ step() {
   echo "[lane $lane] $what: $status in $(($(date +%s) - started)) s" | tee -a "$out/results"
 }
 
+# The alert tests (no node needed) are split between lanes B and C by name: those that match one of
+# ALERTS_IN_B run in B, every other one in C.
+ALERTS_IN_B=(webhook_ reconcile_errors no_leader)
+skip_alerts_in_b=()
+for filter in "${ALERTS_IN_B[@]}"; do skip_alerts_in_b+=(--skip "$filter"); done
+
 lane_a() {
-  run A tests
+  SKIP=tests/alerts run A tests
 }
 
 # The sharding suite's three-replica test spreads 300 Projections here, where the apiserver ignores
 # shardSelector (each replica filters itself), and its 3,000 in lane C, where the apiserver filters
-# the replicas' CR watches by it. It runs last, once lane C's 3,000 are done with the cores.
+# the replicas' CR watches by it. The suites with timed tests (remote's fence, sharding) run last,
+# once lane C's 3,000 are done with the cores (projection_tests::cores_timed waits for that).
 lane_b() {
   export TESTENV_DIR REMOTE_TESTENV_DIR
   TESTENV_DIR=$(tests/control-plane/lanes.sh dir lane-b)
   REMOTE_TESTENV_DIR=$(tests/control-plane/lanes.sh dir lane-b-remote)
   unset PROJECTION_TEST_KUBECONFIG
   for folder in shared codegen runtime plugin; do run B "$folder"; done
-  SKIP=controller/sharding run B controller
+  SKIP="controller/remote controller/sharding" run B controller
+  run B tests alerts -- "${ALERTS_IN_B[@]}"
+  run B controller remote
   run B controller sharding PROJECTION_SHARD_TEST_CRS=300
   step B "benchmark smoke profile (black-box harness against the controller)" \
     "$target_dir/debug/examples/bench" --profile smoke --samples 5 --idle-seconds 10 \
@@ -122,6 +139,7 @@ lane_c() {
   unset PROJECTION_TEST_KUBECONFIG
   run C controller sharding PROJECTION_SHARD_TEST_CRS=3000
   run C webhook
+  run C tests alerts -- "${skip_alerts_in_b[@]}"
 }
 
 started=$(date +%s)
