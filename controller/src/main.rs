@@ -124,9 +124,24 @@ async fn main() -> anyhow::Result<()> {
             &metrics,
         )
     });
-    let membership = shard
-        .clone()
-        .map(|shard| tokio::spawn(shard.run(client.clone(), stop.clone())));
+    let membership = shard.clone().map(|shard| {
+        let (response, read, requests) = (
+            args.api_response_timeout,
+            args.api_read_timeout,
+            metrics.rest_client.clone(),
+        );
+        let connect = move || async move {
+            runtime::kube_client::infer_with(
+                |timeouts| {
+                    timeouts.response = response.unwrap_or(timeouts.response);
+                    timeouts.read = read.unwrap_or(timeouts.read);
+                },
+                Some(&requests),
+            )
+            .await
+        };
+        shard.start(connect, stop.clone())
+    });
     // Every replica watches and indexes from the start; only the reconcilers wait for the lease.
     let replica = Replica::start(client.clone(), metrics, settings, readiness.clone(), shard);
     let mut leadership = None;

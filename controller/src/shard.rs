@@ -282,105 +282,52 @@ impl Shard {
         self.changed.subscribe()
     }
 
-    /// Reads the members and renews this replica's Lease until `stop`, then deletes the Lease so
-    /// its CRs move at once.
+    /// Starts the membership on a thread of its own, with a runtime and an apiserver client of its
+    /// own (made by `connect`): under load, thousands of passes queued on the controller's runtime,
+    /// and their requests on its connections, delayed a renewal past the fence (a Lease lapsed with
+    /// a 15 s duration on two busy cores, and the passes it cut short lost their events). The
+    /// handle ends once the Lease is deleted (see [`Shard::run`]).
+    pub fn start<F>(
+        self: Arc<Self>,
+        connect: impl FnOnce() -> F + Send + 'static,
+        stop: CancellationToken,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        F: std::future::Future<Output = anyhow::Result<Client>>,
+    {
+        tokio::task::spawn_blocking(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    tracing::error!(error = %e, "could not start the member Lease's runtime; stopping");
+                    stop.cancel();
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                match connect().await {
+                    Ok(client) => self.run(client, stop).await,
+                    Err(e) => {
+                        tracing::error!(error = %e, "could not make the member Lease's apiserver client; stopping");
+                        stop.cancel();
+                    }
+                }
+            });
+        })
+    }
+
+    /// Reads the members and renews this replica's Lease until `stop`, side by side (a slow read of
+    /// the members never delays a renewal), then deletes the Lease so its CRs move at once.
     pub async fn run(self: Arc<Self>, client: Client, stop: CancellationToken) {
         let api: Api<Lease> = Api::namespaced(client, &self.namespace);
         let members = ListParams::default().labels(&format!("{MEMBER_LABEL}=true"));
-        let mut published: Option<String> = None;
-        let mut renewed: Option<Instant> = None;
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                () = stop.cancelled() => break,
-            }
-            match api.list(&members).await {
-                Ok(list) => {
-                    self.delete_long_expired(&api, &list.items).await;
-                    let leases: Vec<MemberLease> = list.items.iter().filter_map(MemberLease::of).collect();
-                    let changed = self
-                        .view
-                        .write()
-                        .expect("view")
-                        .observe(&leases, SystemTime::now());
-                    if changed {
-                        let view = self.view.read().expect("view");
-                        let selector = shard_selector(
-                            &view
-                                .current()
-                                .map(|ring| ring.ranges_of(&self.me))
-                                .unwrap_or_default(),
-                        );
-                        let moved = self.selector.send_if_modified(|current| {
-                            let modified = *current != selector;
-                            *current = selector;
-                            modified
-                        });
-                        if let Some(version) = view.current().map(|ring| ring.version()) {
-                            let mut since = self.ring_since.lock().expect("ring since");
-                            if since.as_ref().is_none_or(|(seen, _)| *seen != version) {
-                                *since = Some((version, Instant::now()));
-                            }
-                        }
-                        let members = view.current().map_or(0, |ring| ring.members().len());
-                        self.metrics.0.set(i64::try_from(members).unwrap_or(i64::MAX));
-                        if moved {
-                            self.metrics.1.inc();
-                        }
-                        tracing::info!(
-                            identity = self.me,
-                            members = view.current().map_or(0, |ring| ring.members().len()),
-                            ring = view.current().map(|ring| ring.version()).unwrap_or_default(),
-                            "shard membership changed"
-                        );
-                        self.changed.send_replace(());
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "could not read the member Leases"),
-            }
-            let acknowledgeable = {
-                let running = self.running.lock().expect("running passes");
-                self.view
-                    .read()
-                    .expect("view")
-                    .acknowledgeable(&self.me, running.keys().map(String::as_str))
-            };
-            let due = renewed.is_none_or(|at| at.elapsed() >= self.duration / 3);
-            let acknowledging = acknowledgeable.is_some() && acknowledgeable != published;
-            if !(due || acknowledging) {
-                continue;
-            }
-            let acknowledged = acknowledgeable.or_else(|| published.clone());
-            let sent = Instant::now();
-            let lease = self.lease(acknowledged.as_deref());
-            match api
-                .patch(
-                    &self.lease_name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&lease),
-                )
-                .await
-            {
-                Ok(_) => {
-                    let was_valid = self.lease_valid();
-                    if !was_valid {
-                        // Back from a lapse (or starting): trust no ring settled before it.
-                        self.view.write().expect("view").lapsed();
-                    }
-                    *self.valid_until.lock().expect("lease validity") = Some(sent + self.duration * 2 / 3);
-                    renewed = Some(sent);
-                    published = acknowledged;
-                    if !was_valid {
-                        self.changed.send_replace(());
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, lease = self.lease_name, "could not renew the member Lease")
-                }
-            }
-        }
+        // The members first, as they are before this replica's Lease joins them: the ring that held
+        // its CRs until now, whom it tells it took them from.
+        self.observe_members(&api, &members).await;
+        tokio::join!(
+            self.keep_observing(&api, &members, &stop),
+            self.renew(&api, &stop)
+        );
         // No pass starts any more; those running end (the controller drains them) before the Lease
         // goes and another replica may take their CRs.
         *self.valid_until.lock().expect("lease validity") = None;
@@ -404,6 +351,140 @@ impl Shard {
                 lease = self.lease_name,
                 "could not delete the member Lease in time: the others take its CRs once it expires"
             ),
+        }
+    }
+
+    /// Reads the member Leases every second until `stop`.
+    async fn keep_observing(&self, api: &Api<Lease>, members: &ListParams, stop: &CancellationToken) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = stop.cancelled() => return,
+            }
+            self.observe_members(api, members).await;
+        }
+    }
+
+    /// Reads the member Leases: the ring, this replica's ranges and selector follow them.
+    async fn observe_members(&self, api: &Api<Lease>, members: &ListParams) {
+        let list = match api.list(members).await {
+            Ok(list) => list,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the member Leases");
+                return;
+            }
+        };
+        self.delete_long_expired(api, &list.items).await;
+        let leases: Vec<MemberLease> = list.items.iter().filter_map(MemberLease::of).collect();
+        let changed = self
+            .view
+            .write()
+            .expect("view")
+            .observe(&leases, SystemTime::now());
+        if changed {
+            self.follow_ring();
+        }
+    }
+
+    /// After the members changed: this replica's selector, the ring's metrics, and a tick to those
+    /// that decide what it may reconcile.
+    fn follow_ring(&self) {
+        let view = self.view.read().expect("view");
+        let selector = shard_selector(
+            &view
+                .current()
+                .map(|ring| ring.ranges_of(&self.me))
+                .unwrap_or_default(),
+        );
+        let moved = self.selector.send_if_modified(|current| {
+            let modified = *current != selector;
+            *current = selector;
+            modified
+        });
+        if let Some(version) = view.current().map(|ring| ring.version()) {
+            let mut since = self.ring_since.lock().expect("ring since");
+            if since.as_ref().is_none_or(|(seen, _)| *seen != version) {
+                *since = Some((version, Instant::now()));
+            }
+        }
+        let members = view.current().map_or(0, |ring| ring.members().len());
+        self.metrics.0.set(i64::try_from(members).unwrap_or(i64::MAX));
+        if moved {
+            self.metrics.1.inc();
+        }
+        tracing::info!(
+            identity = self.me,
+            members,
+            ring = view.current().map(|ring| ring.version()).unwrap_or_default(),
+            "shard membership changed"
+        );
+        self.changed.send_replace(());
+    }
+
+    /// Renews this replica's Lease every third of its duration until `stop`, and at once when there
+    /// is a ring version to acknowledge (checked every second and whenever the members change).
+    async fn renew(&self, api: &Api<Lease>, stop: &CancellationToken) {
+        let mut published: Option<String> = None;
+        let mut renewed: Option<Instant> = None;
+        let mut changed = self.subscribe();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = changed.changed() => {}
+                () = stop.cancelled() => return,
+            }
+            let acknowledgeable = {
+                let running = self.running.lock().expect("running passes");
+                self.view
+                    .read()
+                    .expect("view")
+                    .acknowledgeable(&self.me, running.keys().map(String::as_str))
+            };
+            let due = renewed.is_none_or(|at| at.elapsed() >= self.duration / 3);
+            let acknowledging = acknowledgeable.is_some() && acknowledgeable != published;
+            if !(due || acknowledging) {
+                continue;
+            }
+            let acknowledged = acknowledgeable.or_else(|| published.clone());
+            let sent = Instant::now();
+            let lease = self.lease(acknowledged.as_deref());
+            // A renewal that hangs is given up in time for the next one (on a new request) to still
+            // keep the fence: one stuck on a silent connection would otherwise hold the loop.
+            let patched = tokio::time::timeout(
+                self.duration / 3,
+                api.patch(
+                    &self.lease_name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&lease),
+                ),
+            )
+            .await;
+            match patched {
+                Ok(Ok(_)) => {
+                    let was_valid = self.lease_valid();
+                    if !was_valid {
+                        // Back from a lapse (or starting): trust no ring settled before it.
+                        self.view.write().expect("view").lapsed();
+                    }
+                    *self.valid_until.lock().expect("lease validity") = Some(sent + self.duration * 2 / 3);
+                    renewed = Some(sent);
+                    published = acknowledged;
+                    if !was_valid {
+                        self.changed.send_replace(());
+                    }
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, lease = self.lease_name, "could not renew the member Lease")
+                }
+                Err(_) => tracing::warn!(
+                    lease = self.lease_name,
+                    "a renewal of the member Lease took over a third of its duration; trying again"
+                ),
+            }
         }
     }
 

@@ -5,6 +5,7 @@
 //! The release here registers webhooks that fail closed for all Projection writes, so the test
 //! runs alone (`exclusive`).
 
+use kube::Client;
 use projection_tests::{
     TestNamespace,
     chart::{Release, can},
@@ -337,4 +338,99 @@ async fn the_webhooks_service_account_may_change_only_the_ca_bundle_of_its_confi
     ]);
     release.uninstall();
     system.delete_and_wait(&client).await;
+}
+
+/// The API Priority and Fairness level the apiserver classified a request of `client`'s into (the
+/// UID it answers in `X-Kubernetes-PF-PriorityLevel-UID`, as a level's name), and the answer's
+/// status. A Lease is written by server-side apply, as the controller renews its own.
+async fn priority_level_of(client: &Client, method: &str, path: &str, body: Option<Value>) -> (String, u16) {
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/apply-patch+yaml")
+        .body(body.map(|b| b.to_string().into_bytes()).unwrap_or_default())
+        .expect("a request");
+    let response = client.send(request.map(Into::into)).await.expect("an answer");
+    let uid = response
+        .headers()
+        .get("x-kubernetes-pf-prioritylevel-uid")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let levels: Value =
+        serde_json::from_str(&kubectl_ok(&["get", "prioritylevelconfigurations", "-o", "json"]))
+            .expect("JSON");
+    let name = levels["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|level| level["metadata"]["uid"] == uid.as_str())
+        .and_then(|level| level["metadata"]["name"].as_str())
+        .unwrap_or("none")
+        .to_owned();
+    (name, response.status().as_u16())
+}
+
+#[tokio::test]
+async fn the_controllers_lease_requests_have_a_priority_level_of_their_own() {
+    let _serial = exclusive().await;
+    let client = client().await;
+    install_crds(&client).await;
+    let system = TestNamespace::create(&client, "chart-apf").await;
+    let sys = system.name();
+    let values = vec![(
+        "supportedKinds",
+        json!([{"apiGroup": "", "resources": ["configmaps"]}]),
+    )];
+    let release = Release::install("projection-apf", sys, &values);
+    let account = format!("system:serviceaccount:{sys}:projection-apf-controller");
+    let groups = [
+        "system:serviceaccounts".to_owned(),
+        format!("system:serviceaccounts:{sys}"),
+    ];
+    let controller = client_as(&account, &groups.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let lease = format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{sys}/leases/apf-probe?fieldManager=projection-controller"
+    );
+    let body = || {
+        Some(json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "apf-probe", "namespace": sys},
+            "spec": {"holderIdentity": "apf-probe", "leaseDurationSeconds": 15},
+        }))
+    };
+    let configmaps = format!("/api/v1/namespaces/{sys}/configmaps");
+    // The FlowSchema is matched once the apiserver's APF controller has read it.
+    wait_for(
+        "the controller's Leases classified as leader election",
+        TIMEOUT,
+        || async {
+            match priority_level_of(&controller, "PATCH", &lease, body()).await {
+                (level, 200 | 201) if level == "leader-election" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        priority_level_of(&controller, "GET", &configmaps, None).await,
+        ("workload-low".to_owned(), 200),
+        "its other requests stay in the service accounts' flow"
+    );
+
+    // Turned off, its Lease requests are a service account's like any other.
+    let mut off = values.clone();
+    off.push(("controller.leasePriorityLevel", json!("")));
+    release.upgrade(&off);
+    wait_for(
+        "the controller's Leases back in the service accounts' flow",
+        TIMEOUT,
+        || async {
+            match priority_level_of(&controller, "PATCH", &lease, body()).await {
+                (level, 200 | 201) if level == "workload-low" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
 }

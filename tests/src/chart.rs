@@ -296,6 +296,11 @@ impl Release {
         self.run("upgrade", values, &["--wait", "--timeout", HELM_WAIT]);
     }
 
+    /// `helm upgrade` with new values (replacing the previous ones), not waiting for its pods.
+    pub fn upgrade(&self, values: Values<'_>) {
+        self.run("upgrade", values, &[]);
+    }
+
     fn run(&self, verb: &str, values: Values<'_>, flags: &[&str]) {
         let chart = chart_dir();
         let mut args = vec![
