@@ -7,11 +7,11 @@
 #
 # The test binaries run in three lanes side by side, each on control planes of its own (most tests
 # wait on the cluster, not on the cores): lane A on the first control plane, the one with the node
-# (tests/e2e: the chart, prometheus-operator); lane B on tests/control-plane/lanes.sh's lane-b (the
-# controller, plugin and unit tests, then the benchmark and faults); lane C on lane-c (the 3,000-CR
-# sharding run with the apiserver's shardSelector, then the webhook tests, the alerts B does not
-# run and the chart's tests that need no node). Each lane's output is printed whole when all are
-# done, then one line per test binary.
+# (tests/e2e: the chart, prometheus-operator, then the alerts B does not run); lane B on
+# tests/control-plane/lanes.sh's lane-b (the controller, plugin and unit tests, then the benchmark
+# and faults); lane C on lane-c (the 3,000-CR sharding run with the apiserver's shardSelector, then
+# the webhook tests). Each lane's output is printed whole when all are done, then one line per test
+# binary.
 #
 # With arguments (a test name filter, cargo test options) it runs `cargo test --workspace` with
 # them on the first control plane instead, one binary after the other, as before the lanes.
@@ -102,19 +102,15 @@ step() {
   echo "[lane $lane] $what: $status in $(($(date +%s) - started)) s" | tee -a "$out/results"
 }
 
-# The alert tests (no node needed) are split between lanes B and C by name: those that match one of
-# ALERTS_IN_B run in B, every other one in C.
+# The alert tests (no node needed) are split between lanes B and A by name: those that match one of
+# ALERTS_IN_B run in B, every other one in A, after the tests that need the node.
 ALERTS_IN_B=(webhook_ reconcile_errors no_leader)
 skip_alerts_in_b=()
 for filter in "${ALERTS_IN_B[@]}"; do skip_alerts_in_b+=(--skip "$filter"); done
 
-# The chart suite's cluster tests (RBAC answered by the apiserver, API Priority and Fairness) need
-# no node: they run in lane C, the rest of the suite here.
-CHART_WITHOUT_NODE=chart_cluster::
-
 lane_a() {
-  run A tests chart -- --skip "$CHART_WITHOUT_NODE"
-  SKIP="tests/alerts tests/chart" run A tests
+  SKIP=tests/alerts run A tests
+  run A tests alerts -- "${skip_alerts_in_b[@]}"
 }
 
 # The sharding suite's three-replica test spreads 300 Projections here, where the apiserver ignores
@@ -145,8 +141,6 @@ lane_c() {
   unset PROJECTION_TEST_KUBECONFIG
   run C controller sharding PROJECTION_SHARD_TEST_CRS=3000
   run C webhook
-  run C tests alerts -- "${skip_alerts_in_b[@]}"
-  run C tests chart -- "$CHART_WITHOUT_NODE"
 }
 
 started=$(date +%s)
