@@ -777,9 +777,12 @@ impl TestNamespace {
         let api = Api::<Namespace>::all(client.clone());
         let name = self.name.clone();
         let _ = api.delete(&name, &DeleteParams::default()).await;
+        // kube-controller-manager's namespace controller empties namespaces a few at a time, each
+        // with a request per resource type: behind the dozens an earlier suite deleted, on cores
+        // the other lanes share, one took over 60 s in a CI run, gone once that backlog was through.
         wait_for(
             &format!("namespace {name} to be deleted"),
-            Duration::from_secs(60),
+            Duration::from_secs(180),
             || async {
                 match api.get_opt(&name).await {
                     Ok(None) => Ok(()),
