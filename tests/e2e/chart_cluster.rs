@@ -384,11 +384,8 @@ async fn the_controllers_lease_requests_have_a_priority_level_of_their_own() {
     )];
     let release = Release::install("projection-apf", sys, &values);
     let account = format!("system:serviceaccount:{sys}:projection-apf-controller");
-    let groups = [
-        "system:serviceaccounts".to_owned(),
-        format!("system:serviceaccounts:{sys}"),
-    ];
-    let controller = client_as(&account, &groups.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let namespace_group = format!("system:serviceaccounts:{sys}");
+    let controller = client_as(&account, &["system:serviceaccounts", &namespace_group]).await;
     let lease = format!(
         "/apis/coordination.k8s.io/v1/namespaces/{sys}/leases/apf-probe?fieldManager=projection-controller"
     );
@@ -400,16 +397,19 @@ async fn the_controllers_lease_requests_have_a_priority_level_of_their_own() {
         }))
     };
     let configmaps = format!("/api/v1/namespaces/{sys}/configmaps");
-    // The FlowSchema is matched once the apiserver's APF controller has read it.
-    wait_for(
-        "the controller's Leases classified as leader election",
-        TIMEOUT,
-        || async {
-            match priority_level_of(&controller, "PATCH", &lease, body()).await {
-                (level, 200 | 201) if level == "leader-election" => Ok(()),
+    // A FlowSchema is matched once the apiserver's APF controller has read it (or its removal).
+    let lease_level_becomes = |what: &'static str, expected: &'static str| {
+        let (controller, lease) = (&controller, &lease);
+        wait_for(what, TIMEOUT, move || async move {
+            match priority_level_of(controller, "PATCH", lease, body()).await {
+                (level, 200 | 201) if level == expected => Ok(()),
                 other => Err(format!("{other:?}")),
             }
-        },
+        })
+    };
+    lease_level_becomes(
+        "the controller's Leases classified as leader election",
+        "leader-election",
     )
     .await;
     assert_eq!(
@@ -422,15 +422,9 @@ async fn the_controllers_lease_requests_have_a_priority_level_of_their_own() {
     let mut off = values.clone();
     off.push(("controller.leasePriorityLevel", json!("")));
     release.upgrade(&off);
-    wait_for(
+    lease_level_becomes(
         "the controller's Leases back in the service accounts' flow",
-        TIMEOUT,
-        || async {
-            match priority_level_of(&controller, "PATCH", &lease, body()).await {
-                (level, 200 | 201) if level == "workload-low" => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
+        "workload-low",
     )
     .await;
 }
