@@ -12,7 +12,7 @@ Run with a controller already running against the cluster (e.g. `scripts/demo.sh
 import argparse, json, os, re, subprocess, sys, threading, time, collections
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-ENV = os.path.join(ROOT, ".testenv")
+ENV = os.environ.get("TESTENV_DIR", os.path.join(ROOT, ".testenv"))  # the control plane of up.sh
 KUBECONFIG = os.path.join(ENV, "admin.kubeconfig")
 KUBECTL = os.path.join(ENV, "bin", "kubectl")
 

@@ -1,20 +1,37 @@
 #!/usr/bin/env python3
-"""Leader takeover measurement on the local control plane: two controllers with --leader-elect, a
-population of Projections (two source kinds), then, per run: the leader is killed (SIGKILL, so its
-Lease is not released and must expire), a source is edited at once, and the time until the copy
-carries the edit is measured (observed through a watch of the copy), in total and from the moment
-the standby took the Lease (observed through a watch of the Lease): the second figure is the
-standby's own start-up, without the wait for the Lease to expire. Each run then starts a new
-standby for the next. Reports every run and the medians.
+"""Takeover measurement on the local control plane: a population of Projections (two source
+kinds), then, per run, the controller that reconciles one of them is killed (SIGKILL, so its Lease
+is not released and must expire), that CR's source is edited at once, and the time until the copy
+carries the edit is measured (observed through a watch of the copy). Afterwards, the apiserver
+requests the surviving controllers sent for the CRs they took over, per CR taken over (their own
+`rest_client_requests_total`, read once their reconciles have stopped).
+
+Two shapes:
+- leader election (default): two controllers with --leader-elect; the leader is killed, the
+  standby takes every CR. The time since the standby took the Lease (from a watch of the Lease) is
+  reported too: its own start-up, without the wait for the Lease to expire. Each run then starts a
+  new standby.
+- --shards N: N replicas with --shard-by-lease; the replica that owns the edited CR (the OWNER
+  column of `kubectl projection status`) is killed, the others take its CRs (the count is theirs:
+  `projection_shard_takeover_seconds_count`). Each run then restarts it under its name, and waits
+  until every member acknowledges the ring of all N again.
+
+Reports every run and the medians.
 
     tests/bench/takeover.py --binary target/debug/projection-controller --runs 5
+    tests/bench/takeover.py --shards 2 --projections 5000 --lease 15s --runs 3
 
-No other controller may run against the cluster meanwhile. Uses .testenv/admin.kubeconfig only.
+No other controller may run against the cluster meanwhile. Uses the local control plane's
+kubeconfig only (`.testenv`, or `$TESTENV_DIR`).
 """
-import argparse, os, signal, statistics, subprocess, sys, threading, time, urllib.request
+import argparse, os, re, signal, statistics, subprocess, sys, threading, time, urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fanout import ENV, KUBECONFIG, KUBECTL, ROOT, kubectl  # noqa: E402  (the same cluster and kubectl)
+
+MEMBER_LABEL = "projection.sh/controller-member=true"
+RING_ANNOTATION = "projection.sh/ring-version"
+PROBE_LABEL = "bench.projection.sh/takeover-probe"
 
 
 def wait(what, check, timeout=120, every=0.1):
@@ -27,20 +44,35 @@ def wait(what, check, timeout=120, every=0.1):
 
 
 class Controller:
-    def __init__(self, binary, namespace, lease, port):
-        self.port = port
+    def __init__(self, binary, namespace, lease, port, shard_name=None):
+        self.port, self.name = port, shard_name
         self.log = open(os.path.join(ENV, "logs", f"takeover-{port}.log"), "w")
+        shape = ["--shard-by-lease"] if shard_name else ["--leader-elect"]
+        env = {**os.environ, "KUBECONFIG": KUBECONFIG, "RUST_LOG": "info"}
+        if shard_name:
+            env["POD_NAME"] = shard_name
         self.process = subprocess.Popen(
-            [binary, "--leader-elect", "--leader-election-lease-duration", lease,
+            [binary, *shape, "--leader-election-lease-duration", lease,
              "--leader-election-namespace", namespace, "--health-probe-bind-address", f"127.0.0.1:{port}"],
-            env={**os.environ, "KUBECONFIG": KUBECONFIG, "RUST_LOG": "info"},
-            stdout=self.log, stderr=subprocess.STDOUT)
+            env=env, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def get(self, path):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as response:
+                return response.status, response.read().decode()
+        except OSError:
+            return None, ""
 
     def ready(self):
-        try:
-            return urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1).status == 200
-        except OSError:
-            return False
+        return self.get("/readyz")[0] == 200
+
+    def metric(self, name):
+        """The sum of every series of `name` on its /metrics."""
+        total = 0.0
+        for line in self.get("/metrics")[1].splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
 
     def kill(self):
         self.process.send_signal(signal.SIGKILL)
@@ -52,18 +84,9 @@ class Controller:
             self.process.wait(timeout=20)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--binary", default=os.path.join(ROOT, "target", "debug", "projection-controller"))
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--projections", type=int, default=100, help="Projections per source kind")
-    ap.add_argument("--lease", default="4s", help="--leader-election-lease-duration")
-    ap.add_argument("--settle", type=float, default=5.0, help="seconds a new standby gets before the kill")
-    args = ap.parse_args()
-    run = f"takeover-{os.getpid()}"
-    src, dst = f"{run}-src", f"{run}-dst"
+def population(src, dst, per_kind):
     docs = [f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {n}}}\n" for n in (src, dst)]
-    for i in range(args.projections):
+    for i in range(per_kind):
         docs.append(f"""apiVersion: v1
 kind: ConfigMap
 metadata: {{name: cm-{i:03d}, namespace: {src}, annotations: {{projection.sh/projectable: "true"}}}}
@@ -75,84 +98,186 @@ metadata: {{name: s-{i:03d}, namespace: {src}, annotations: {{projection.sh/proj
 stringData: {{k: v}}
 """)
         for kind, name in (("ConfigMap", f"cm-{i:03d}"), ("Secret", f"s-{i:03d}")):
+            label = f", labels: {{{PROBE_LABEL}: \"true\"}}" if name == "cm-000" else ""
             docs.append(f"""apiVersion: projection.sh/v1
 kind: Projection
-metadata: {{name: {name}, namespace: {dst}}}
+metadata: {{name: {name}, namespace: {dst}{label}}}
 spec: {{source: {{version: v1, kind: {kind}, namespace: {src}, name: {name}}}}}
 """)
-    kubectl("apply", "-f", os.path.join(ROOT, "charts", "projection", "crds"))
-    kubectl("apply", "-f", "-", stdin="---\n".join(docs))
+    return docs
+
+
+def members_settled(namespace, count):
+    """Whether `count` member Leases live in `namespace`, all acknowledging one ring version."""
+    out = kubectl("get", "leases", "-n", namespace, "-l", MEMBER_LABEL, "-o",
+                  "jsonpath={range .items[*]}{.metadata.annotations.projection\\.sh/ring-version}{'\\n'}{end}",
+                  check=False)
+    versions = out.split("\n")[:-1] if out else []
+    return len(versions) == count and versions[0] != "" and len(set(versions)) == 1
+
+
+def owner_of_probe(plugin, dst, src):
+    """The replica that reconciles cm-000's Projection, from `kubectl projection status`."""
+    out = subprocess.run([plugin, "--kubeconfig", KUBECONFIG, "status", "-n", dst, "-l", f"{PROBE_LABEL}=true",
+                          "--controller-namespace", src], capture_output=True, text=True).stdout
+    lines = [l for l in out.splitlines() if l.strip()]
+    if len(lines) < 2 or "OWNER" not in lines[0]:
+        return None
+    start = lines[0].index("OWNER")
+    return lines[1][start:].split()[0] if len(lines[1]) > start else None
+
+
+def quiet(controllers, name, still=3.0, limit=180.0):
+    """Waits until the sum of `name` over `controllers` stops changing for `still` seconds."""
+    deadline, last, since = time.time() + limit, None, time.time()
+    while time.time() < deadline:
+        now = sum(c.metric(name) for c in controllers)
+        if now != last:
+            last, since = now, time.time()
+        elif time.time() - since >= still:
+            return now
+        time.sleep(0.5)
+    return last
+
+
+def watch_copy(dst, stamp, arrived, seen):
+    watcher = subprocess.Popen([KUBECTL, "--kubeconfig", KUBECONFIG, "get", "configmap", "cm-000", "-n", dst,
+                                "--watch", "-o", "jsonpath={.data.stamp}{'\\n'}"], stdout=subprocess.PIPE, text=True)
+
+    def follow():
+        for line in watcher.stdout:
+            if line.strip() == stamp:
+                arrived["at"] = time.monotonic()
+                seen.set()
+                return
+    threading.Thread(target=follow, daemon=True).start()
+    return watcher
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--binary", default=os.path.join(ROOT, "target", "debug", "projection-controller"))
+    ap.add_argument("--plugin", default=os.path.join(ROOT, "target", "debug", "kubectl-projection"),
+                    help="kubectl-projection, for the OWNER of the edited CR with --shards")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--projections", type=int, default=100, help="Projections per source kind")
+    ap.add_argument("--lease", default="4s", help="--leader-election-lease-duration")
+    ap.add_argument("--settle", type=float, default=5.0, help="seconds a new standby or member gets before the kill")
+    ap.add_argument("--shards", type=int, default=0, help="run this many replicas with --shard-by-lease")
+    args = ap.parse_args()
+    if args.shards == 1 or args.shards < 0 or args.shards > 16:
+        sys.exit("--shards: 2 to 16 replicas (0: leader election)")
+    run = f"takeover-{os.getpid()}"
+    src, dst = f"{run}-src", f"{run}-dst"
+    total = 2 * args.projections
+    kubectl("apply", "-f", os.path.join(ROOT, "charts", "projection", "crd-manifests"))
+    created = time.monotonic()
+    kubectl("create", "-f", "-", stdin="---\n".join(population(src, dst, args.projections)))
+    print(f"{total} Projections and their sources created in {time.monotonic() - created:.0f}s", flush=True)
     controllers = []
     port = 18600 + os.getpid() % 1000
     try:
-        leader = Controller(args.binary, src, args.lease, port)
-        controllers.append(leader)
-        wait("the first leader", leader.ready)
-        total = 2 * args.projections
+        if args.shards:
+            for i in range(args.shards):
+                controllers.append(Controller(args.binary, src, args.lease, port + i, f"{run}-r{i}"))
+            port += args.shards
+            for c in controllers:
+                wait("a replica ready", c.ready)
+            wait("the members to acknowledge one ring", lambda: members_settled(src, args.shards), every=0.5)
+        else:
+            controllers.append(Controller(args.binary, src, args.lease, port))
+            wait("the first leader", controllers[0].ready)
 
         def all_ready():
             out = kubectl("get", "projections", "-n", dst, "-o",
                           "jsonpath={range .items[*]}{.status.conditions[?(@.type=='Ready')].status}{'\\n'}{end}",
                           check=False)
             return out.split().count("True") == total
-        wait("every Projection ready", all_ready, timeout=300, every=0.5)
-        results, startups = [], []
+        started = time.monotonic()
+        wait("every Projection ready", all_ready, timeout=1800, every=1.0)
+        print(f"every Projection Ready {time.monotonic() - started:.0f}s after the controllers were", flush=True)
+        results, startups, costs = [], [], []
         for n in range(1, args.runs + 1):
-            port += 1
-            standby = Controller(args.binary, src, args.lease, port)
-            controllers.append(standby)
-            wait("the standby ready", standby.ready)
+            if args.shards:
+                owner = owner_of_probe(args.plugin, dst, src)
+                victim = next((c for c in controllers if c.name == owner), None)
+                if victim is None:
+                    sys.exit(f"run {n}: no replica named {owner!r} owns cm-000 (is {args.plugin} built?)")
+            else:
+                port += 1
+                standby = Controller(args.binary, src, args.lease, port)
+                controllers.append(standby)
+                wait("the standby ready", standby.ready)
+                victim = controllers[-2]
             time.sleep(args.settle)
+            survivors = [c for c in controllers if c is not victim and c.process.poll() is None]
+            requests_before = sum(c.metric("rest_client_requests_total") for c in survivors)
+            takeovers_before = sum(c.metric("projection_shard_takeover_seconds_count") for c in survivors)
             stamp = f"run-{n}-{time.time()}"
-            seen = threading.Event()
-            watcher = subprocess.Popen([KUBECTL, "--kubeconfig", KUBECONFIG, "get", "configmap", "cm-000", "-n", dst,
-                                        "--watch", "-o", "jsonpath={.data.stamp}{'\\n'}"],
-                                       stdout=subprocess.PIPE, text=True)
-            arrived = {}
+            seen, arrived = threading.Event(), {}
+            watcher = watch_copy(dst, stamp, arrived, seen)
+            lease_watch = None
+            if not args.shards:
+                holder = kubectl("get", "lease", "projection-controller-leader", "-n", src, "-o",
+                                 "jsonpath={.spec.holderIdentity}").strip()
+                lease_watch = subprocess.Popen([KUBECTL, "--kubeconfig", KUBECONFIG, "get", "lease",
+                                                "projection-controller-leader", "-n", src, "--watch", "-o",
+                                                "jsonpath={.spec.holderIdentity}{'\\n'}"],
+                                               stdout=subprocess.PIPE, text=True)
 
-            def follow():
-                for line in watcher.stdout:
-                    if line.strip() == stamp:
-                        arrived["at"] = time.monotonic()
-                        seen.set()
-                        return
-            threading.Thread(target=follow, daemon=True).start()
-            holder = kubectl("get", "lease", "projection-controller-leader", "-n", src, "-o",
-                             "jsonpath={.spec.holderIdentity}").strip()
-            lease_watch = subprocess.Popen([KUBECTL, "--kubeconfig", KUBECONFIG, "get", "lease",
-                                            "projection-controller-leader", "-n", src, "--watch", "-o",
-                                            "jsonpath={.spec.holderIdentity}{'\\n'}"],
-                                           stdout=subprocess.PIPE, text=True)
-
-            def follow_lease():
-                for line in lease_watch.stdout:
-                    if line.strip() and line.strip() != holder and "taken" not in arrived:
-                        arrived["taken"] = time.monotonic()
-                        return
-            threading.Thread(target=follow_lease, daemon=True).start()
+                def follow_lease():
+                    for line in lease_watch.stdout:
+                        if line.strip() and line.strip() != holder and "taken" not in arrived:
+                            arrived["taken"] = time.monotonic()
+                            return
+                threading.Thread(target=follow_lease, daemon=True).start()
             time.sleep(0.5)  # the watches are established (their first line is the current value)
-            leader.kill()
+            victim.kill()
             killed = time.monotonic()
             kubectl("patch", "configmap", "cm-000", "-n", src, "--type", "merge", "-p",
                     f'{{"data": {{"stamp": "{stamp}"}}}}')
             if not seen.wait(120):
                 sys.exit(f"run {n}: the edit never reached the copy")
             watcher.kill()
-            lease_watch.kill()
+            if lease_watch:
+                lease_watch.kill()
             took = arrived["at"] - killed
-            after_lease = arrived["at"] - arrived.get("taken", killed)
             results.append(took)
-            startups.append(after_lease)
-            print(f"run {n}: edit reached the copy {took:.2f}s after the leader was killed, "
-                  f"{after_lease:.2f}s after the standby took the Lease", flush=True)
-            leader = standby
-        print(f"median over {len(results)} runs: {statistics.median(results):.2f}s after the kill, "
-              f"{statistics.median(startups):.2f}s after the Lease was taken "
-              f"(min {min(results):.2f}s, max {max(results):.2f}s; lease {args.lease}, "
-              f"{total} Projections, binary {args.binary})")
+            # The survivors' requests for what they took over, once their reconciles have stopped
+            # (not their requests: each renews its Lease every third of its duration).
+            quiet(survivors, "controller_runtime_reconcile_total")
+            requests = sum(c.metric("rest_client_requests_total") for c in survivors) - requests_before
+            moved = (sum(c.metric("projection_shard_takeover_seconds_count") for c in survivors) - takeovers_before
+                     if args.shards else total)
+            per_cr = requests / moved if moved else float("nan")
+            costs.append(per_cr)
+            line = f"run {n}: edit reached the copy {took:.2f}s after the kill"
+            if not args.shards:
+                after_lease = arrived["at"] - arrived.get("taken", killed)
+                startups.append(after_lease)
+                line += f", {after_lease:.2f}s after the standby took the Lease"
+            line += f"; {moved:.0f} CRs taken over, {requests:.0f} requests by the survivors ({per_cr:.2f} per CR)"
+            print(line, flush=True)
+            if args.shards and n < args.runs:
+                # The killed replica comes back under its name (as a pod's restarted container would).
+                controllers.remove(victim)
+                back = Controller(args.binary, src, args.lease, port, victim.name)
+                port += 1
+                controllers.append(back)
+                wait("the restarted replica ready", back.ready)
+                wait("the members to acknowledge one ring", lambda: members_settled(src, args.shards),
+                     timeout=300, every=0.5)
+        shape = f"{args.shards} shards" if args.shards else "leader election"
+        summary = (f"median over {len(results)} runs: {statistics.median(results):.2f}s after the kill "
+                   f"(min {min(results):.2f}s, max {max(results):.2f}s)")
+        if startups:
+            summary += f", {statistics.median(startups):.2f}s after the Lease was taken"
+        summary += (f"; {statistics.median(costs):.2f} requests per CR taken over "
+                    f"({shape}, lease {args.lease}, {total} Projections, binary {args.binary})")
+        print(summary, flush=True)
     finally:
         # The finalizers need a controller to remove the copies first.
-        kubectl("delete", "projections", "--all", "-n", dst, "--timeout=180s", check=False)
+        kubectl("delete", "projections", "--all", "-n", dst, "--timeout=600s", check=False)
         for c in controllers:
             if c.process.poll() is None:
                 c.stop()

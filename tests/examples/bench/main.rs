@@ -25,6 +25,7 @@ use kube::{
 use serde_json::{Value, json};
 use shared::api::crd::{ClusterProjection, Projection};
 mod remote;
+mod replicas;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -101,6 +102,17 @@ struct Args {
     /// ratios. Needs --start-controller.
     #[arg(long, requires = "start_controller")]
     peer: Option<PathBuf>,
+    /// Run ours as this many replicas with `--shard-by-lease`, each reconciling its part of the
+    /// CRs; a list (`0,2,4`) runs the profile once per count, one after the other, and prints them
+    /// side by side. 0 is one controller without shards (today's default). Needs
+    /// --start-controller.
+    #[arg(
+        long,
+        requires = "start_controller",
+        conflicts_with = "peer",
+        value_delimiter = ','
+    )]
+    replicas: Vec<usize>,
     /// Seconds to let the cluster settle between the two operators' runs (after the first run's
     /// namespaces are gone).
     #[arg(long, default_value_t = 10)]
@@ -365,6 +377,8 @@ fn stamped(value: String) -> impl Fn(&Event<DynamicObject>) -> Option<String> + 
 
 /// Resident memory (bytes) and CPU time (seconds) of a process, sampled in the background.
 struct ProcessSampler {
+    /// When sampling began.
+    since: Instant,
     samples: Arc<Mutex<Vec<(Instant, f64, f64)>>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -400,7 +414,11 @@ impl ProcessSampler {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
         });
-        Self { samples, task }
+        Self {
+            since: Instant::now(),
+            samples,
+            task,
+        }
     }
 
     /// Peak RSS, median RSS and CPU seconds used between `from` and `to`.
@@ -532,8 +550,35 @@ async fn main() -> anyhow::Result<()> {
     if let Some(dir) = output.parent() {
         std::fs::create_dir_all(dir)?;
     }
+    if !args.replicas.is_empty() {
+        replicas::check_counts(&args.replicas)?;
+        let mut reports = Vec::new();
+        for (i, &count) in args.replicas.iter().enumerate() {
+            if i > 0 {
+                let earlier = format!("{run}r{}", args.replicas[i - 1]);
+                settle(
+                    &client,
+                    Some(&earlier),
+                    Duration::from_secs(args.settle_seconds),
+                    &plan,
+                )
+                .await?;
+            }
+            let this = format!("{run}r{count}");
+            reports.push((
+                count,
+                run_once(&client, &args, &plan, &this, Operator::Ours(count)).await?,
+            ));
+        }
+        let by_count: BTreeMap<String, &Value> = reports.iter().map(|(n, r)| (n.to_string(), r)).collect();
+        let report = json!({"profile": args.profile, "run": run, "replicas": by_count});
+        std::fs::write(&output, serde_json::to_string_pretty(&report)?)?;
+        replicas::print_side_by_side(&args.profile, &reports);
+        eprintln!("JSON written to {}", output.display());
+        return Ok(());
+    }
     let Some(peer) = &args.peer else {
-        let report = run_once(&client, &args, &plan, &run, Operator::Ours).await?;
+        let report = run_once(&client, &args, &plan, &run, Operator::Ours(0)).await?;
         std::fs::write(&output, serde_json::to_string_pretty(&report)?)?;
         print_table(&args.profile, &report);
         eprintln!("JSON written to {}", output.display());
@@ -541,7 +586,7 @@ async fn main() -> anyhow::Result<()> {
     };
     // Side by side: ours, then the peer, on the same control plane with the same plan, each
     // removing what it created before the other starts.
-    let ours = run_once(&client, &args, &plan, &format!("{run}o"), Operator::Ours).await?;
+    let ours = run_once(&client, &args, &plan, &format!("{run}o"), Operator::Ours(0)).await?;
     settle(
         &client,
         Some(&format!("{run}o")),
@@ -560,9 +605,9 @@ async fn main() -> anyhow::Result<()> {
 /// Which controller a run measures.
 #[derive(Clone, Copy)]
 enum Operator<'a> {
-    /// Ours: started from --start-controller, or the one given by --controller-pid and
-    /// --controller-metrics, or none.
-    Ours,
+    /// Ours: started from --start-controller (as this many replicas with shards; 0 for one
+    /// without), or the one given by --controller-pid and --controller-metrics, or none.
+    Ours(usize),
     /// The Go operator's manager at this path.
     Peer(&'a std::path::Path),
 }
@@ -576,48 +621,55 @@ async fn run_once(
     run: &str,
     operator: Operator<'_>,
 ) -> anyhow::Result<Value> {
-    let mut started_controller = None;
-    let (pid, metrics_port) = match (operator, &args.start_controller) {
+    let mut controllers = Vec::new();
+    match (operator, &args.start_controller) {
         (Operator::Peer(binary), _) => {
-            let process = projection_tests::ServiceProcess::start_split(binary, &PEER_ARGS);
-            started_controller = Some(process);
-            (None, None)
+            controllers.push(projection_tests::ServiceProcess::start_split(binary, &PEER_ARGS));
         }
-        (Operator::Ours, Some(binary)) => {
+        (Operator::Ours(0), Some(binary)) => {
             let extra: Vec<&str> = args.controller_arg.iter().map(String::as_str).collect();
-            let process = projection_tests::ServiceProcess::start(binary, &extra);
-            started_controller = Some(process);
-            (None, None)
+            controllers.push(projection_tests::ServiceProcess::start(binary, &extra));
         }
-        (Operator::Ours, None) => (
-            args.controller_pid,
-            args.controller_metrics
-                .as_deref()
-                .and_then(|endpoint| endpoint.rsplit_once(':'))
-                .and_then(|(_, port)| port.parse::<u16>().ok()),
-        ),
-    };
-    let (pid, metrics_port) = match started_controller.as_mut() {
-        Some(process) => {
-            process.wait_ready().await;
-            (Some(process.pid()), Some(process.metrics_port))
+        (Operator::Ours(count), Some(binary)) => {
+            // The member Leases live in a namespace of the run's, removed with it.
+            let members = format!("{run}-members");
+            create_namespace(client, &members, json!({RUN_LABEL: run})).await?;
+            let extra: Vec<&str> = args.controller_arg.iter().map(String::as_str).collect();
+            controllers = replicas::start(client, binary, &extra, &members, count).await?;
         }
-        None => (pid, metrics_port),
+        (Operator::Ours(_), None) => {}
+    }
+    for process in &mut controllers {
+        process.wait_ready().await;
+    }
+    let (pids, metrics_ports): (Vec<u32>, Vec<u16>) = if controllers.is_empty() {
+        let port = args
+            .controller_metrics
+            .as_deref()
+            .and_then(|endpoint| endpoint.rsplit_once(':'))
+            .and_then(|(_, port)| port.parse::<u16>().ok());
+        (
+            args.controller_pid.into_iter().collect(),
+            port.into_iter().collect(),
+        )
+    } else {
+        controllers.iter().map(|p| (p.pid(), p.metrics_port)).unzip()
     };
     eprintln!(
         "run {run}: {}",
         match operator {
-            Operator::Ours => "ours".to_owned(),
+            Operator::Ours(count) if count > 0 => format!("ours, {}", replicas::label(count)),
+            Operator::Ours(_) => "ours".to_owned(),
             Operator::Peer(binary) => format!("peer {}", binary.display()),
         }
     );
-    let sampler = pid.map(ProcessSampler::start);
+    let samplers: Vec<ProcessSampler> = pids.into_iter().map(ProcessSampler::start).collect();
     let started = Instant::now();
     let other = match plan.remote {
         true => Some(remote::connect(args).await?),
         false => None,
     };
-    let result = measure((client, other.as_ref()), args, plan, run, sampler.as_ref()).await;
+    let result = measure((client, other.as_ref()), args, plan, run, &samplers).await;
     if !args.keep {
         cleanup(client, run).await;
         if let Some(other) = &other {
@@ -626,15 +678,39 @@ async fn run_once(
     }
     let mut report = result?;
     report["elapsed_seconds"] = json!(started.elapsed().as_secs_f64().round());
-    if let Some((200, body)) = metrics_port.and_then(|port| projection_tests::http_get(port, "/metrics")) {
-        let lines: Vec<&str> = body
-            .lines()
-            .filter(|l| l.starts_with("projection_") && !l.contains("_bucket"))
+    let bodies: Vec<String> = metrics_ports
+        .iter()
+        .filter_map(|&port| match projection_tests::http_get(port, "/metrics") {
+            Some((200, body)) => Some(body),
+            _ => None,
+        })
+        .collect();
+    if !bodies.is_empty() {
+        let ours: Vec<Vec<&str>> = bodies
+            .iter()
+            .map(|body| {
+                body.lines()
+                    .filter(|l| l.starts_with("projection_") && !l.contains("_bucket"))
+                    .collect()
+            })
             .collect();
-        report["controller_metrics"] = json!(lines);
-        report["controller_runtime"] = controller_runtime_figures(&body);
+        report["controller_metrics"] = match ours.len() {
+            1 => json!(ours[0]),
+            _ => json!(ours),
+        };
+        // The replicas' counters summed: what the deployment as a whole did.
+        report["controller_runtime"] = controller_runtime_figures(&bodies.join("\n"));
+        if bodies.len() > 1 {
+            for key in ["reconciles", "rest_client_requests"] {
+                let busiest = bodies
+                    .iter()
+                    .filter_map(|body| controller_runtime_figures(body)[key].as_f64())
+                    .fold(0.0, f64::max);
+                report["controller_runtime"][format!("{key}_busiest_replica")] = json!(busiest);
+            }
+        }
     }
-    drop(started_controller);
+    drop(controllers);
     Ok(report)
 }
 
@@ -681,6 +757,7 @@ fn controller_runtime_figures(exposition: &str) -> Value {
         },
         "workqueue_adds": sum("workqueue_adds_total{"),
         "workqueue_retries": sum("workqueue_retries_total{"),
+        "rest_client_requests": sum("rest_client_requests_total{"),
     })
 }
 
@@ -689,7 +766,7 @@ async fn measure(
     args: &Args,
     plan: &Plan,
     run: &str,
-    sampler: Option<&ProcessSampler>,
+    samplers: &[ProcessSampler],
 ) -> anyhow::Result<Value> {
     let mut report = json!({"profile": args.profile, "plan": plan, "run": run});
     let source_ns = format!("{run}-src");
@@ -797,19 +874,17 @@ async fn measure(
             .map(|(k, v)| (k.clone(), v / minutes))
             .collect::<BTreeMap<_, _>>()
     );
-    if let Some(sampler) = sampler {
-        let idle_end = Instant::now();
-        if let (Some((_, steady, idle_cpu)), Some((peak, _, total_cpu))) = (
-            sampler.window(idle_start, idle_end),
-            sampler.window(Instant::now() - Duration::from_secs(86400), idle_end),
-        ) {
-            report["controller"] = json!({
-                "rss_steady_mib": steady / 1048576.0,
-                "rss_peak_mib": peak / 1048576.0,
-                "cpu_seconds_idle_window": idle_cpu,
-                "cpu_seconds_whole_run": total_cpu,
-            });
-        }
+    let idle_end = Instant::now();
+    let per_process: Option<Vec<(f64, f64, f64, f64)>> = samplers
+        .iter()
+        .map(|sampler| {
+            let (_, steady, idle_cpu) = sampler.window(idle_start, idle_end)?;
+            let (peak, _, total_cpu) = sampler.window(sampler.since, idle_end)?;
+            Some((steady, peak, idle_cpu, total_cpu))
+        })
+        .collect();
+    if let Some(per_process) = per_process.filter(|p| !p.is_empty()) {
+        report["controller"] = replicas::controller_figures(&per_process);
     }
     Ok(report)
 }
@@ -1266,7 +1341,9 @@ fn figures(report: &Value) -> Vec<(String, f64)> {
             &[
                 "rss_steady_mib",
                 "rss_peak_mib",
+                "rss_steady_mib_all_replicas",
                 "cpu_seconds_whole_run",
+                "cpu_seconds_whole_run_busiest_replica",
                 "cpu_seconds_idle_window",
             ][..],
         ),
@@ -1278,6 +1355,9 @@ fn figures(report: &Value) -> Vec<(String, f64)> {
                 "reconcile_mean_ms",
                 "workqueue_adds",
                 "workqueue_retries",
+                "rest_client_requests",
+                "rest_client_requests_busiest_replica",
+                "reconciles_busiest_replica",
             ][..],
         ),
     ] {
