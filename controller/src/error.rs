@@ -63,6 +63,27 @@ fn describe_finalizer(error: &finalizer::Error<Error>) -> String {
     }
 }
 
+/// The whole message of the apiserver's answer to a JSON patch whose `test` operation failed (422,
+/// reason `Invalid`, no causes): what it says for nothing else it refuses with 422, whose messages
+/// name the object and the field.
+const PATCH_TEST_FAILED: &str = "the server rejected our request due to an error in our request";
+
+/// Whether the finalizer helper's adding patch failed its `test`: the CR as cached lacked a
+/// finalizer the server's copy already has (typically the one this replica's previous pass added,
+/// whose watch event had not arrived when the CR was queued again). The cache is behind, nothing
+/// failed: the event on its way runs the pass anew. Any other refusal (an admission policy, a CR
+/// being deleted) names the object and stays an error.
+pub fn cache_was_behind(error: &finalizer::Error<Error>) -> bool {
+    match error {
+        finalizer::Error::AddFinalizer(kube::Error::Api(status)) => {
+            status.code == 422
+                && status.message == PATCH_TEST_FAILED
+                && status.details.as_ref().is_none_or(|d| d.causes.is_empty())
+        }
+        _ => false,
+    }
+}
+
 /// Shorthand for a failed API call.
 pub fn api_error(action: &'static str) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Api { action, source }
@@ -118,6 +139,51 @@ mod tests {
             "Forbidden",
         )
         .with_code(403)
+    }
+
+    /// The apiserver's answer to a failed JSON patch `test`, as kube-apiserver v1.36.3 sent it.
+    fn patch_test_failed() -> kube::Error {
+        kube::Error::Api(
+            serde_json::from_str::<kube::core::Status>(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server rejected our request due to an error in our request","reason":"Invalid","details":{},"code":422}"#,
+            )
+            .expect("a Status")
+            .boxed(),
+        )
+    }
+
+    #[test]
+    fn a_finalizer_patch_whose_test_failed_means_the_cache_was_behind() {
+        assert!(cache_was_behind(&finalizer::Error::AddFinalizer(
+            patch_test_failed()
+        )));
+    }
+
+    #[test]
+    fn other_refusals_of_a_finalizer_patch_stay_errors() {
+        // Removing: a stale index could name another finalizer; the retry with backoff reads anew.
+        assert!(!cache_was_behind(&finalizer::Error::RemoveFinalizer(
+            patch_test_failed()
+        )));
+        let deleting = kube::core::Status::failure(
+            r#"projections.projection.sh "p" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted"#,
+            "Invalid",
+        )
+        .with_code(422);
+        assert!(!cache_was_behind(&finalizer::Error::AddFinalizer(
+            kube::Error::Api(deleting.boxed())
+        )));
+        let policy = kube::core::Status::failure(
+            r#"projections.projection.sh "p" is forbidden: ValidatingAdmissionPolicy 'no-finalizers' denied request"#,
+            "Invalid",
+        )
+        .with_code(422);
+        assert!(!cache_was_behind(&finalizer::Error::AddFinalizer(
+            kube::Error::Api(policy.boxed())
+        )));
+        assert!(!cache_was_behind(&finalizer::Error::AddFinalizer(
+            kube::Error::Api(forbidden().boxed())
+        )));
     }
 
     #[test]

@@ -237,6 +237,10 @@ async fn withdraw_if_suspended_and_lost(cr: &CrView<'_>, ctx: &Context) -> Optio
 /// cluster to answer before it lets the CR go.
 const UNRECORDED_SWEEP_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
 
+/// When a pass whose finalizer patch found the cached CR behind the server's runs again at the
+/// latest (the CR's watch event, on its way, usually runs it sooner).
+const CACHE_BEHIND_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Deletion of a CR: its copies go first, or are orphaned with `deletionPolicy: Orphan` (the
 /// finalizer holds the CR until then; a suspended CR follows its policy too), in the cluster they
 /// are in: one that cannot be reached holds the CR too.
@@ -343,8 +347,17 @@ pub async fn reconcile<K: ProjectionKind>(
         },
         None => pass.await,
     };
-    let result = ended.map_err(|e| Error::Finalizer(Box::new(e)));
-    if deleting && result.is_ok() {
+    let cache_behind = matches!(&ended, Err(e) if crate::error::cache_was_behind(e));
+    let result = match ended {
+        // Not a failure (no error counted, no warning): the watch event of the finalizer already
+        // added runs the pass anew at once; the requeue is there should that event be lost.
+        Err(_) if cache_behind => {
+            tracing::debug!(kind = K::SCOPE.kind(), name = %key, "the cached CR was behind the server's; run again");
+            Ok(Action::requeue(CACHE_BEHIND_RETRY))
+        }
+        ended => ended.map_err(|e| Error::Finalizer(Box::new(e))),
+    };
+    if deleting && result.is_ok() && !cache_behind {
         ctx.report.statuses.forget(&uid);
         // The copies are gone and so is the finalizer: nothing of this CR is left to retry. Reset
         // only now, not in `cleanup`: when removing the finalizer fails (e.g. an admission webhook
