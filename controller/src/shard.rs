@@ -51,9 +51,10 @@ pub struct Shard {
     /// The version of the ring of live members and when this replica first saw it (where the
     /// time a takeover took is counted from).
     ring_since: Mutex<Option<(String, Instant)>>,
-    /// The settled ring's version and the CRs taken over in it whose first pass here began (each
-    /// takeover is told once).
-    taken_over: Mutex<(String, HashSet<String>)>,
+    /// The settlement of the ring (`View::settlement`) and the CRs taken over in it whose first
+    /// pass here began (each takeover is told once; the same members settling again, after one
+    /// left and came back, move the same CRs anew).
+    taken_over: Mutex<(u64, HashSet<String>)>,
     /// Ticks whenever what this replica may reconcile can have changed.
     changed: tokio::sync::watch::Sender<()>,
     /// The `shardSelector` of this replica's ranges in the current ring, for its CR watches (which
@@ -215,17 +216,18 @@ impl Shard {
     /// Whether this pass is the first of the CR with this uid here since the ring moved it to this
     /// replica, and from whom.
     fn takeover_of(&self, uid: &str) -> Option<Takeover> {
-        let (from, ring) = {
+        let (from, ring, settlement) = {
             let view = self.view.read().expect("view");
             (
                 view.taken_over_from(&self.me, uid)?.to_owned(),
                 view.settled_version()?,
+                view.settlement(),
             )
         };
         {
             let mut taken_over = self.taken_over.lock().expect("takeovers");
-            if taken_over.0 != ring {
-                *taken_over = (ring.clone(), HashSet::new());
+            if taken_over.0 != settlement {
+                *taken_over = (settlement, HashSet::new());
             }
             if !taken_over.1.insert(uid.to_owned()) {
                 return None;

@@ -55,6 +55,9 @@ pub struct View {
     current: Option<Ring>,
     settled: Option<Ring>,
     previous: Option<Ring>,
+    /// How many times the members have settled on a ring: the same members again (one leaves and
+    /// comes back) make the same ring version, but a new settlement, whose moves are told anew.
+    settlements: u64,
 }
 
 impl View {
@@ -72,6 +75,7 @@ impl View {
             // After a lapse there is no settled ring: the one before it stays the previous.
             let before = self.settled.replace(current.clone());
             self.previous = before.or(self.previous.take());
+            self.settlements += 1;
         }
         self.current = Some(current);
         *self != before
@@ -123,6 +127,13 @@ impl View {
     /// The version of the ring every live member last acknowledged.
     pub fn settled_version(&self) -> Option<String> {
         self.settled.as_ref().map(Ring::version)
+    }
+
+    /// Which settlement the settled ring is (the count of rings the members have settled on so
+    /// far): what tells one settlement from a later one of the same members, whose version is the
+    /// same.
+    pub fn settlement(&self) -> u64 {
+        self.settlements
     }
 
     /// The version `me` may acknowledge, given the uids of the passes it has running: the current
@@ -211,6 +222,33 @@ mod tests {
         assert_eq!(view.taken_over_from("a", &moving), None);
         assert_eq!(view.taken_over_from("a", &staying), None);
         assert_eq!(view.settled_version(), Some(two.version()));
+    }
+
+    #[test]
+    fn the_same_members_settling_again_is_a_new_settlement() {
+        let two = Ring::new(["a", "b"]);
+        let one = Ring::new(["b"]);
+        let mut view = View::default();
+        let settle = |view: &mut View, ring: &Ring, members: &[&str], t: u64| {
+            let leases: Vec<MemberLease> = members
+                .iter()
+                .map(|m| lease(m, t, Some(&ring.version())))
+                .collect();
+            view.observe(&leases, at(t));
+        };
+        settle(&mut view, &two, &["a", "b"], 0);
+        let moving = moved_uid(&two, &one, "a", "b");
+        // a leaves (its Lease expired), b takes its CRs; a comes back and takes them again; a
+        // leaves once more: b's ring has the version of the first time, and the move is new.
+        settle(&mut view, &one, &["b"], 20);
+        let first = view.settlement();
+        assert_eq!(view.taken_over_from("b", &moving), Some("a"));
+        settle(&mut view, &two, &["a", "b"], 40);
+        assert_eq!(view.taken_over_from("b", &moving), None);
+        settle(&mut view, &one, &["b"], 60);
+        assert_eq!(view.settled_version(), Some(one.version()));
+        assert_eq!(view.taken_over_from("b", &moving), Some("a"));
+        assert_ne!(view.settlement(), first);
     }
 
     #[test]
