@@ -12,8 +12,8 @@ Two shapes:
   reported too: its own start-up, without the wait for the Lease to expire. Each run then starts a
   new standby.
 - --shards N: N replicas with --shard-by-lease; the replica that owns the edited CR (the OWNER
-  column of `kubectl projection status`) is killed, the others take its CRs (the count is theirs:
-  `projection_shard_takeover_seconds_count`). Each run then restarts it under its name, and waits
+  of `kubectl projection status`) is killed, the others take its CRs (as many as that column gave
+  it). Each run then restarts it under its name, and waits
   until every member acknowledges the ring of all N again.
 
 Reports every run and the medians.
@@ -24,7 +24,7 @@ Reports every run and the medians.
 No other controller may run against the cluster meanwhile. Uses the local control plane's
 kubeconfig only (`.testenv`, or `$TESTENV_DIR`).
 """
-import argparse, os, re, signal, statistics, subprocess, sys, threading, time, urllib.request
+import argparse, json, os, signal, socket, statistics, subprocess, sys, threading, time, urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fanout import ENV, KUBECONFIG, KUBECTL, ROOT, kubectl  # noqa: E402  (the same cluster and kubectl)
@@ -43,22 +43,29 @@ def wait(what, check, timeout=120, every=0.1):
     sys.exit(f"timed out waiting for {what}")
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Controller:
-    def __init__(self, binary, namespace, lease, port, shard_name=None):
-        self.port, self.name = port, shard_name
-        self.log = open(os.path.join(ENV, "logs", f"takeover-{port}.log"), "w")
+    def __init__(self, binary, namespace, lease, shard_name=None):
+        self.port, self.metrics_port, self.name = free_port(), free_port(), shard_name
+        self.log = open(os.path.join(ENV, "logs", f"takeover-{self.port}.log"), "w")
         shape = ["--shard-by-lease"] if shard_name else ["--leader-elect"]
         env = {**os.environ, "KUBECONFIG": KUBECONFIG, "RUST_LOG": "info"}
         if shard_name:
             env["POD_NAME"] = shard_name
         self.process = subprocess.Popen(
             [binary, *shape, "--leader-election-lease-duration", lease,
-             "--leader-election-namespace", namespace, "--health-probe-bind-address", f"127.0.0.1:{port}"],
+             "--leader-election-namespace", namespace, "--health-probe-bind-address", f"127.0.0.1:{self.port}",
+             "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}"],
             env=env, stdout=self.log, stderr=subprocess.STDOUT)
 
-    def get(self, path):
+    def get(self, path, port=None):
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as response:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port or self.port}{path}", timeout=2) as response:
                 return response.status, response.read().decode()
         except OSError:
             return None, ""
@@ -69,7 +76,7 @@ class Controller:
     def metric(self, name):
         """The sum of every series of `name` on its /metrics."""
         total = 0.0
-        for line in self.get("/metrics")[1].splitlines():
+        for line in self.get("/metrics", self.metrics_port)[1].splitlines():
             if line.startswith(name + "{") or line.startswith(name + " "):
                 total += float(line.rsplit(" ", 1)[1])
         return total
@@ -84,7 +91,15 @@ class Controller:
             self.process.wait(timeout=20)
 
 
+def author_record():
+    """The author annotation the webhook would record for us (this kubeconfig's user), byte for byte
+    as the admission policy writes it: the controllers copy as their CRs' authors."""
+    user = json.loads(kubectl("auth", "whoami", "-o", "json"))["status"]["userInfo"]
+    return json.dumps({"username": user["username"], "groups": user.get("groups", [])}, separators=(",", ":"))
+
+
 def population(src, dst, per_kind):
+    author = author_record()
     docs = [f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {n}}}\n" for n in (src, dst)]
     for i in range(per_kind):
         docs.append(f"""apiVersion: v1
@@ -101,7 +116,7 @@ stringData: {{k: v}}
             label = f", labels: {{{PROBE_LABEL}: \"true\"}}" if name == "cm-000" else ""
             docs.append(f"""apiVersion: projection.sh/v1
 kind: Projection
-metadata: {{name: {name}, namespace: {dst}{label}}}
+metadata: {{name: {name}, namespace: {dst}{label}, annotations: {{projection.sh/author: '{author}'}}}}
 spec: {{source: {{version: v1, kind: {kind}, namespace: {src}, name: {name}}}}}
 """)
     return docs
@@ -116,15 +131,15 @@ def members_settled(namespace, count):
     return len(versions) == count and versions[0] != "" and len(set(versions)) == 1
 
 
-def owner_of_probe(plugin, dst, src):
-    """The replica that reconciles cm-000's Projection, from `kubectl projection status`."""
-    out = subprocess.run([plugin, "--kubeconfig", KUBECONFIG, "status", "-n", dst, "-l", f"{PROBE_LABEL}=true",
-                          "--controller-namespace", src], capture_output=True, text=True).stdout
-    lines = [l for l in out.splitlines() if l.strip()]
-    if len(lines) < 2 or "OWNER" not in lines[0]:
-        return None
-    start = lines[0].index("OWNER")
-    return lines[1][start:].split()[0] if len(lines[1]) > start else None
+def owners(plugin, dst, src):
+    """The replica that reconciles each Projection of `dst`, by name, from `kubectl projection
+    status -o json` (its `owner`: the ring of the live member Leases, as the replicas compute it)."""
+    out = subprocess.run([plugin, "--kubeconfig", KUBECONFIG, "status", "-n", dst, "--controller-namespace", src,
+                          "-o", "json"], capture_output=True, text=True).stdout
+    try:
+        return {line["name"]: line.get("owner") for line in json.loads(out)}
+    except (ValueError, KeyError, TypeError):
+        return {}
 
 
 def quiet(controllers, name, still=3.0, limit=180.0):
@@ -175,17 +190,15 @@ def main():
     kubectl("create", "-f", "-", stdin="---\n".join(population(src, dst, args.projections)))
     print(f"{total} Projections and their sources created in {time.monotonic() - created:.0f}s", flush=True)
     controllers = []
-    port = 18600 + os.getpid() % 1000
     try:
         if args.shards:
             for i in range(args.shards):
-                controllers.append(Controller(args.binary, src, args.lease, port + i, f"{run}-r{i}"))
-            port += args.shards
+                controllers.append(Controller(args.binary, src, args.lease, f"{run}-r{i}"))
             for c in controllers:
                 wait("a replica ready", c.ready)
             wait("the members to acknowledge one ring", lambda: members_settled(src, args.shards), every=0.5)
         else:
-            controllers.append(Controller(args.binary, src, args.lease, port))
+            controllers.append(Controller(args.binary, src, args.lease))
             wait("the first leader", controllers[0].ready)
 
         def all_ready():
@@ -199,13 +212,14 @@ def main():
         results, startups, costs = [], [], []
         for n in range(1, args.runs + 1):
             if args.shards:
-                owner = owner_of_probe(args.plugin, dst, src)
+                owned = owners(args.plugin, dst, src)
+                owner = owned.get("cm-000")
                 victim = next((c for c in controllers if c.name == owner), None)
                 if victim is None:
                     sys.exit(f"run {n}: no replica named {owner!r} owns cm-000 (is {args.plugin} built?)")
+                moving = sum(1 for o in owned.values() if o == victim.name)
             else:
-                port += 1
-                standby = Controller(args.binary, src, args.lease, port)
+                standby = Controller(args.binary, src, args.lease)
                 controllers.append(standby)
                 wait("the standby ready", standby.ready)
                 victim = controllers[-2]
@@ -247,8 +261,8 @@ def main():
             # (not their requests: each renews its Lease every third of its duration).
             quiet(survivors, "controller_runtime_reconcile_total")
             requests = sum(c.metric("rest_client_requests_total") for c in survivors) - requests_before
-            moved = (sum(c.metric("projection_shard_takeover_seconds_count") for c in survivors) - takeovers_before
-                     if args.shards else total)
+            moved = moving if args.shards else total
+            counted = sum(c.metric("projection_shard_takeover_seconds_count") for c in survivors) - takeovers_before
             per_cr = requests / moved if moved else float("nan")
             costs.append(per_cr)
             line = f"run {n}: edit reached the copy {took:.2f}s after the kill"
@@ -257,12 +271,13 @@ def main():
                 startups.append(after_lease)
                 line += f", {after_lease:.2f}s after the standby took the Lease"
             line += f"; {moved:.0f} CRs taken over, {requests:.0f} requests by the survivors ({per_cr:.2f} per CR)"
+            if args.shards:
+                line += f", projection_shard_takeover_seconds_count +{counted:.0f}"
             print(line, flush=True)
             if args.shards and n < args.runs:
                 # The killed replica comes back under its name (as a pod's restarted container would).
                 controllers.remove(victim)
-                back = Controller(args.binary, src, args.lease, port, victim.name)
-                port += 1
+                back = Controller(args.binary, src, args.lease, victim.name)
                 controllers.append(back)
                 wait("the restarted replica ready", back.ready)
                 wait("the members to acknowledge one ring", lambda: members_settled(src, args.shards),
