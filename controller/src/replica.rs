@@ -339,7 +339,14 @@ impl Replica {
     /// Runs the reconcilers until `stop`: every CR known so far is reconciled, then every change.
     pub async fn lead(self, stop: CancellationToken) {
         self.leading.store(true, Ordering::Release);
-        // Changes seen from now on are forwarded by `warm::feed`; those before are in the stores.
+        // Changes seen from now on are forwarded by `warm::feed`; those before are in the stores,
+        // once they have synced: a watch streaming its initial objects keeps them out of its store
+        // until it has them all (the reflector swaps them in at once), and those streamed before
+        // `leading` went to the warm-up only. Read too early, the store misses them and they would
+        // never be reconciled (10,000 Projections there at start, a Lease taken at once: 339 lost).
+        if !synced(&self.projections, &stop).await || !synced(&self.clusters, &stop).await {
+            return;
+        }
         // The CRs a watch would have woken meanwhile go first (a source edited while the leader
         // was gone), then every CR.
         for cr in self.wake.take_missed() {
@@ -555,6 +562,28 @@ async fn follow_discovery_changes<K>(
 /// APIService shows, so a look taken on the change's event can see a group whose preferred version
 /// is not registered yet (a source resolved to `v1beta1` of a CRD serving `v1` too). The last of
 /// these looks settles on what discovery finally serves.
+/// How long the reconcilers wait for a CR store to sync before saying so (and waiting on).
+const STORE_SYNC_WARN_AFTER: Duration = Duration::from_secs(30);
+
+/// Waits until `store` has synced; `false` if stopped first.
+async fn synced<K>(store: &reflector::Store<K>, stop: &CancellationToken) -> bool
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    while !stop.is_cancelled() {
+        if crate::watches::store_ready(store, STORE_SYNC_WARN_AFTER).await {
+            return true;
+        }
+        tracing::warn!("a CR store has not synced yet: the reconcilers wait for it");
+        tokio::select! {
+            () = stop.cancelled() => {}
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+    false
+}
+
 const DISCOVERY_SETTLES_AFTER: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(5)];
 
 /// Schedules the later looks at discovery for the followers of `group`. One schedule runs per group
