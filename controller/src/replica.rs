@@ -345,6 +345,7 @@ impl Replica {
         // `leading` went to the warm-up only. Read too early, the store misses them and they would
         // never be reconciled (10,000 Projections there at start, a Lease taken at once: 339 lost).
         if !synced(&self.projections, &stop).await || !synced(&self.clusters, &stop).await {
+            self.stop();
             return;
         }
         // The CRs a watch would have woken meanwhile go first (a source edited while the leader
@@ -557,11 +558,6 @@ async fn follow_discovery_changes<K>(
     .await;
 }
 
-/// When the followers of a group look at discovery again after a change of it. Discovery trails
-/// the objects it is made of: the aggregator lists a new CRD's versions one by one, each after its
-/// APIService shows, so a look taken on the change's event can see a group whose preferred version
-/// is not registered yet (a source resolved to `v1beta1` of a CRD serving `v1` too). The last of
-/// these looks settles on what discovery finally serves.
 /// How long the reconcilers wait for a CR store to sync before saying so (and waiting on).
 const STORE_SYNC_WARN_AFTER: Duration = Duration::from_secs(30);
 
@@ -584,6 +580,11 @@ where
     false
 }
 
+/// When the followers of a group look at discovery again after a change of it. Discovery trails
+/// the objects it is made of: the aggregator lists a new CRD's versions one by one, each after its
+/// APIService shows, so a look taken on the change's event can see a group whose preferred version
+/// is not registered yet (a source resolved to `v1beta1` of a CRD serving `v1` too). The last of
+/// these looks settles on what discovery finally serves.
 const DISCOVERY_SETTLES_AFTER: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(5)];
 
 /// Schedules the later looks at discovery for the followers of `group`. One schedule runs per group
