@@ -567,17 +567,19 @@ where
     K: kube::Resource + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
-    while !stop.is_cancelled() {
-        if crate::watches::store_ready(store, STORE_SYNC_WARN_AFTER).await {
-            return true;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return false,
+            ready = crate::watches::store_ready(store, STORE_SYNC_WARN_AFTER) => if ready {
+                return true;
+            },
         }
         tracing::warn!("a CR store has not synced yet: the reconcilers wait for it");
         tokio::select! {
-            () = stop.cancelled() => {}
+            () = stop.cancelled() => return false,
             () = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
-    false
 }
 
 /// When the followers of a group look at discovery again after a change of it. Discovery trails

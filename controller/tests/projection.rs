@@ -1440,12 +1440,17 @@ async fn a_refused_finalizer_removal_is_retried_with_backoff() {
         remove_finalizer().await.map_err(|e| e.to_string())
     })
     .await;
-    merge(
-        &projections,
-        "cfg",
-        json!({"metadata": {"labels": {"poke": "1"}}}),
-    )
-    .await;
+    // A nudge, in case the next retry is far off; the retry may also have come first and the
+    // Projection be gone already.
+    let poke = json!({"metadata": {"labels": {"poke": "1"}}});
+    match projections
+        .patch("cfg", &PatchParams::default(), &Patch::Merge(&poke))
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(e) => panic!("poking cfg: {e}"),
+    }
     wait_for("the Projection deleted", TIMEOUT, || async {
         match projections.get_opt("cfg").await {
             Ok(None) => Ok(()),
