@@ -33,8 +33,8 @@ pub fn label(count: usize) -> String {
 }
 
 /// Starts `count` replicas of `binary` with shards (member Leases in `namespace`, which exists),
-/// named `<namespace>-r<i>`, and waits until each is ready and all of them acknowledge the ring of
-/// all `count`: only then is the split the one measured.
+/// named `<namespace>-r<i>`, and waits until all of them acknowledge the ring of all `count`:
+/// only then is the split the one measured.
 pub async fn start(
     client: &Client,
     binary: &Path,
@@ -44,7 +44,7 @@ pub async fn start(
 ) -> anyhow::Result<Vec<ServiceProcess>> {
     let mut args = vec!["--shard-by-lease", "--leader-election-namespace", namespace];
     args.extend_from_slice(extra);
-    let mut replicas: Vec<ServiceProcess> = (0..count)
+    let replicas: Vec<ServiceProcess> = (0..count)
         .map(|i| {
             let name = format!("{namespace}-r{i}");
             ServiceProcess::start_as(
@@ -55,9 +55,7 @@ pub async fn start(
             )
         })
         .collect();
-    for replica in &mut replicas {
-        replica.wait_ready().await;
-    }
+    // Their readiness is waited for by the caller, as for any controller it starts.
     let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
     let members = ListParams::default().labels(&format!("{MEMBER_LABEL}=true"));
     super::wait_until(
