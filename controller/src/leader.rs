@@ -29,7 +29,10 @@ impl Leadership {
             .with_identity(identity)
             .with_duration(seconds)
             .with_grace((seconds / 3).clamp(1, 5))
-            .with_field_manager("projection-controller")
+            // One field manager per replica: taking a free Lease is a server-side apply that must
+            // conflict when another replica took it first. Under one shared manager the second
+            // apply silently overwrote the first's holder, and both led until the next renewal.
+            .with_field_manager(format!("projection-controller-{identity}"))
             .build()
             .await?;
         let (mut is_leader, task) = manager.watch().await;
