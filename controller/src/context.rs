@@ -16,6 +16,7 @@ use crate::{
 use shared::{
     api::kind::{CrView, Scope},
     copy::ownership::Owner,
+    pass::status::Status,
     policy::{
         kind_policy::AllowedPowerKinds, kubeconfig::KubeconfigSecret, projectable::SourceMode,
         write_as::CopyWriter,
@@ -24,7 +25,7 @@ use shared::{
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 /// Settings from the command line.
@@ -218,13 +219,26 @@ pub struct Report {
     pub requeue_cap: Duration,
 }
 
-/// The status the controller last wrote to each CR (by the digest of its uid), as a digest: only
-/// equality is asked of it. The reflector's copy of a CR can lag behind our own last status write (a source deleted and
-/// recreated within milliseconds gives two reconciles in a row), so "unchanged" must hold against
-/// both it and this record.
+/// The status the controller last wrote to each CR (by the digest of its uid), as a digest (only
+/// equality is asked of it), and when. The reflector's copy of a CR can lag behind our own last
+/// status write (a source deleted and recreated within milliseconds gives two reconciles in a row),
+/// so "unchanged" must hold against both it and this record; and a pass must not act on a copy
+/// older than that write (`behind`).
 #[derive(Default)]
 pub struct WrittenStatuses {
-    written: Mutex<HashMap<u64, [u8; 32]>>,
+    written: Mutex<HashMap<u64, ([u8; 32], Instant)>>,
+}
+
+/// How long after our own status write a cached CR that does not show it yet is taken to be behind
+/// (its watch event on the way) rather than changed by someone else since, whom a pass must not
+/// wait for any longer.
+const CATCH_UP_WINDOW: Duration = Duration::from_secs(5);
+
+/// When to look again at a cached CR that is still behind our write of `since` ago: soon at first
+/// (a watch event usually takes milliseconds), then less often; `None` once the window is over.
+pub fn catch_up_delay(since: Duration) -> Option<Duration> {
+    (since < CATCH_UP_WINDOW)
+        .then(|| (since / 2).clamp(Duration::from_millis(10), Duration::from_millis(500)))
 }
 
 impl WrittenStatuses {
@@ -236,14 +250,28 @@ impl WrittenStatuses {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&crate::cache::verified::digest(&uid))
-            .is_none_or(|last| *last == next)
+            .is_none_or(|(last, _)| *last == next)
     }
 
-    /// Records a status written to `uid`.
-    pub fn record(&self, uid: &str, status: &serde_json::Value) {
+    /// How long to wait before running the pass of `uid`, whose cached status is `cached`, when
+    /// that is not what we wrote to it a moment ago (at `now`): the status is the pass's memory (the
+    /// copies recorded for cleanup, whether a copy was ever written), so a pass on a copy of the CR
+    /// from before our own write would decide from what is no longer so.
+    pub fn behind(&self, uid: &str, cached: &Status, now: Instant) -> Option<Duration> {
+        let since = {
+            let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+            let (last, at) = written.get(&crate::cache::verified::digest(&uid))?;
+            let cached = crate::cache::cache_trim::digest(&serde_json::to_value(cached).ok()?);
+            (cached != *last).then(|| now.saturating_duration_since(*at))?
+        };
+        catch_up_delay(since)
+    }
+
+    /// Records a status written to `uid` (at `now`).
+    pub fn record(&self, uid: &str, status: &serde_json::Value, now: Instant) {
         self.written.lock().unwrap_or_else(|e| e.into_inner()).insert(
             crate::cache::verified::digest(&uid),
-            crate::cache::cache_trim::digest(status),
+            (crate::cache::cache_trim::digest(status), now),
         );
     }
 
@@ -299,12 +327,76 @@ mod tests {
             statuses.matches("uid", &ready),
             "nothing written yet: the CR's status decides"
         );
-        statuses.record("uid", &deleted);
+        statuses.record("uid", &deleted, Instant::now());
         // The reflector may still show Ready (stale), but we last wrote SourceDeleted: write again.
         assert!(!statuses.matches("uid", &ready));
         assert!(statuses.matches("uid", &deleted));
         statuses.forget("uid");
         assert!(statuses.matches("uid", &ready));
+    }
+
+    fn status(reason: &str) -> Status {
+        let copy = serde_json::from_value(serde_json::json!({
+            "conditions": [{"type": "Ready", "status": "False", "reason": reason, "message": "",
+                            "lastTransitionTime": "2026-11-27T22:30:45Z"}],
+            "destinationName": "cfg",
+        }))
+        .expect("a status");
+        Status { copy, counts: None }
+    }
+
+    #[test]
+    fn a_cached_cr_without_our_last_status_write_is_waited_for_a_while() {
+        let statuses = WrittenStatuses::default();
+        let (ready, deleted) = (status("Projected"), status("SourceDeleted"));
+        let written = Instant::now();
+        assert_eq!(
+            statuses.behind("uid", &ready, written),
+            None,
+            "nothing written yet"
+        );
+        statuses.record("uid", &serde_json::to_value(&deleted).unwrap(), written);
+        assert_eq!(
+            statuses.behind("uid", &deleted, written),
+            None,
+            "the cache shows our write"
+        );
+        assert_eq!(
+            statuses.behind("uid", &ready, written + Duration::from_millis(4)),
+            Some(Duration::from_millis(10)),
+            "looked at again soon at first"
+        );
+        assert_eq!(
+            statuses.behind("uid", &ready, written + Duration::from_secs(2)),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(
+            statuses.behind("uid", &ready, written + CATCH_UP_WINDOW),
+            None,
+            "someone else wrote the status since: the pass runs on what is there"
+        );
+        assert_eq!(statuses.behind("other", &ready, written), None);
+        statuses.forget("uid");
+        assert_eq!(statuses.behind("uid", &ready, written), None);
+    }
+
+    #[test]
+    fn the_wait_for_the_cache_grows_with_the_time_since_the_write_and_ends() {
+        let ms = Duration::from_millis;
+        let delays: Vec<_> = [0, 30, 400, 3_000, 4_999, 5_000]
+            .map(|since| catch_up_delay(ms(since)))
+            .to_vec();
+        assert_eq!(
+            delays,
+            [
+                Some(ms(10)),
+                Some(ms(15)),
+                Some(ms(200)),
+                Some(ms(500)),
+                Some(ms(500)),
+                None
+            ]
+        );
     }
 
     use super::*;

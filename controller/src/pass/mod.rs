@@ -50,7 +50,7 @@ use shared::{
             Release, is_suspended, on_cr_deletion, on_source_loss, requested_at, withdraws_while_suspended,
         },
         plan::{PassInput, Plan, plan},
-        status::{PassEnd, Stop},
+        status::{PassEnd, Status, Stop},
         tally::Removal,
     },
     policy::kubeconfig::KubeconfigSecret,
@@ -316,6 +316,18 @@ pub async fn reconcile<K: ProjectionKind>(
     let queue = ctx.report.metrics.queue.of(K::SCOPE);
     let key = queue_key(object.meta().namespace.as_deref(), &object.name_any());
     queue.started(&key, started);
+    // A pass never runs on a copy of the CR older than this replica's own last status write: the
+    // status is its memory, and the CR's watch event can come after a source's that queued it.
+    let cached = Status::of(&object.view());
+    if let Some(wait) = ctx
+        .report
+        .statuses
+        .behind(&object.uid().unwrap_or_default(), &cached, started)
+    {
+        tracing::debug!(kind = K::SCOPE.kind(), name = %key, ?wait, "the cached CR is behind our status write; run again");
+        queue.finished(started, ReconcileEnd::RequeueAfter);
+        return Ok(Action::requeue(wait));
+    }
     let api = object.api(ctx.report.client.clone());
     let deleting = object.meta().deletion_timestamp.is_some();
     let uid = object.uid().unwrap_or_default();

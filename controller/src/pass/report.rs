@@ -198,6 +198,6 @@ async fn write_status<K: ProjectionKind>(
         )
         .await
         .map_err(api_error("writing status"))?;
-    report.statuses.record(&uid, &value);
+    report.statuses.record(&uid, &value, std::time::Instant::now());
     Ok(())
 }
