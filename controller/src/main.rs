@@ -175,6 +175,8 @@ async fn main() -> anyhow::Result<()> {
         () = lost => Err(anyhow::anyhow!("lost the leader lease; exiting so a standby takes over")),
     };
     readiness.set(false);
+    // Each step of a stop says when it is done, so a stop that hangs says where.
+    tracing::info!("reconcilers stopped");
     if let Some(l) = leadership {
         l.release().await;
     }

@@ -345,7 +345,10 @@ impl Shard {
         )
         .await
         {
-            Ok(Ok(_)) => {}
+            Ok(Ok(_)) => tracing::info!(
+                lease = self.lease_name,
+                "member Lease deleted: the others take its CRs"
+            ),
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, lease = self.lease_name, "could not delete the member Lease")
             }
