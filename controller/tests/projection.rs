@@ -1074,7 +1074,9 @@ async fn metrics_and_probes_are_served() {
     env.project_new_configmap("cfg", "cfg", Value::Null, json!({}))
         .await;
     wait_ready(&env.projections(), "cfg").await;
-    let text = controller.metrics();
+    let text = controller
+        .metrics_once_counted(&["projection_reconcile_total{kind=\"Projection\",result=\"success\"}"])
+        .await;
     for family in [
         "projection_reconcile_total{kind=\"Projection\",result=\"success\"}",
         "projection_watched_gvks",
@@ -1105,6 +1107,9 @@ async fn metrics_answer_both_formats_with_the_controller_runtime_names() {
     env.project_new_configmap("cfg", "cfg", Value::Null, json!({}))
         .await;
     wait_ready(&env.projections(), "cfg").await;
+    controller
+        .metrics_once_counted(&["projection_reconcile_total{kind=\"Projection\",result=\"success\"}"])
+        .await;
     let port = controller.metrics_port;
     let (code, content_type, classic) =
         projection_tests::http_get_accepting(port, "/metrics", None).expect("metrics answer");
@@ -1300,6 +1305,72 @@ async fn leader_election_hands_over_when_the_leader_dies() {
     env.finish().await;
 }
 
+/// Replicas that start together, with no one holding the Lease yet, elect one leader: the one that
+/// writes the Lease first; the others' takes conflict and they wait. (Each replica takes the Lease
+/// as a field manager of its own; under one shared manager, two took it within milliseconds in
+/// the fault profile and both wrote until the next renewal.)
+#[tokio::test]
+async fn replicas_started_together_elect_one_leader() {
+    let env = env("one-leader").await;
+    let namespace = env.source.name().to_owned();
+    let args = [
+        "--author-access=trusted",
+        "--leader-elect",
+        "--leader-election-lease-duration",
+        "3s",
+        "--leader-election-namespace",
+        namespace.as_str(),
+    ];
+    let mut replicas: Vec<ServiceProcess> = (0..8).map(|_| ServiceProcess::start(binary(), &args)).collect();
+    let leases: Api<Lease> = env.api(&namespace);
+    // Held, and renewed a whole Lease later: a replica that also believed it led would have said so
+    // at once, and been told otherwise at its first renewal.
+    let lease = wait_object(
+        &leases,
+        "projection-controller-leader",
+        "the Lease held a whole term",
+        |l| {
+            l.spec.as_ref().is_some_and(|s| {
+                s.holder_identity.is_some()
+                    && matches!((&s.acquire_time, &s.renew_time), (Some(a), Some(r))
+                    if r.0.as_second() - a.0.as_second() >= 3)
+            })
+        },
+    )
+    .await;
+    let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+    let leading: Vec<u32> = replicas
+        .iter()
+        .filter(|r| {
+            std::fs::read_to_string(&r.log)
+                .unwrap_or_default()
+                .contains("\"acquired leadership\"")
+        })
+        .map(ServiceProcess::pid)
+        .collect();
+    assert_eq!(
+        leading.len(),
+        1,
+        "replicas {leading:?} each said they led; the Lease names {holder}"
+    );
+    assert!(
+        holder.ends_with(&format!("-{}", leading[0])),
+        "{holder} is not {leading:?}"
+    );
+    for replica in &mut replicas {
+        assert!(
+            replica.is_running(),
+            "no replica exited (log {})",
+            replica.log.display()
+        );
+    }
+    for replica in &mut replicas {
+        stop_cleanly(replica);
+    }
+    let _cleanup = controller(&[]).await;
+    env.finish().await;
+}
+
 /// The `retry_in` of every `reconcile failed` line about `name` in a controller's log.
 #[tokio::test]
 async fn apiserver_refusals_read_as_the_apiservers_own_message() {
@@ -1345,19 +1416,12 @@ async fn apiserver_refusals_read_as_the_apiservers_own_message() {
     }
     let note = wait_for_event(&env.client, &dst, "blocked", "DestinationCreateFailed").await;
     assert_eq!(note, message, "the event says the same");
-    // A handled failure is counted under its own category, not under the finalizer's. The count
-    // follows the pass that wrote the condition and the event, so it is waited for.
-    let handled = "projection_reconcile_errors_total{kind=\"Projection\",category=\"handled\"}";
-    let text = wait_for("the handled failure counted", TIMEOUT, || {
-        let text = controller.metrics();
-        async move {
-            match metric_value(&text, handled) {
-                Some(v) if v >= 1.0 => Ok(text),
-                _ => Err(text),
-            }
-        }
-    })
-    .await;
+    // A handled failure is counted under its own category, not under the finalizer's.
+    let text = controller
+        .metrics_once_counted(&[
+            "projection_reconcile_errors_total{kind=\"Projection\",category=\"handled\"}",
+        ])
+        .await;
     assert!(
         metric_value(
             &text,

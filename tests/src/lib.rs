@@ -606,6 +606,29 @@ impl ServiceProcess {
         String::new()
     }
 
+    /// The `/metrics` text once every one of `samples` is above zero. A pass counts itself after
+    /// it wrote what a test waits for (a condition, an event), so a count read right after that
+    /// may not be there yet.
+    pub async fn metrics_once_counted(&self, samples: &[&str]) -> String {
+        wait_for(
+            &format!("{samples:?} above zero"),
+            Duration::from_secs(30),
+            || {
+                let text = self.metrics();
+                async move {
+                    match samples
+                        .iter()
+                        .all(|s| metric_value(&text, s).is_some_and(|v| v > 0.0))
+                    {
+                        true => Ok(text),
+                        false => Err(text),
+                    }
+                }
+            },
+        )
+        .await
+    }
+
     /// Its process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
