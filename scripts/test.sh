@@ -9,7 +9,7 @@
 # wait on the cluster, not on the cores): lane A on the first control plane, the one with the node
 # (tests/e2e: the chart, prometheus-operator, then the alerts B does not run); lane B on
 # tests/control-plane/lanes.sh's lane-b (the controller, plugin and unit tests, then the benchmark
-# and faults); lane C on lane-c (the 3,000-CR sharding run with the apiserver's shardSelector, then
+# and faults); lane C on lane-c (the 2,000-CR sharding run with the apiserver's shardSelector, then
 # the webhook tests). Each lane's output is printed whole when all are done, then one line per test
 # binary.
 #
@@ -114,9 +114,9 @@ lane_a() {
 }
 
 # The sharding suite's three-replica test spreads 300 Projections here, where the apiserver ignores
-# shardSelector (each replica filters itself), and its 3,000 in lane C, where the apiserver filters
+# shardSelector (each replica filters itself), and its 2,000 in lane C, where the apiserver filters
 # the replicas' CR watches by it. The suites with timed tests (remote's fence, sharding) run last,
-# once lane C's 3,000 are done with the cores (projection_tests::cores_timed waits for that).
+# once lane C's 2,000 are done with the cores (projection_tests::cores_timed waits for that).
 lane_b() {
   export TESTENV_DIR REMOTE_TESTENV_DIR
   TESTENV_DIR=$(tests/control-plane/lanes.sh dir lane-b)
@@ -139,7 +139,7 @@ lane_c() {
   export TESTENV_DIR
   TESTENV_DIR=$(tests/control-plane/lanes.sh dir lane-c)
   unset PROJECTION_TEST_KUBECONFIG
-  run C controller sharding PROJECTION_SHARD_TEST_CRS=3000
+  run C controller sharding PROJECTION_SHARD_TEST_CRS=2000
   run C webhook
 }
 
