@@ -7,11 +7,11 @@
 #
 # The test binaries run in three lanes side by side, each on control planes of its own (most tests
 # wait on the cluster, not on the cores): lane A on the first control plane, the one with the node
-# (tests/e2e: the chart, prometheus-operator, then the alerts B does not run); lane B on
+# (tests/e2e: the chart, prometheus-operator, then the alerts C does not run); lane B on
 # tests/control-plane/lanes.sh's lane-b (the controller, plugin and unit tests, then the benchmark
 # and faults); lane C on lane-c (the 2,000-CR sharding run with the apiserver's shardSelector, then
-# the webhook tests). Each lane's output is printed whole when all are done, then one line per test
-# binary.
+# the webhook tests, then the alerts A does not run). Each lane's output is printed whole when all
+# are done, then one line per test binary.
 #
 # With arguments (a test name filter, cargo test options) it runs `cargo test --workspace` with
 # them on the first control plane instead, one binary after the other, as before the lanes.
@@ -102,15 +102,15 @@ step() {
   echo "[lane $lane] $what: $status in $(($(date +%s) - started)) s" | tee -a "$out/results"
 }
 
-# The alert tests (no node needed) are split between lanes B and A by name: those that match one of
-# ALERTS_IN_B run in B, every other one in A, after the tests that need the node.
-ALERTS_IN_B=(webhook_ reconcile_errors no_leader)
-skip_alerts_in_b=()
-for filter in "${ALERTS_IN_B[@]}"; do skip_alerts_in_b+=(--skip "$filter"); done
+# The alert tests (no node needed) are split between lanes C and A by name: those that match one of
+# ALERTS_IN_C run at the end of C, every other one in A, after the tests that need the node.
+ALERTS_IN_C=(webhook_ reconcile_errors no_leader)
+skip_alerts_in_c=()
+for filter in "${ALERTS_IN_C[@]}"; do skip_alerts_in_c+=(--skip "$filter"); done
 
 lane_a() {
   SKIP=tests/alerts run A tests
-  run A tests alerts -- "${skip_alerts_in_b[@]}"
+  run A tests alerts -- "${skip_alerts_in_c[@]}"
 }
 
 # The sharding suite's three-replica test spreads 300 Projections here, where the apiserver ignores
@@ -124,7 +124,6 @@ lane_b() {
   unset PROJECTION_TEST_KUBECONFIG
   for folder in shared codegen runtime plugin; do run B "$folder"; done
   SKIP="controller/remote controller/sharding" run B controller
-  run B tests alerts -- "${ALERTS_IN_B[@]}"
   run B controller remote
   run B controller sharding PROJECTION_SHARD_TEST_CRS=300
   step B "benchmark smoke profile (black-box harness against the controller)" \
@@ -141,6 +140,7 @@ lane_c() {
   unset PROJECTION_TEST_KUBECONFIG
   run C controller sharding PROJECTION_SHARD_TEST_CRS=2000
   run C webhook
+  run C tests alerts -- "${ALERTS_IN_C[@]}"
 }
 
 started=$(date +%s)

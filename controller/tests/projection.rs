@@ -1232,18 +1232,23 @@ async fn metrics_answer_both_formats_with_the_controller_runtime_names() {
     env.finish().await;
 }
 
+/// A replica's arguments for leader election on a Lease of `duration` in `namespace`.
+fn leader_elect_args<'a>(namespace: &'a str, duration: &'a str) -> [&'a str; 6] {
+    [
+        "--author-access=trusted",
+        "--leader-elect",
+        "--leader-election-lease-duration",
+        duration,
+        "--leader-election-namespace",
+        namespace,
+    ]
+}
+
 #[tokio::test]
 async fn leader_election_hands_over_when_the_leader_dies() {
     let env = env("leader").await;
     let namespace = env.source.name().to_owned();
-    let args = [
-        "--author-access=trusted",
-        "--leader-elect",
-        "--leader-election-lease-duration",
-        "4s",
-        "--leader-election-namespace",
-        namespace.as_str(),
-    ];
+    let args = leader_elect_args(&namespace, "4s");
     let mut first = ServiceProcess::start(binary(), &args);
     first.wait_ready().await;
     let leases: Api<Lease> = env.api(&namespace);
@@ -1313,14 +1318,7 @@ async fn leader_election_hands_over_when_the_leader_dies() {
 async fn replicas_started_together_elect_one_leader() {
     let env = env("one-leader").await;
     let namespace = env.source.name().to_owned();
-    let args = [
-        "--author-access=trusted",
-        "--leader-elect",
-        "--leader-election-lease-duration",
-        "3s",
-        "--leader-election-namespace",
-        namespace.as_str(),
-    ];
+    let args = leader_elect_args(&namespace, "3s");
     let mut replicas: Vec<ServiceProcess> = (0..8).map(|_| ServiceProcess::start(binary(), &args)).collect();
     let leases: Api<Lease> = env.api(&namespace);
     // Held, and renewed a whole Lease later: a replica that also believed it led would have said so
