@@ -253,18 +253,20 @@ impl WrittenStatuses {
             .is_none_or(|(last, _)| *last == next)
     }
 
-    /// How long to wait before running the pass of `uid`, whose cached status is `cached`, when
+    /// How long to wait before running the pass of `uid`, whose cached status `cached` gives, when
     /// that is not what we wrote to it a moment ago (at `now`): the status is the pass's memory (the
     /// copies recorded for cleanup, whether a copy was ever written), so a pass on a copy of the CR
-    /// from before our own write would decide from what is no longer so.
-    pub fn behind(&self, uid: &str, cached: &Status, now: Instant) -> Option<Duration> {
-        let since = {
-            let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-            let (last, at) = written.get(&crate::cache::verified::digest(&uid))?;
-            let cached = crate::cache::cache_trim::digest(&serde_json::to_value(cached).ok()?);
-            (cached != *last).then(|| now.saturating_duration_since(*at))?
-        };
-        catch_up_delay(since)
+    /// from before our own write would decide from what is no longer so. The cached status is only
+    /// built and digested for a write still inside the window: most passes skip that work.
+    pub fn behind(&self, uid: &str, cached: impl FnOnce() -> Status, now: Instant) -> Option<Duration> {
+        let (last, at) = *self
+            .written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&crate::cache::verified::digest(&uid))?;
+        let delay = catch_up_delay(now.saturating_duration_since(at))?;
+        let cached = crate::cache::cache_trim::digest(&serde_json::to_value(cached()).ok()?);
+        (cached != last).then_some(delay)
     }
 
     /// Records a status written to `uid` (at `now`).
@@ -351,33 +353,33 @@ mod tests {
         let (ready, deleted) = (status("Projected"), status("SourceDeleted"));
         let written = Instant::now();
         assert_eq!(
-            statuses.behind("uid", &ready, written),
+            statuses.behind("uid", || ready.clone(), written),
             None,
             "nothing written yet"
         );
         statuses.record("uid", &serde_json::to_value(&deleted).unwrap(), written);
         assert_eq!(
-            statuses.behind("uid", &deleted, written),
+            statuses.behind("uid", || deleted.clone(), written),
             None,
             "the cache shows our write"
         );
         assert_eq!(
-            statuses.behind("uid", &ready, written + Duration::from_millis(4)),
+            statuses.behind("uid", || ready.clone(), written + Duration::from_millis(4)),
             Some(Duration::from_millis(10)),
             "looked at again soon at first"
         );
         assert_eq!(
-            statuses.behind("uid", &ready, written + Duration::from_secs(2)),
+            statuses.behind("uid", || ready.clone(), written + Duration::from_secs(2)),
             Some(Duration::from_millis(500))
         );
         assert_eq!(
-            statuses.behind("uid", &ready, written + CATCH_UP_WINDOW),
+            statuses.behind("uid", || ready.clone(), written + CATCH_UP_WINDOW),
             None,
             "someone else wrote the status since: the pass runs on what is there"
         );
-        assert_eq!(statuses.behind("other", &ready, written), None);
+        assert_eq!(statuses.behind("other", || ready.clone(), written), None);
         statuses.forget("uid");
-        assert_eq!(statuses.behind("uid", &ready, written), None);
+        assert_eq!(statuses.behind("uid", || ready.clone(), written), None);
     }
 
     #[test]

@@ -318,12 +318,11 @@ pub async fn reconcile<K: ProjectionKind>(
     queue.started(&key, started);
     // A pass never runs on a copy of the CR older than this replica's own last status write: the
     // status is its memory, and the CR's watch event can come after a source's that queued it.
-    let cached = Status::of(&object.view());
-    if let Some(wait) = ctx
-        .report
-        .statuses
-        .behind(&object.uid().unwrap_or_default(), &cached, started)
-    {
+    if let Some(wait) = ctx.report.statuses.behind(
+        &object.uid().unwrap_or_default(),
+        || Status::of(&object.view()),
+        started,
+    ) {
         tracing::debug!(kind = K::SCOPE.kind(), name = %key, ?wait, "the cached CR is behind our status write; run again");
         queue.finished(started, ReconcileEnd::RequeueAfter);
         return Ok(Action::requeue(wait));
