@@ -415,10 +415,18 @@ impl Replica {
         .graceful_shutdown_on(stop.clone().cancelled_owned())
         .run(pass::reconcile, pass::error_policy, self.ctx.clone())
         .for_each(move |result| log_result(result, &queue));
-        tokio::join!(
-            unless_stopped_unsynced(projections, stop.clone(), projections_store),
-            unless_stopped_unsynced(clusters, stop, clusters_store),
-        );
+        let reconcilers = async {
+            tokio::join!(
+                unless_stopped_unsynced(projections, stop.clone(), projections_store),
+                unless_stopped_unsynced(clusters, stop.clone(), clusters_store),
+            );
+        };
+        if !ended_within(reconcilers, &stop, PASS_DRAIN).await {
+            tracing::warn!(
+                drain = ?PASS_DRAIN,
+                "passes still running when the stop's drain ended were dropped: their CRs are reconciled anew by whoever reconciles them next"
+            );
+        }
         for task in self.tasks.into_iter().chain(recheck).chain(resend) {
             task.abort();
         }
@@ -558,6 +566,29 @@ async fn follow_discovery_changes<K>(
     .await;
 }
 
+/// How long a stop waits for the passes in flight before it drops them. A pass waits on the
+/// apiserver, up to the response timeout (65 s by default) on a path gone silent, and the pod is
+/// killed 15 s after SIGTERM (the chart's grace period): unbounded, the drain would outlast it and
+/// the Lease would never be released or deleted, so the others would wait for it to expire. A pass
+/// dropped midway is safe: each write is whole, and whoever reconciles the CR next runs it again.
+const PASS_DRAIN: Duration = Duration::from_secs(5);
+
+/// Runs `work` until it ends or until `limit` has passed since `stop` (then drops it): whether it
+/// ended.
+async fn ended_within(
+    work: impl std::future::Future<Output = ()>,
+    stop: &CancellationToken,
+    limit: Duration,
+) -> bool {
+    tokio::select! {
+        () = work => true,
+        () = async {
+            stop.cancelled().await;
+            tokio::time::sleep(limit).await;
+        } => false,
+    }
+}
+
 /// How long the reconcilers wait for a CR store to sync before saying so (and waiting on).
 const STORE_SYNC_WARN_AFTER: Duration = Duration::from_secs(30);
 
@@ -655,6 +686,44 @@ mod tests {
         .await;
         assert_eq!(passed.len(), 7, "nothing is held back");
         assert_eq!(*told.lock().unwrap(), ["a", "b"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_drops_what_still_runs_once_the_drain_is_over() {
+        use std::time::Duration;
+        use tokio::time::Instant;
+        let stop = tokio_util::sync::CancellationToken::new();
+        let limit = Duration::from_secs(5);
+        // A pass waiting on a path gone silent: it would end only at the response timeout.
+        let stuck = tokio::time::sleep(Duration::from_secs(65));
+        let canceller = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            canceller.cancel();
+        });
+        let started = Instant::now();
+        assert!(!super::ended_within(stuck, &stop, limit).await);
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(7),
+            "the stop came at 2 s, the drain 5 s"
+        );
+
+        // Work that ends within the drain is waited for, and said to have ended.
+        let started = Instant::now();
+        let quick = tokio::time::sleep(Duration::from_secs(3));
+        assert!(super::ended_within(quick, &stop, limit).await);
+        assert_eq!(started.elapsed(), Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_stop_the_work_runs_as_long_as_it_takes() {
+        use std::time::Duration;
+        let stop = tokio_util::sync::CancellationToken::new();
+        let started = tokio::time::Instant::now();
+        let long = tokio::time::sleep(Duration::from_secs(3600));
+        assert!(super::ended_within(long, &stop, Duration::from_secs(5)).await);
+        assert_eq!(started.elapsed(), Duration::from_secs(3600));
     }
 
     #[test]
