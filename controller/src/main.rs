@@ -74,13 +74,16 @@ async fn main() -> anyhow::Result<()> {
         stopped(),
     )?;
     let readiness = http::Readiness::default();
-    let server = tokio::spawn(http::serve(
-        (metrics_addr, metrics_tls),
-        probe_addr,
-        Arc::new(registry),
-        readiness.clone(),
-        stopped(),
-    ));
+    let server = tokio::spawn(
+        http::serve(
+            (metrics_addr, metrics_tls),
+            probe_addr,
+            Arc::new(registry),
+            readiness.clone(),
+            stopped(),
+        )
+        .await?,
+    );
 
     let client = runtime::kube_client::infer_with(
         |timeouts| {

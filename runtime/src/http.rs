@@ -6,6 +6,7 @@
 //! [`crate::serve::Limits::PROBES`].
 
 use crate::metrics_format;
+use anyhow::Context;
 use axum::{
     Router,
     extract::State,
@@ -107,14 +108,17 @@ pub fn check_https_metrics_address(
     }
 }
 
-/// Serves the endpoints until `shutdown` resolves; `/metrics` over HTTPS with `metrics_tls`.
+/// Binds the endpoints' addresses, then returns the server, which serves them until `shutdown`
+/// resolves; `/metrics` over HTTPS with `metrics_tls`. An address that cannot be bound (a port
+/// already taken) is an error here, naming the address and what it is for, so that the process
+/// ends at its start instead of running on with no probes and no metrics.
 pub async fn serve(
     (metrics_addr, metrics_tls): (Option<SocketAddr>, Option<Arc<rustls::ServerConfig>>),
     probe_addr: Option<SocketAddr>,
     registry: Arc<Registry>,
     readiness: Readiness,
     shutdown: tokio_util::sync::WaitForCancellationFutureOwned,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static> {
     let state = AppState { registry, readiness };
     let metrics_routes = Router::new().route("/metrics", get(metrics));
     let probe_routes = Router::new()
@@ -125,16 +129,40 @@ pub async fn serve(
     }
     let mut servers = Vec::new();
     match (metrics_addr, probe_addr) {
-        (Some(m), Some(p)) if m == p => servers.push((m, metrics_routes.merge(probe_routes), None)),
+        (Some(m), Some(p)) if m == p => servers.push((
+            m,
+            "the metrics and probes",
+            metrics_routes.merge(probe_routes),
+            None,
+        )),
         (m, p) => {
-            servers.extend(m.map(|m| (m, metrics_routes, metrics_tls)));
-            servers.extend(p.map(|p| (p, probe_routes, None)));
+            servers.extend(m.map(|m| (m, "the metrics", metrics_routes, metrics_tls)));
+            servers.extend(p.map(|p| (p, "the probes", probe_routes, None)));
         }
     }
+    let mut bound = Vec::new();
+    for (addr, purpose, router, tls) in servers {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr} for {purpose}"))?;
+        bound.push((listener, router, tls));
+    }
+    Ok(run(bound, state, shutdown))
+}
+
+/// Serves the bound listeners until `shutdown` resolves.
+async fn run(
+    bound: Vec<(
+        tokio::net::TcpListener,
+        Router<AppState>,
+        Option<Arc<rustls::ServerConfig>>,
+    )>,
+    state: AppState,
+    shutdown: tokio_util::sync::WaitForCancellationFutureOwned,
+) -> anyhow::Result<()> {
     let shutdown = futures::FutureExt::shared(shutdown);
     let mut tasks = Vec::new();
-    for (addr, router, tls) in servers {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
+    for (listener, router, tls) in bound {
         let app = router.with_state(state.clone());
         // The probe servers' limit hits are not exported: their clients are the kubelet and a
         // scraper.

@@ -21,13 +21,17 @@ async fn probes() -> (std::net::SocketAddr, CancellationToken) {
     let stop = CancellationToken::new();
     let readiness = Readiness::default();
     readiness.set(true);
-    tokio::spawn(serve(
-        (None, None),
-        Some(addr),
-        Arc::new(Registry::default()),
-        readiness,
-        stop.clone().cancelled_owned(),
-    ));
+    tokio::spawn(
+        serve(
+            (None, None),
+            Some(addr),
+            Arc::new(Registry::default()),
+            readiness,
+            stop.clone().cancelled_owned(),
+        )
+        .await
+        .expect("the probe address binds"),
+    );
     // Wait until it listens.
     for _ in 0..200 {
         if TcpStream::connect(addr).await.is_ok() {
@@ -36,6 +40,35 @@ async fn probes() -> (std::net::SocketAddr, CancellationToken) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("the probe server never listened");
+}
+
+#[tokio::test]
+async fn a_taken_address_is_an_error_naming_it_before_anything_is_served() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let addr = taken.local_addr().expect("its address");
+    let free: std::net::SocketAddr = "127.0.0.1:0".parse().expect("address");
+    for (metrics, probes, purpose) in [
+        (Some(addr), Some(free), "the metrics"),
+        (Some(free), Some(addr), "the probes"),
+        (Some(addr), Some(addr), "the metrics and probes"),
+    ] {
+        let error = match serve(
+            (metrics, None),
+            probes,
+            Arc::new(Registry::default()),
+            Readiness::default(),
+            CancellationToken::new().cancelled_owned(),
+        )
+        .await
+        {
+            Ok(_) => panic!("{purpose}: bound {addr}, which another listener holds"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(
+            error.starts_with(&format!("cannot listen on {addr} for {purpose}: ")),
+            "{error}"
+        );
+    }
 }
 
 /// Reads until the server closes; `None` if it is still open after `limit`.

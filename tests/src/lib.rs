@@ -380,12 +380,28 @@ pub fn run_until_sigterm(binary: &Path, args: &[&str], ready_line: &str) -> std:
     }
 }
 
-/// A free TCP port on 127.0.0.1 (the listener is closed again; fine for tests).
+/// Where [`free_port`] looks: below Linux's ephemeral range (32768 and up by default), which the
+/// kernel hands to outgoing connections. A port asked of the kernel (`bind` to port 0) comes from
+/// that range, so under a suite's connection churn an outgoing connection could take it before the
+/// service it was meant for binds it (the likely cause of a controller of the faults harness that
+/// never served `/readyz` in a CI run, 2026-11-28). The control planes' ports are below 20000.
+const TEST_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A free TCP port on 127.0.0.1 for a service a test starts (the listener is closed again: the
+/// service binds it next). Picked at random in [`TEST_PORTS`], so that test processes running side
+/// by side rarely try the same, and checked by binding it.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    use std::hash::{BuildHasher, RandomState};
+    static PICKS: AtomicU32 = AtomicU32::new(0);
+    let span = u64::from(TEST_PORTS.end - TEST_PORTS.start);
+    for _ in 0..1000 {
+        let pick = RandomState::new().hash_one((std::process::id(), PICKS.fetch_add(1, Ordering::Relaxed)));
+        let port = TEST_PORTS.start + u16::try_from(pick % span).expect("within the range");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {TEST_PORTS:?} after 1000 tries")
 }
 
 /// A plain HTTP/1.0 GET on 127.0.0.1; returns the status code and body, or `None` if nothing

@@ -57,13 +57,16 @@ pub async fn run(args: cli::Args) -> anyhow::Result<()> {
         (&mut registry, metrics::SERVICE),
         stop_all.clone().cancelled_owned(),
     )?;
-    let probes = tokio::spawn(runtime::http::serve(
-        (metrics_addr, metrics_tls),
-        probe_addr,
-        Arc::new(registry),
-        readiness.clone(),
-        stop_all.clone().cancelled_owned(),
-    ));
+    let probes = tokio::spawn(
+        runtime::http::serve(
+            (metrics_addr, metrics_tls),
+            probe_addr,
+            Arc::new(registry),
+            readiness.clone(),
+            stop_all.clone().cancelled_owned(),
+        )
+        .await?,
+    );
     {
         let (readiness, stop_accepting, delay) =
             (readiness.clone(), stop_accepting.clone(), args.shutdown_delay);
