@@ -242,9 +242,10 @@ struct ReplicaView {
     clusters: Store<StoredCr<ClusterProjection>>,
 }
 
-/// Encodes, at each scrape, the gauges computed from the replica's CR stores: every replica
-/// holds all CRs (a standby too), so each reports the same counts; alerts take the `max` across
-/// replicas.
+/// Encodes, at each scrape, the gauges computed from the replica's CR stores, while it reconciles
+/// (the leader, or every member with shards, each holding its own CRs): a standby holds every CR
+/// too but reports none, so each CR is reported by one replica and dashboards and alerts `sum`
+/// across replicas in either mode (and a standby does not serialize a series per CR for nothing).
 #[derive(Clone)]
 struct ReplicaCollector(Arc<OnceLock<ReplicaView>>);
 
@@ -317,9 +318,11 @@ fn ready_labels(kind: &'static str, summary: &ReadySummary) -> ReadyLabels {
 impl Collector for ReplicaCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let view = self.0.get();
+        let leading = view.is_some_and(|v| v.leading.load(Ordering::Acquire));
+        let reconciled = view.filter(|_| leading);
         let mut resources: BTreeMap<ReadyLabels, i64> = BTreeMap::new();
         let (mut written, mut failed) = (0_i64, 0_i64);
-        if let Some(view) = view {
+        if let Some(view) = reconciled {
             // Each CR's summary was read when it was stored: a scrape decodes no CR.
             for cr in view.projections.state() {
                 *resources
@@ -337,7 +340,7 @@ impl Collector for ReplicaCollector {
         }
         let mut family = encoder.encode_descriptor(
             "projection_resources",
-            "Projections and ClusterProjections the controller's cache holds, by kind and the status and reason of their Ready condition",
+            "Projections and ClusterProjections this replica reconciles (the leader, or each member with shards; 0 on a standby), by kind and the status and reason of their Ready condition",
             None,
             MetricType::Gauge,
         )?;
@@ -346,11 +349,11 @@ impl Collector for ReplicaCollector {
         }
         let mut family = encoder.encode_descriptor(
             "projection_resource_info",
-            "1 for each Projection and ClusterProjection the controller's cache holds, naming it, with the status and reason of its Ready condition, whose move it is (cause: tenant or platform) and whether it is suspended",
+            "1 for each Projection and ClusterProjection this replica reconciles (none on a standby), naming it, with the status and reason of its Ready condition, whose move it is (cause: tenant or platform) and whether it is suspended",
             None,
             MetricType::Gauge,
         )?;
-        if let Some(view) = view {
+        if let Some(view) = reconciled {
             for cr in view.projections.state() {
                 let labels = info_labels("Projection", cr.meta(), &cr.ready_summary());
                 ConstGauge::new(1_i64).encode(family.encode_family(&labels)?)?;
@@ -362,14 +365,13 @@ impl Collector for ReplicaCollector {
         }
         let mut family = encoder.encode_descriptor(
             "projection_cluster_projection_namespaces",
-            "Target namespaces of all ClusterProjections, as their status counts them: written (namespacesWritten) or failed (namespacesFailed)",
+            "Target namespaces of the ClusterProjections this replica reconciles (0 on a standby), as their status counts them: written (namespacesWritten) or failed (namespacesFailed)",
             None,
             MetricType::Gauge,
         )?;
         for (state, value) in [("written", written), ("failed", failed)] {
             ConstGauge::new(value).encode(family.encode_family(&StateLabels { state })?)?;
         }
-        let leading = view.is_some_and(|v| v.leading.load(Ordering::Acquire));
         let mut family = encoder.encode_descriptor(
             "leader_election_master_status",
             "1 while this replica holds the leader Lease and runs the reconcilers (always, without --leader-elect), else 0",
@@ -473,6 +475,59 @@ mod tests {
         assert!(!text.contains("projection_resources{"), "no CR, no series");
         assert!(text.contains("# TYPE projection_resource_info gauge"));
         assert!(!text.contains("projection_resource_info{"), "no CR, no series");
+    }
+
+    #[test]
+    fn only_a_replica_that_reconciles_reports_its_crs() {
+        use kube::runtime::{reflector, watcher};
+        let (projections, mut projection_writer) = reflector::store::<StoredCr<Projection>>();
+        let (clusters, mut cluster_writer) = reflector::store::<StoredCr<ClusterProjection>>();
+        let projection: Projection = serde_json::from_value(serde_json::json!({
+            "apiVersion": "projection.sh/v1", "kind": "Projection",
+            "metadata": {"name": "settings", "namespace": "team-a", "uid": "u-1"},
+            "spec": {"source": {"version": "v1", "kind": "ConfigMap", "namespace": "platform", "name": "settings"}},
+        }))
+        .expect("a Projection");
+        projection_writer
+            .apply_watcher_event(&watcher::Event::Apply(StoredCr::new(projection).expect("stored")));
+        let cluster: ClusterProjection = serde_json::from_value(serde_json::json!({
+            "apiVersion": "projection.sh/v1", "kind": "ClusterProjection",
+            "metadata": {"name": "shared-ca", "uid": "c-1"},
+            "spec": {
+                "source": {"version": "v1", "kind": "ConfigMap", "namespace": "platform", "name": "ca"},
+                "destination": {"namespaces": ["team-a", "team-b"]},
+            },
+            "status": {"namespacesWritten": 1, "namespacesFailed": 1},
+        }))
+        .expect("a ClusterProjection");
+        cluster_writer.apply_watcher_event(&watcher::Event::Apply(StoredCr::new(cluster).expect("stored")));
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let leading = Arc::new(AtomicBool::new(false));
+        metrics.observe_replica(&leading, &projections, &clusters);
+        let scrape = || {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+            text
+        };
+
+        let standby = scrape();
+        assert!(!standby.contains("projection_resources{"), "{standby}");
+        assert!(!standby.contains("projection_resource_info{"), "{standby}");
+        assert!(standby.contains("projection_cluster_projection_namespaces{state=\"failed\"} 0"));
+        assert!(standby.contains("leader_election_master_status{name=\"projection-controller-leader\"} 0"));
+
+        leading.store(true, Ordering::Release);
+        let leader = scrape();
+        for sample in [
+            r#"projection_resources{kind="Projection",ready="Unknown","#,
+            r#"projection_resources{kind="ClusterProjection",ready="Unknown","#,
+            r#"projection_resource_info{kind="Projection",namespace="team-a",name="settings","#,
+            r#"projection_cluster_projection_namespaces{state="failed"} 1"#,
+            r#"leader_election_master_status{name="projection-controller-leader"} 1"#,
+        ] {
+            assert!(leader.contains(sample), "no {sample} in:\n{leader}");
+        }
     }
 
     /// A scrape of the replica gauges with 10,000 Projections and 1,000 ClusterProjections in the
