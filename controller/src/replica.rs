@@ -374,7 +374,7 @@ impl Replica {
         // membership changes, the ones it now may are sent again.
         let resend = self.ctx.shard.clone().map(|shard| {
             tokio::spawn(resend_when_shards_change(
-                shard,
+                (shard, self.ctx.clone()),
                 (self.projections.clone(), self.clusters.clone()),
                 (self.projection_changes.0.clone(), self.cluster_changes.0.clone()),
             ))
@@ -450,9 +450,11 @@ fn dropped(ctx: &context::Context, kind: &'static str) -> prometheus_client::met
 }
 
 /// Sends the reconcilers every CR this replica may reconcile now and could not before (or whose
-/// pass the fence held), each time the membership (or its own Lease's validity) changes.
+/// pass the fence held), each time the membership (or its own Lease's validity) changes; and
+/// forgets the CRs it reconciled that the ring has given to another replica since, once no pass of
+/// theirs runs here, so that the watches only they needed stop.
 async fn resend_when_shards_change(
-    shard: Arc<crate::shard::Shard>,
+    (shard, ctx): (Arc<crate::shard::Shard>, Arc<context::Context>),
     (projections, clusters): (
         reflector::Store<StoredCr<Projection>>,
         reflector::Store<StoredCr<ClusterProjection>>,
@@ -468,6 +470,7 @@ async fn resend_when_shards_change(
     let mut sweep = tokio::time::interval(std::time::Duration::from_secs(2));
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut mine: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut reconciled = Reconciled::default();
     loop {
         tokio::select! {
             alive = changed.changed() => if alive.is_err() { return },
@@ -478,22 +481,73 @@ async fn resend_when_shards_change(
             mine.remove(&held);
         }
         let mut now_mine = std::collections::HashSet::new();
-        send_newly_reconcilable(&shard, (&projections, &projection_changes), &mine, &mut now_mine);
-        send_newly_reconcilable(&shard, (&clusters, &cluster_changes), &mine, &mut now_mine);
+        let mut stored = std::collections::HashSet::new();
+        for_each_reconcilable(
+            &shard,
+            (&projections, &projection_changes),
+            &mine,
+            (&mut now_mine, &mut stored),
+            &mut reconciled,
+        );
+        for_each_reconcilable(
+            &shard,
+            (&clusters, &cluster_changes),
+            &mine,
+            (&mut now_mine, &mut stored),
+            &mut reconciled,
+        );
         mine = now_mine;
+        let forgotten = forget_moved_away(&shard, &ctx, &mut reconciled, &stored);
+        if forgotten > 0 {
+            tracing::info!(
+                crs = forgotten,
+                "forgot the CRs the ring gave to other replicas: the watches only they needed stop"
+            );
+        }
     }
 }
 
+/// The CRs this replica reconciled, by uid, with their names.
+type Reconciled = std::collections::HashMap<String, shared::api::kind::CrName>;
+
+/// Forgets each CR of `reconciled` that the ring gives to another replica and whose pass no longer
+/// runs here (as a deleted one is: `pass::forget_reconciled`), and lets go of those no longer in the
+/// stores (deleted: forgotten then); how many it forgot.
+fn forget_moved_away(
+    shard: &crate::shard::Shard,
+    ctx: &context::Context,
+    reconciled: &mut Reconciled,
+    stored: &std::collections::HashSet<String>,
+) -> usize {
+    let mut forgotten = 0;
+    reconciled.retain(|uid, name| {
+        if !shard.owned_by_another(uid) {
+            return stored.contains(uid);
+        }
+        if shard.running(uid) {
+            return true;
+        }
+        pass::forget_reconciled(ctx, uid, name);
+        forgotten += 1;
+        false
+    });
+    forgotten
+}
+
 /// Sends each CR of `store` this replica may reconcile and did not at the last look (`before`);
-/// records in `now` the uids it may.
-fn send_newly_reconcilable<K: Resource<DynamicType = ()> + Clone>(
+/// records in `now` the uids it may, in `reconciled` their names, and in `stored` every uid.
+fn for_each_reconcilable<K: Resource<DynamicType = ()> + Clone>(
     shard: &crate::shard::Shard,
     (store, changes): (
         &reflector::Store<StoredCr<K>>,
         &tokio::sync::mpsc::UnboundedSender<StoredCr<K>>,
     ),
     before: &std::collections::HashSet<String>,
-    now: &mut std::collections::HashSet<String>,
+    (now, stored): (
+        &mut std::collections::HashSet<String>,
+        &mut std::collections::HashSet<String>,
+    ),
+    reconciled: &mut Reconciled,
 ) where
     StoredCr<K>: Clone,
 {
@@ -503,8 +557,24 @@ fn send_newly_reconcilable<K: Resource<DynamicType = ()> + Clone>(
             if !before.contains(&uid) {
                 let _ = changes.send((*cr).clone());
             }
-            now.insert(uid);
+            now.insert(uid.clone());
+            if !reconciled.contains_key(&uid) {
+                reconciled.insert(uid.clone(), cr_name(cr.meta()));
+            }
         }
+        stored.insert(uid);
+    }
+}
+
+/// A CR's kind and name from its metadata: a Projection has a namespace, a ClusterProjection none.
+fn cr_name(meta: &kube::api::ObjectMeta) -> shared::api::kind::CrName {
+    let name = meta.name.clone().unwrap_or_default();
+    match &meta.namespace {
+        Some(namespace) => shared::api::kind::CrName::Projection {
+            namespace: namespace.clone(),
+            name,
+        },
+        None => shared::api::kind::CrName::ClusterProjection { name },
     }
 }
 

@@ -138,6 +138,20 @@ impl Shard {
             .is_some_and(|ring| ring.owner_of(uid) == Some(self.me.as_str()))
     }
 
+    /// Whether the current ring gives the CR with this uid to another replica.
+    pub fn owned_by_another(&self, uid: &str) -> bool {
+        self.view
+            .read()
+            .expect("view")
+            .current()
+            .is_some_and(|ring| ring.owner_of(uid).is_some_and(|owner| owner != self.me))
+    }
+
+    /// Whether a pass of the CR with this uid runs on this replica.
+    pub fn running(&self, uid: &str) -> bool {
+        self.running.lock().expect("running passes").contains_key(uid)
+    }
+
     /// The selector of this replica's ranges, and its changes.
     pub fn selector(&self) -> tokio::sync::watch::Receiver<ShardFilter> {
         self.selector.subscribe()

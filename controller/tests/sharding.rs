@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use k8s_openapi::api::{
     coordination::v1::Lease,
-    core::v1::{ConfigMap, Event},
+    core::v1::{ConfigMap, Event, PodTemplate},
 };
 use kube::api::ListParams;
 use projection_tests::{
@@ -385,6 +385,100 @@ async fn a_joining_replica_takes_its_share_and_a_cr_deleted_during_the_handover_
         assert!(note.starts_with(&told), "p{i}: {note}");
     }
     for process in [&mut a, &mut b, &mut c] {
+        stop_cleanly(process);
+    }
+    let _cleanup = controller(&[]).await;
+    env.finish().await;
+}
+
+/// How many of `replica`'s log lines say `message` about the kind PodTemplate (which only the test
+/// below reads in this suite).
+fn about_pod_templates(replica: &ServiceProcess, message: &str) -> usize {
+    std::fs::read_to_string(&replica.log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["fields"]["message"] == message && l["fields"]["kind"] == "/PodTemplate")
+        .count()
+}
+
+/// A CR the ring moves to another replica takes its watches along: the replica that handed it
+/// over stops the watches of a kind only that CR read (once its passes ended), and the new owner
+/// starts them and keeps the copy in sync.
+#[tokio::test]
+async fn a_replica_stops_the_watches_only_the_crs_it_handed_over_needed() {
+    let _cores = projection_tests::cores_timed().await;
+    let env = env("shards-prune").await;
+    let (src, dst) = env.names();
+    let first = format!("prune-a-{}", std::process::id());
+    let mut a = replica(&first, &src);
+    a.wait_ready().await;
+    wait_settled(&env, &src, &Ring::new(vec![first.clone()])).await;
+    create(
+        &env.api::<PodTemplate>(&src),
+        json!({"metadata": {"name": "tls", "annotations": opted_in()},
+               "template": {"metadata": {"labels": {"v": "1"}},
+                            "spec": {"containers": [{"name": "c", "image": "local.test/none"}]}}}),
+    )
+    .await;
+    let created = create(
+        &env.projections(),
+        projection(
+            "tls",
+            json!({"version": "v1", "kind": "PodTemplate", "namespace": src, "name": "tls"}),
+            json!({}),
+        ),
+    )
+    .await;
+    wait_ready(&env.projections(), "tls").await;
+    assert_eq!(
+        about_pod_templates(&a, "watching kind"),
+        1,
+        "the first watches PodTemplates"
+    );
+
+    // The second replica is named so that the ring of both gives it this Projection.
+    let uid = created.metadata.uid.expect("a uid");
+    let second = (0..1000)
+        .map(|k| format!("prune-b-{}-{k}", std::process::id()))
+        .find(|name| Ring::new(vec![first.clone(), name.clone()]).owner_of(&uid) == Some(name.as_str()))
+        .expect("a name the ring gives the Projection to");
+    let two = Ring::new(vec![first.clone(), second.clone()]);
+    let mut b = replica(&second, &src);
+    b.wait_ready().await;
+    wait_settled(&env, &src, &two).await;
+    wait_for("the first to stop watching PodTemplates", TIMEOUT, || async {
+        let stopped = about_pod_templates(&a, "stopped the watches of kind: no CR reads it any more");
+        (stopped == 1)
+            .then_some(())
+            .ok_or(format!("{stopped} lines say it stopped"))
+    })
+    .await;
+    // The second watches them and writes the edit.
+    merge(
+        &env.api::<PodTemplate>(&src),
+        "tls",
+        json!({"template": {"metadata": {"labels": {"v": "2"}}}}),
+    )
+    .await;
+    wait_object(&env.api::<PodTemplate>(&dst), "tls", "the edited copy", |copy| {
+        copy.template
+            .as_ref()
+            .and_then(|t| t.metadata.as_ref())
+            .and_then(|m| m.labels.as_ref())
+            .is_some_and(|l| l.get("v").map(String::as_str) == Some("2"))
+    })
+    .await;
+    assert_eq!(
+        about_pod_templates(&b, "watching kind"),
+        1,
+        "the second watches PodTemplates"
+    );
+    assert!(
+        reporters(&env, &dst, "tls").await.contains(&second),
+        "the second wrote the edit"
+    );
+    for process in [&mut a, &mut b] {
         stop_cleanly(process);
     }
     let _cleanup = controller(&[]).await;

@@ -435,11 +435,22 @@ fn backoff_after(report: &Report, kind: &'static str, uid: &str, name: &str, err
 /// ran) would otherwise leave its entries in the per-CR maps for the life of the process.
 pub fn forget_deleted<K: ProjectionKind>(ctx: &Context, stored: &StoredCr<K>) {
     let uid = stored.meta().uid.as_deref().unwrap_or_default();
+    if let Ok(cr) = stored.expand() {
+        forget_reconciled(ctx, uid, &cr.view().name());
+    } else {
+        ctx.report.statuses.forget(uid);
+        ctx.report.backoff.reset(uid);
+    }
+}
+
+/// Drops what is kept about a CR this replica no longer reconciles (deleted, or, with shards, given
+/// to another replica): its status record, its backoff, its part in the indexes (the watches of a
+/// kind no other CR here reads stop) and the other cluster it wrote into when no other CR here does.
+/// Its copies are left as they are: they are the CR's, which another replica reconciles now.
+pub fn forget_reconciled(ctx: &Context, uid: &str, name: &CrName) {
     ctx.report.statuses.forget(uid);
     ctx.report.backoff.reset(uid);
-    if let Ok(cr) = stored.expand() {
-        forget(&cr.view().name(), ctx);
-    }
+    forget(name, ctx);
 }
 /// The kind of a CR's source as it resolves now, so a cleanup removes the copies of that kind too
 /// (`None` when it no longer resolves: then only the recorded copies go).
