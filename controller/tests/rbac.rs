@@ -12,7 +12,7 @@ use kube::{
     api::{Patch, PatchParams},
 };
 use projection_tests::{ServiceProcess, events_about, http_get, metric_value, wait_for, wait_for_event};
-use serde_json::{Value, json};
+use serde_json::json;
 use shared::api::crd::{ClusterProjection, Projection};
 use std::time::Duration;
 
@@ -353,14 +353,8 @@ async fn a_projection_released_by_hand_is_forgotten() {
         )
     };
     // The controller's log lines with `message` about the kind PodTemplate.
-    let about_pod_templates = |controller: &ServiceProcess, message: &str| {
-        std::fs::read_to_string(&controller.log)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|l| l["fields"]["message"] == message && l["fields"]["kind"] == "/PodTemplate")
-            .count()
-    };
+    let about_pod_templates =
+        |controller: &ServiceProcess, message: &str| lines_about_kind(controller, message, "/PodTemplate");
     let before = watched(&controller);
     create(
         &env.api::<PodTemplate>(&src),

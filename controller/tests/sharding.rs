@@ -394,12 +394,7 @@ async fn a_joining_replica_takes_its_share_and_a_cr_deleted_during_the_handover_
 /// How many of `replica`'s log lines say `message` about the kind PodTemplate (which only the test
 /// below reads in this suite).
 fn about_pod_templates(replica: &ServiceProcess, message: &str) -> usize {
-    std::fs::read_to_string(&replica.log)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|l| l["fields"]["message"] == message && l["fields"]["kind"] == "/PodTemplate")
-        .count()
+    lines_about_kind(replica, message, "/PodTemplate")
 }
 
 /// A CR the ring moves to another replica takes its watches along: the replica that handed it

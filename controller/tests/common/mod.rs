@@ -496,6 +496,17 @@ pub async fn wait_retry_delay(controller: &ServiceProcess, name: &str, delay: &s
     .await;
 }
 
+/// How many of the lines `process` logged say `message` about the source kind `kind` (as the
+/// controller names it: `/PodTemplate`, `apps/Deployment`).
+pub fn lines_about_kind(process: &ServiceProcess, message: &str, kind: &str) -> usize {
+    std::fs::read_to_string(&process.log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["fields"]["message"] == message && l["fields"]["kind"] == kind)
+        .count()
+}
+
 /// The lines the controller logged at WARN or ERROR that mention `needle`.
 pub fn loud_lines_about(controller: &ServiceProcess, needle: &str) -> usize {
     let log = std::fs::read_to_string(&controller.log).unwrap_or_default();
