@@ -935,6 +935,25 @@ async fn status_tells_nothing_about_a_source_the_author_may_not_read() {
         )
         .await
         .expect("binding");
+    // The apiserver's authorizer learns of the binding from a watch of its own, a moment later.
+    projection_tests::wait_for(
+        "the tenant's Role to be in force",
+        std::time::Duration::from_secs(20),
+        || async {
+            projection_tests::chart::can(
+                &tenant,
+                &[],
+                "create",
+                "projection.sh",
+                "projections",
+                Some(&dst),
+                None,
+            )
+            .then_some(())
+            .ok_or(format!("{tenant} may not create Projections in {dst} yet"))
+        },
+    )
+    .await;
     let mut config = projection_tests::test_config().await.expect("kubeconfig");
     config.auth_info.impersonate = Some(tenant.clone());
     let as_tenant: Api<Projection> =

@@ -580,6 +580,27 @@ pub async fn grant(client: &Client, namespace: &str, user: &str, rule: Value) {
                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}),
     )
     .await;
+    // The apiserver's authorizer learns of a binding from a watch of its own, a moment after it is
+    // created: the test acts as `user` once the authorizer answers by it (the rule's first verb,
+    // group and resource, and its first resource name if any).
+    let first = |field: &str| rule[field][0].as_str().map(str::to_owned);
+    let verb = first("verbs")
+        .filter(|v| v != "*")
+        .unwrap_or_else(|| "get".to_owned());
+    let (group, resource) = (
+        first("apiGroups").unwrap_or_default(),
+        first("resources").unwrap_or_default(),
+    );
+    let object = first("resourceNames");
+    wait_for("the grant to be in force", TIMEOUT, || {
+        let (verb, group, resource, object) = (&verb, &group, &resource, object.as_deref());
+        async move {
+            projection_tests::chart::can(user, &[], verb, group, resource, Some(namespace), object)
+                .then_some(())
+                .ok_or(format!("{user} may not {verb} {resource} in {namespace} yet"))
+        }
+    })
+    .await;
 }
 
 /// An RBAC rule: `verb` on `resource` of `group`.
