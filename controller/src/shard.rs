@@ -33,6 +33,10 @@ use tokio_util::sync::CancellationToken;
 
 const FIELD_MANAGER: &str = "projection-controller";
 
+/// The longest a stop waits for each of its two tries to delete the member Lease: the pod is killed
+/// 15 s after SIGTERM (the chart's grace period), and the passes' drain takes up to 5 s of it.
+const STOP_DELETE_TRY: Duration = Duration::from_secs(3);
+
 /// This replica's membership.
 pub struct Shard {
     me: String,
@@ -339,7 +343,7 @@ impl Shard {
         let members = ListParams::default().labels(&format!("{MEMBER_LABEL}=true"));
         // The members first, as they are before this replica's Lease joins them: the ring that held
         // its CRs until now, whom it tells it took them from.
-        self.observe_members(&api, &members).await;
+        self.observe_members_in_time(&api, &members).await;
         tokio::join!(
             self.keep_observing(&api, &members, &stop),
             self.renew(&api, &stop)
@@ -352,24 +356,53 @@ impl Shard {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         // Bounded: a stop must not wait on a connection that fell silent (the others take the CRs
-        // once the Lease expires anyway).
-        match tokio::time::timeout(
-            self.duration,
-            api.delete(&self.lease_name, &DeleteParams::default()),
-        )
-        .await
-        {
-            Ok(Ok(_)) => tracing::info!(
-                lease = self.lease_name,
-                "member Lease deleted: the others take its CRs"
-            ),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, lease = self.lease_name, "could not delete the member Lease")
+        // once the Lease expires anyway). A try that hangs is given up and the second goes out as a
+        // new request, as a renewal's does.
+        for attempt in 1..=2 {
+            match tokio::time::timeout(
+                self.request_limit().min(STOP_DELETE_TRY),
+                api.delete(&self.lease_name, &DeleteParams::default()),
+            )
+            .await
+            {
+                Ok(Ok(_)) => {
+                    tracing::info!(
+                        lease = self.lease_name,
+                        "member Lease deleted: the others take its CRs"
+                    );
+                    return;
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, lease = self.lease_name, "could not delete the member Lease");
+                    return;
+                }
+                Err(_) if attempt == 1 => {}
+                Err(_) => tracing::warn!(
+                    lease = self.lease_name,
+                    "could not delete the member Lease in time: the others take its CRs once it expires"
+                ),
             }
-            Err(_) => tracing::warn!(
-                lease = self.lease_name,
-                "could not delete the member Lease in time: the others take its CRs once it expires"
-            ),
+        }
+    }
+
+    /// How long a request of the membership may take before it is given up (the next goes out as a
+    /// new request): a third of the Lease, so that a renewal stuck on a connection that fell silent
+    /// still leaves time for another before the fence lapses.
+    fn request_limit(&self) -> Duration {
+        self.duration / 3
+    }
+
+    /// Reads the member Leases, giving the read up after [`Shard::request_limit`]: a read stuck on a
+    /// connection that fell silent would otherwise freeze this replica's view of the ring until the
+    /// client's own timeout (a minute), and hold up its stop.
+    async fn observe_members_in_time(&self, api: &Api<Lease>, members: &ListParams) {
+        if tokio::time::timeout(self.request_limit(), self.observe_members(api, members))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "a read of the member Leases took over a third of the Lease's duration; reading again"
+            );
         }
     }
 
@@ -382,7 +415,11 @@ impl Shard {
                 _ = tick.tick() => {}
                 () = stop.cancelled() => return,
             }
-            self.observe_members(api, members).await;
+            // A stop does not wait for the read in flight.
+            tokio::select! {
+                () = self.observe_members_in_time(api, members) => {}
+                () = stop.cancelled() => return,
+            }
         }
     }
 
@@ -474,7 +511,7 @@ impl Shard {
             // A renewal that hangs is given up in time for the next one (on a new request) to still
             // keep the fence: one stuck on a silent connection would otherwise hold the loop.
             let patched = tokio::time::timeout(
-                self.duration / 3,
+                self.request_limit(),
                 api.patch(
                     &self.lease_name,
                     &PatchParams::apply(FIELD_MANAGER).force(),
