@@ -21,6 +21,9 @@ scripts/prereqs.sh
 export PATH=$PATH:/usr/local/go/bin
 
 source tests/control-plane/common.sh
+# The node's images hold the services' binaries of the test compile below (images.sh): no build of
+# their own.
+export PROJECTION_IMAGE_BINARIES=tests
 if ! { pid_alive kube-apiserver && pid_alive kube-controller-manager; }; then
   if [ "${KEEP_CONTROL_PLANE:-0}" != 1 ]; then
     trap 'tests/control-plane/lanes.sh down; tests/control-plane/remote.sh down; tests/control-plane/down.sh' EXIT

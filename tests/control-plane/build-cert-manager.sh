@@ -7,6 +7,11 @@
 # are read from CERT_MANAGER_SOURCES (default: ../shared/third_party/cert-manager/<version> next to
 # the repository; its README says why and how). Prints the cache folder (bin/, chart/) on stdout's
 # last line; a second run rebuilds nothing.
+#
+#   build-cert-manager.sh             build what is missing, print the folder
+#   build-cert-manager.sh --if-built  print the folder if an earlier run built it, else nothing
+#                                     (images.sh: the demo, which runs no cert-manager, never waits
+#                                     for this build)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.env"
@@ -16,12 +21,17 @@ log() { echo "[cert-manager build] $*" >&2; }
 sources=${CERT_MANAGER_SOURCES:-$(cd "$here/../.." && pwd)/../shared/third_party/cert-manager/$CERT_MANAGER_VERSION}
 commands=(controller cainjector webhook startupapicheck)
 for c in "${commands[@]}"; do
-  [ -f "$sources/cmd/$c/go.mod" ] || {
-    log "no sources of cert-manager's $c at $sources/cmd/$c (set CERT_MANAGER_SOURCES)"; exit 1; }
+  [ -f "$sources/cmd/$c/go.mod" ] && continue
+  [ "${1:-}" = --if-built ] && exit 0
+  log "no sources of cert-manager's $c at $sources/cmd/$c (set CERT_MANAGER_SOURCES)"; exit 1
 done
 key=$( (cd "$sources" && find cmd -type f | LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -c1-12)
 cache_root=${PROJECTION_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/projection-testenv}
 out="$cache_root/cert-manager-${CERT_MANAGER_VERSION}-$key"
+if [ "${1:-}" = --if-built ]; then
+  [ -f "$out/done" ] && echo "$out"
+  exit 0
+fi
 
 if [ ! -f "$out/done" ]; then
   start=$(date +%s)

@@ -21,13 +21,14 @@ if [ "${1:-}" = --uninstall ]; then
   exit 0
 fi
 
+# Built first, so that the node's images.sh finds its binaries and imports their images.
+chart="$("$CP_HERE/build-cert-manager.sh" | tail -n 1)/chart"
 "$CP_HERE/node-up.sh"
 bin=$(readlink "$TESTENV_DIR/bin")
 if [ "$(helm status cert-manager -n cert-manager -o json 2>/dev/null | sed -n 's/.*"status":"\([a-z-]*\)".*/\1/p' | head -n 1)" = deployed ]; then
   log "already installed"
   exit 0
 fi
-chart="$("$CP_HERE/build-cert-manager.sh" | tail -n 1)/chart"
 values=()
 for c in controller webhook cainjector startupapicheck; do
   prefix=$c.; [ "$c" = controller ] && prefix=""

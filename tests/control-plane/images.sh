@@ -1,22 +1,33 @@
 #!/usr/bin/env bash
 # Builds (or reuses) the images the local node runs and imports them into its containerd:
 #   local.test/projection-controller:dev, local.test/projection-webhook:dev  (ours)
-#   local.test/cert-manager-{controller,cainjector,webhook,startupapicheck}:<version>
+#   local.test/cert-manager-{controller,cainjector,webhook,startupapicheck}:<version> (once
+#     build-cert-manager.sh has built cert-manager)
 #   local.test/pause:local (the pod sandbox)
 #   local.test/prometheus:<release>, local.test/prometheus-config-reloader:<version> (the Prometheus
 #     that the real prometheus-operator runs in tests/e2e/prometheus_operator.rs)
 # No registry is reachable here and no container engine runs: each image is an OCI layout written
-# by oci-image.sh, the final stage of Dockerfile.controller / Dockerfile.webhook reproduced (one
-# static binary on an empty filesystem, USER, ENTRYPOINT, EXPOSE; tests/e2e/chart.rs keeps the
+# by oci-image.sh, the final stage of Dockerfile.controller / Dockerfile.webhook reproduced (the
+# binary on an otherwise empty filesystem, USER, ENTRYPOINT, EXPOSE; tests/e2e/chart.rs keeps the
 # table below and the Dockerfiles in agreement).
 #
 #   images.sh          build what is missing, then import everything into the running node
 #   images.sh build    build only (no node needed); prints the folders of the image tars
 #
-# Our binaries are linked statically against glibc (`-C target-feature=+crt-static`, target
-# x86_64-unknown-linux-gnu): the musl target of the Dockerfiles may not be installable here. The
-# tars are cached under $CACHE_ROOT, keyed by a hash of everything that goes into them, so an
-# unchanged tree is never rebuilt.
+# Our images hold the binaries cargo already builds here, not a release build of their own: the
+# debug builds the tests run as processes (dependencies at opt-level 1, profile.dev in Cargo.toml),
+# their debug info stripped, dynamically linked against this machine's glibc, whose loader and
+# libraries (what `ldd` lists) the image carries beside them. A static release build of every
+# dependency cost 10 to 15 minutes of the 2 cores on a new machine, and 3 to 5 more after each change
+# of our sources. The published images are the Dockerfiles' (static musl release binaries on
+# scratch), built where a container engine runs, not here. Which build:
+#   PROJECTION_IMAGE_BINARIES=tests  the binaries `cargo test --workspace --no-run` builds (.ci/run
+#                                    and scripts/test.sh: that compile makes them anyway)
+#   (unset)                          `cargo build` of the two services and the kubectl plugin (the
+#                                    demo: one build for its images and its plugin)
+#   PROJECTION_IMAGE_PROFILE=release the same in release (benchmarks of pods at scale, docs/scale.md)
+# The tars are cached under $CACHE_ROOT, keyed by a hash of what goes into them, so unchanged
+# binaries are never packed again.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 source "$CP_HERE/versions.env"
@@ -28,45 +39,77 @@ OUR_IMAGES=(
   "projection-webhook 65532:65532 9443,8080,8081 /projection-webhook"
 )
 
+# our_binaries: builds (or finds fresh) the services' binaries and prints their paths, the
+# controller's then the webhook's.
+our_binaries() {
+  local build=(cargo build --locked --bin projection-controller --bin projection-webhook --bin kubectl-projection)
+  if [ "${PROJECTION_IMAGE_BINARIES:-}" = tests ]; then
+    build=(cargo test --workspace --locked --no-run)
+  elif [ "${PROJECTION_IMAGE_PROFILE:-dev}" = release ]; then
+    build+=(--release)
+  fi
+  log "building our services (${build[*]}; fresh unless the sources changed)"
+  (cd "$REPO_ROOT" && "${build[@]}" --message-format=json-render-diagnostics) | python3 -c '
+import json, sys
+found = {}
+for line in sys.stdin:
+    if line.startswith("{"):
+        m = json.loads(line)
+        if m.get("reason") == "compiler-artifact" and "bin" in m["target"]["kind"] and not m["profile"]["test"]:
+            found[m["target"]["name"]] = m["executable"]
+for name in ("projection-controller", "projection-webhook"):
+    if name not in found:
+        sys.exit("the build made no binary " + name)
+    print(found[name])
+'
+}
+
+# image_libraries BINARY: the dynamic loader and shared libraries BINARY needs, resolved (the image
+# has no ld.so.cache: the loader finds them in its default folders, where they are put).
+image_libraries() {
+  ldd "$1" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'
+}
+
 build_ours() {
-  local key out
-  # The crates' tests/ folders (integration tests, fixtures) are in no image: a change to a test
-  # alone keeps the images.
-  key=$( (cd "$REPO_ROOT" && rustc -V && cat Cargo.lock Cargo.toml Dockerfile.* &&
-    find shared runtime controller webhook -type f -not -path '*/target/*' -not -path '*/tests/*' |
-      LC_ALL=C sort | xargs cat &&
+  local binaries staged key out spec name user ports entrypoint binary files lib
+  mapfile -t binaries < <(our_binaries)
+  [ "${#binaries[@]}" = 2 ] || { log "could not build our services"; exit 1; }
+  staged=$(mktemp -d)
+  trap 'rm -rf "$staged"' EXIT # build_ours runs in a command substitution's subshell
+  # Debug info is most of a debug binary's size; function names stay for backtraces.
+  for binary in "${binaries[@]}"; do
+    objcopy --strip-debug "$binary" "$staged/$(basename "$binary")"
+  done
+  key=$( (cd "$staged" && sha256sum ./* &&
+    for binary in "${binaries[@]}"; do image_libraries "$binary"; done | sort -u | xargs sha256sum &&
     cat "$CP_HERE/images.sh" "$CP_HERE/oci-image.sh") | sha256sum | cut -c1-12)
   out="$CACHE_ROOT/images/projection-$key"
   if [ ! -f "$out/done" ]; then
-    local start; start=$(date +%s)
-    log "building static release binaries of our services (minutes on 2 cores)"
-    # Plain rustc, whatever wrapper the caller lints with (clippy-driver, in .ci/run, is made for
-    # linting and may leave some of rustc's optimizations out): the images are built as released.
-    (cd "$REPO_ROOT" && unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS &&
-      RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --locked \
-      --target x86_64-unknown-linux-gnu --bin projection-controller --bin projection-webhook)
     rm -rf "$out" && mkdir -p "$out"
-    local spec name user ports entrypoint binary
     for spec in "${OUR_IMAGES[@]}"; do
       read -r name user ports entrypoint <<< "$spec"
-      binary="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/x86_64-unknown-linux-gnu/release/$name"
-      ldd "$binary" 2>&1 | grep -Eq 'statically linked|not a dynamic executable' ||
-        { log "$binary is not statically linked"; exit 1; }
+      files=("$staged/$name:$entrypoint")
+      while read -r lib; do
+        # The loader by the path the binary names, every library where the loader looks for it.
+        files+=("$(readlink -f "$lib"):$lib")
+      done < <(image_libraries "$staged/$name")
       "$CP_HERE/oci-image.sh" "$out/$name.tar" "$LOCAL_IMAGE_PREFIX/$name:$OUR_IMAGE_TAG" "$user" \
-        "$entrypoint" "${ports//,/ }" "$binary:$entrypoint"
+        "$entrypoint" "${ports//,/ }" "${files[@]}"
     done
     touch "$out/done"
-    log "our images built in $(( $(date +%s) - start ))s"
-    # Each change of our sources leaves a folder of about 33 MB: the four newest stay (other
+    log "our images packed in $out"
+    # Each change of our sources leaves a folder of tens of MB: the four newest stay (other
     # worktrees of the same machine may still import theirs).
     ls -dt "$CACHE_ROOT"/images/projection-* | tail -n +5 | xargs -r rm -rf
   fi
   echo "$out"
 }
-
+# cert-manager's images, once build-cert-manager.sh has built its binaries (cert-manager.sh runs it
+# first): nothing before, so a node without cert-manager (the demo) never waits for that build.
 build_cert_manager() {
   local built out c
-  built=$("$CP_HERE/build-cert-manager.sh" | tail -n 1)
+  built=$("$CP_HERE/build-cert-manager.sh" --if-built)
+  [ -n "$built" ] || return 0
   out="$built/images"
   if [ ! -f "$out/done" ]; then
     mkdir -p "$out"
@@ -125,7 +168,8 @@ pause_images=$(build_pause)
 cert_manager_images=$(build_cert_manager)
 our_images=$(build_ours)
 prometheus_images=$(build_prometheus)
-folders=("$pause_images" "$cert_manager_images" "$our_images")
+folders=("$pause_images" "$our_images")
+[ -n "$cert_manager_images" ] && folders+=("$cert_manager_images")
 [ -n "$prometheus_images" ] && folders+=("$prometheus_images")
 if [ "${1:-}" = build ]; then
   printf '%s\n' "${folders[@]}"
