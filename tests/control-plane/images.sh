@@ -71,11 +71,13 @@ image_libraries() {
 }
 
 build_ours() {
-  local binaries staged key out spec name user ports entrypoint binary files lib
+  local binaries key out spec name user ports entrypoint binary files lib
   mapfile -t binaries < <(our_binaries)
   [ "${#binaries[@]}" = 2 ] || { log "could not build our services"; exit 1; }
+  # Not local: the trap runs when the subshell of the command substitution that calls build_ours
+  # exits, after the function returned.
   staged=$(mktemp -d)
-  trap 'rm -rf "$staged"' EXIT # build_ours runs in a command substitution's subshell
+  trap 'rm -rf "$staged"' EXIT
   # Debug info is most of a debug binary's size; function names stay for backtraces.
   for binary in "${binaries[@]}"; do
     objcopy --strip-debug "$binary" "$staged/$(basename "$binary")"
