@@ -35,7 +35,7 @@ use kube::{
 };
 use shared::{
     api::{
-        crd::{SourceRef, WrittenDestination},
+        crd::{CopyStatus, SourceRef, WrittenDestination},
         kind::{CrName, CrView},
         reason::Reason,
         source::GroupKind,
@@ -332,10 +332,7 @@ pub async fn reconcile<K: ProjectionKind>(
     let uid = object.uid().unwrap_or_default();
     let about = object.object_ref(&());
     // A CR no replica reported on yet (created as the ring changed) is new here, not taken over.
-    let reported_before = object
-        .view()
-        .status
-        .is_some_and(|s| s.observed_generation.is_some());
+    let reported_before = object.view().status.is_some_and(CopyStatus::ever_reported);
     let pass = finalizer(&api, K::SCOPE.finalizer(), object, |event| async {
         match event {
             Finalizer::Apply(o) => apply(o.as_ref(), &ctx).await,

@@ -486,6 +486,13 @@ impl CopyStatus {
     pub fn ever_projected(&self) -> bool {
         self.destination_name.is_some() || self.written_destination.is_some()
     }
+
+    /// Whether a pass ever reported on the CR. Not the mere presence of `observedGeneration`: the
+    /// schema defaults the status of a CR no pass has reported on to `{observedGeneration: 0}`,
+    /// and a reported one holds the CR's `metadata.generation`, which starts at 1.
+    pub fn ever_reported(&self) -> bool {
+        self.observed_generation.is_some_and(|generation| generation > 0)
+    }
 }
 
 /// Observed state of a `Projection`.
@@ -535,4 +542,32 @@ pub struct ClusterProjectionStatus {
     /// Where the copies are.
     #[serde(flatten)]
     pub counts: NamespaceCounts,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cr_is_reported_on_once_a_pass_wrote_its_generation_not_by_the_schemas_default() {
+        let status =
+            |json: serde_json::Value| -> ProjectionStatus { serde_json::from_value(json).expect("a status") };
+        // What the apiserver serves for a CR no pass has reported on: the schema's default.
+        assert!(
+            !status(serde_json::json!({"observedGeneration": 0}))
+                .copy
+                .ever_reported()
+        );
+        assert!(!status(serde_json::json!({})).copy.ever_reported());
+        assert!(
+            status(serde_json::json!({"observedGeneration": 1}))
+                .copy
+                .ever_reported()
+        );
+        assert!(
+            status(serde_json::json!({"observedGeneration": 7, "conditions": []}))
+                .copy
+                .ever_reported()
+        );
+    }
 }
