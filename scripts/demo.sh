@@ -17,11 +17,10 @@ say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 # Our services and the plugin compile while the Kubernetes binaries' Go build runs (minutes each on a
 # new machine, and neither keeps both cores busy throughout); the node's images.sh runs the same
-# build and finds it fresh.
-services=(--bin projection-controller --bin projection-webhook --bin kubectl-projection)
+# build (common.sh) and finds it fresh.
 build_log=$(mktemp)
 trap 'kill $(jobs -pr) 2>/dev/null || true; rm -f "$build_log"' EXIT
-cargo build --locked "${services[@]}" > "$build_log" 2>&1 &
+"${OUR_SERVICES_BUILD[@]}" > "$build_log" 2>&1 &
 build=$!
 
 say "Local cluster: kube-apiserver, etcd, kube-controller-manager, kube-scheduler and a kubelet node (containerd)"
@@ -137,8 +136,8 @@ spec:
 YAML
 
 say "Why is the copy what it is? kubectl projection, the plugin (built from plugin/)"
-# Built at the start with the services (the same packages, so the same features): nothing to compile.
-cargo build --quiet --locked "${services[@]}"
+# Built at the start with the services: nothing to compile.
+"${OUR_SERVICES_BUILD[@]}" --quiet
 export PATH="$PWD/target/debug:$PATH"
 kubectl projection why configmap/platform-settings -n team-a
 

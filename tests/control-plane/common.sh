@@ -109,6 +109,10 @@ NODE_RULE_TAG=projection-node
 LOCAL_IMAGE_PREFIX=local.test
 PAUSE_IMAGE=$LOCAL_IMAGE_PREFIX/pause:local
 OUR_IMAGE_TAG=dev
+# The one build of our services outside the tests (images.sh without PROJECTION_IMAGE_BINARIES, the
+# demo): the same packages each time, so the same features and nothing compiled twice; the kubectl
+# plugin comes with it.
+OUR_SERVICES_BUILD=(cargo build --locked --bin projection-controller --bin projection-webhook --bin kubectl-projection)
 CACHE_ROOT=${PROJECTION_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/projection-testenv}
 
 # node_owner: the test environment whose node holds this machine (named on the pod bridge), if any;

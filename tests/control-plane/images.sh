@@ -42,7 +42,7 @@ OUR_IMAGES=(
 # our_binaries: builds (or finds fresh) the services' binaries and prints their paths, the
 # controller's then the webhook's.
 our_binaries() {
-  local build=(cargo build --locked --bin projection-controller --bin projection-webhook --bin kubectl-projection)
+  local build=("${OUR_SERVICES_BUILD[@]}")
   if [ "${PROJECTION_IMAGE_BINARIES:-}" = tests ]; then
     build=(cargo test --workspace --locked --no-run)
   elif [ "${PROJECTION_IMAGE_PROFILE:-dev}" = release ]; then
