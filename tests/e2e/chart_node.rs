@@ -5,11 +5,15 @@
 //! Every release here registers webhooks that fail closed for all Projection writes and a
 //! controller acting on the whole cluster, so these tests run one at a time (`exclusive`).
 
-use kube::{Api, api::PostParams};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{
+    Api,
+    api::{ListParams, PostParams},
+};
 use projection_tests::{
     ClusterScopedGuard, TestNamespace,
     chart::{Release, Rendered, exists, helm_ok, self_signed, write_tls_secret},
-    client, control_plane_bin, exclusive, install_crds, kubectl, kubectl_ok, kubectl_stdin,
+    client, control_plane_bin, events_about, exclusive, install_crds, kubectl, kubectl_ok, kubectl_stdin,
     node::{
         GUARD_RULE_COMMENT, NODE_IP, NODE_NAME, POD_BRIDGE, POD_CIDR, container_pid, deployment_available,
         in_network_of, node_with_cert_manager, pod_name, pods, served_certificate,
@@ -17,8 +21,15 @@ use projection_tests::{
     testenv_dir, wait_crd_established, wait_for, wait_for_event,
 };
 use serde_json::{Value, json};
-use shared::api::crd::Projection;
+use shared::{
+    api::crd::Projection,
+    shard::{
+        Ring,
+        membership::{ACKNOWLEDGED_ANNOTATION, MEMBER_LABEL},
+    },
+};
 use std::{
+    collections::BTreeSet,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -283,6 +294,14 @@ async fn self_managed_install_serves_users_and_survives_disruptions() {
     leader_pod_deleted_another_replica_takes_over(&release, source.name(), team.name()).await;
     pdb_allows_one_webhook_eviction_and_refuses_the_second(&release);
     upgrade_rolls_the_webhook_without_failed_admission(&release, &values, team.name());
+    sharding_by_one_value_splits_the_crs_between_the_pods(
+        &client,
+        &release,
+        &values,
+        source.name(),
+        team.name(),
+    )
+    .await;
 
     for ns in [team, source] {
         ns.delete_and_wait(&client).await;
@@ -674,6 +693,285 @@ fn upgrade_rolls_the_webhook_without_failed_admission(
         "--wait=true",
         "--timeout=60s",
     ]);
+}
+
+/// The CRs of the sharding step: `shard-<i>` in the team's namespace, copies of the same name.
+const SHARDED_CRS: usize = 12;
+const SHARDED_LABEL: &str = "chart-test=sharded";
+
+/// Sharding turned on by one value on the running release (`controller.sharding.enabled`, three
+/// pods): each pod holds a member Lease and acknowledges the ring of those Leases; every CR is
+/// reconciled by the pod that ring gives it (its events name that pod alone, and `kubectl
+/// projection status` shows it as OWNER). Then a pod is deleted as a drain does: an edit made right
+/// after reaches every copy, and once the ReplicaSet's replacement joined, each CR that changed
+/// hands says so in an `OwnerChanged` event from its new pod, and no other CR does.
+async fn sharding_by_one_value_splits_the_crs_between_the_pods(
+    client: &kube::Client,
+    release: &Release,
+    values: &[(&str, Value)],
+    source: &str,
+    team: &str,
+) {
+    let mut sharded: Vec<(&str, Value)> = values
+        .iter()
+        .filter(|(key, _)| *key != "controller.replicas")
+        .cloned()
+        .collect();
+    sharded.push(("controller.replicas", json!(3)));
+    sharded.push(("controller.sharding.enabled", json!(true)));
+    let began = Instant::now();
+    release.upgrade_and_wait(&sharded);
+    let first = wait_ring_of_the_pods(client, release).await;
+    assert_eq!(first.members().len(), 3, "{:?}", first.members());
+
+    let mut manifests = String::new();
+    for i in 0..SHARDED_CRS {
+        manifests.push_str(&format!(
+            "---\napiVersion: projection.sh/v1\nkind: Projection\nmetadata:\n  name: shard-{i}\n  \
+             namespace: {team}\n  labels: {{chart-test: sharded}}\nspec:\n  \
+             source: {{kind: ConfigMap, namespace: {source}, name: app-settings}}\n  \
+             destination: {{name: shard-{i}}}\n"
+        ));
+    }
+    let out = apply(&manifests);
+    assert!(out.status.success(), "{}", stderr(&out));
+    kubectl_ok(&[
+        "-n",
+        team,
+        "wait",
+        "--for=condition=Ready",
+        "projection",
+        "-l",
+        SHARDED_LABEL,
+        "--timeout=60s",
+    ]);
+    let uids = sharded_uids(team);
+    let owners: Vec<String> = uids
+        .iter()
+        .map(|uid| {
+            first
+                .owner_of(uid)
+                .expect("a ring of three owns every uid")
+                .to_owned()
+        })
+        .collect();
+    wait_for(
+        "each CR's events to name the pod the ring gives it",
+        TIMEOUT,
+        || async {
+            let mut wrong = Vec::new();
+            for (i, owner) in owners.iter().enumerate() {
+                let reporters: BTreeSet<String> = events_about(client, team, &format!("shard-{i}"))
+                    .await
+                    .into_iter()
+                    .filter_map(|e| e.reporting_instance)
+                    .collect();
+                if reporters != BTreeSet::from([owner.clone()]) {
+                    wrong.push(format!("shard-{i}: {reporters:?}, not {owner}"));
+                }
+            }
+            wrong.is_empty().then_some(()).ok_or(wrong.join("; "))
+        },
+    )
+    .await;
+    let reconciling: BTreeSet<&String> = owners.iter().collect();
+    assert!(
+        reconciling.len() > 1,
+        "one pod reconciles all {SHARDED_CRS} CRs: {owners:?}"
+    );
+    assert_eq!(
+        status_owners(team, &release.namespace),
+        owners,
+        "kubectl projection status"
+    );
+
+    // A drain's eviction of the pod with the most CRs, and an edit right after.
+    let victim = (*reconciling
+        .iter()
+        .max_by_key(|pod| owners.iter().filter(|o| *o == **pod).count())
+        .expect("an owner"))
+    .clone();
+    let deleted = Instant::now();
+    kubectl_ok(&["-n", &release.namespace, "delete", "pod", &victim, "--wait=false"]);
+    kubectl_ok(&[
+        "-n",
+        source,
+        "patch",
+        "configmap",
+        "app-settings",
+        "-p",
+        r#"{"data":{"color":"yellow"}}"#,
+    ]);
+    wait_for("every sharded copy to have the edit", TIMEOUT, || async {
+        let stale: Vec<String> = (0..SHARDED_CRS)
+            .map(|i| format!("shard-{i}"))
+            .filter(|name| {
+                let out = kubectl(&[
+                    "-n",
+                    team,
+                    "get",
+                    "configmap",
+                    name,
+                    "-o",
+                    "jsonpath={.data.color}",
+                ]);
+                String::from_utf8_lossy(&out.stdout) != "yellow"
+            })
+            .collect();
+        stale.is_empty().then_some(()).ok_or(format!("stale: {stale:?}"))
+    })
+    .await;
+    let took = deleted.elapsed();
+    eprintln!("the edit reached every copy {took:?} after {victim} was deleted");
+    // The deleted pod gives its Lease up as it stops, so the others need not wait for it to expire;
+    // its replacement may join meanwhile and move CRs a second time.
+    assert!(
+        took < LEASE * 2 + Duration::from_secs(2),
+        "the edit took {took:?} to reach every copy after a pod was deleted"
+    );
+
+    let last = wait_ring_of_the_pods(client, release).await;
+    assert!(!last.members().contains(&victim), "{victim} is still a member");
+    assert_eq!(status_owners(team, &release.namespace), {
+        let owners: Vec<String> = uids
+            .iter()
+            .map(|uid| last.owner_of(uid).expect("an owner").to_owned())
+            .collect();
+        owners
+    });
+    let mut moved = 0;
+    for (i, uid) in uids.iter().enumerate() {
+        let name = format!("shard-{i}");
+        let now = last.owner_of(uid).expect("an owner");
+        if now != owners[i] {
+            moved += 1;
+            let told = format!("reconciled by replica {now} now, taken over from ");
+            wait_for(
+                &format!("{name}'s OwnerChanged event from {now}"),
+                TIMEOUT,
+                || async {
+                    let notes: Vec<String> = events_about(client, team, &name)
+                        .await
+                        .into_iter()
+                        .filter(|e| e.reason.as_deref() == Some("OwnerChanged"))
+                        .filter_map(|e| e.note)
+                        .collect();
+                    notes
+                        .iter()
+                        .any(|n| n.starts_with(&told))
+                        .then_some(())
+                        .ok_or(format!("{notes:?}"))
+                },
+            )
+            .await;
+        } else {
+            let changed: Vec<String> = events_about(client, team, &name)
+                .await
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("OwnerChanged"))
+                .filter_map(|e| e.note)
+                .collect();
+            assert!(changed.is_empty(), "{name} stayed with {now}: {changed:?}");
+        }
+    }
+    assert!(moved > 0, "no CR changed hands: the deleted pod owned some");
+
+    kubectl_ok(&[
+        "-n",
+        team,
+        "delete",
+        "projection",
+        "-l",
+        SHARDED_LABEL,
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    for i in 0..SHARDED_CRS {
+        assert!(
+            !exists("configmap", &format!("shard-{i}"), Some(team)),
+            "shard-{i}'s copy is left after its Projection was deleted"
+        );
+    }
+    eprintln!("the sharding step took {:?}", began.elapsed());
+}
+
+/// The uids of the sharding step's Projections in `namespace`, `shard-<i>` at index i.
+fn sharded_uids(namespace: &str) -> Vec<String> {
+    (0..SHARDED_CRS)
+        .map(|i| {
+            kubectl_ok(&[
+                "-n",
+                namespace,
+                "get",
+                "projection",
+                &format!("shard-{i}"),
+                "-o",
+                "jsonpath={.metadata.uid}",
+            ])
+        })
+        .collect()
+}
+
+/// The OWNER `kubectl projection status -o json` gives the sharding step's Projections, in order.
+fn status_owners(namespace: &str, controller_namespace: &str) -> Vec<String> {
+    let plugin = projection_tests::workspace_binary("plugin", "kubectl-projection");
+    let out = std::process::Command::new(plugin)
+        .args(["status", "-n", namespace, "-l", SHARDED_LABEL, "-o", "json"])
+        .args(["--controller-namespace", controller_namespace])
+        .env("KUBECONFIG", projection_tests::kubeconfig_path())
+        .output()
+        .expect("the plugin runs");
+    assert_eq!(out.status.code(), Some(0), "status: {}", stderr(&out));
+    let lines: Vec<Value> = serde_json::from_slice(&out.stdout).expect("status prints a JSON list");
+    (0..SHARDED_CRS)
+        .map(|i| {
+            let name = format!("shard-{i}");
+            let line = lines
+                .iter()
+                .find(|l| l["name"] == name.as_str())
+                .unwrap_or_else(|| panic!("{name} missing from status: {lines:?}"));
+            line["owner"].as_str().unwrap_or_default().to_owned()
+        })
+        .collect()
+}
+
+/// Waits until the member Leases in the release's namespace are held by exactly its live controller
+/// pods and all acknowledge the ring of those pods; returns that ring.
+async fn wait_ring_of_the_pods(client: &kube::Client, release: &Release) -> Ring {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &release.namespace);
+    wait_for(
+        "the controller pods to acknowledge their ring",
+        TIMEOUT,
+        || async {
+            let pods: BTreeSet<String> = live_pods(release, "controller").into_iter().collect();
+            let ring = Ring::new(pods.iter().cloned());
+            let version = ring.version();
+            let members = leases
+                .list(&ListParams::default().labels(&format!("{MEMBER_LABEL}=true")))
+                .await
+                .map_err(|e| e.to_string())?;
+            let said: BTreeSet<(String, String)> = members
+                .items
+                .iter()
+                .map(|lease| {
+                    let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
+                    let ack = lease
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(ACKNOWLEDGED_ANNOTATION).cloned());
+                    (holder.unwrap_or_default(), ack.unwrap_or_default())
+                })
+                .collect();
+            let holders: BTreeSet<String> = said.iter().map(|(holder, _)| holder.clone()).collect();
+            (holders == pods && said.iter().all(|(_, ack)| *ack == version))
+                .then_some(ring)
+                .ok_or(format!(
+                    "pods {pods:?}; the Leases say {said:?}, not all {version}"
+                ))
+        },
+    )
+    .await
 }
 
 /// Four loops of server-side dry-run creates of a Projection until `stop`, bounded; returns how
