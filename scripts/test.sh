@@ -24,11 +24,16 @@ source tests/control-plane/common.sh
 # The node's images hold the services' binaries of the test compile below (images.sh): no build of
 # their own.
 export PROJECTION_IMAGE_BINARIES=tests
-if ! { pid_alive kube-apiserver && pid_alive kube-controller-manager; }; then
-  if [ "${KEEP_CONTROL_PLANE:-0}" != 1 ]; then
-    trap 'tests/control-plane/lanes.sh down; tests/control-plane/remote.sh down; tests/control-plane/down.sh' EXIT
-  fi
+# Each control plane it starts is stopped again on exit, and only those: after the demo, its cluster
+# stays up as the demo left it, while the second control plane and the lanes' go.
+running() { TESTENV_DIR=$1 pid_alive kube-apiserver; }
+stop_on_exit=()
+if [ "${KEEP_CONTROL_PLANE:-0}" != 1 ]; then
+  running "$(tests/control-plane/lanes.sh dir lane-b)" || stop_on_exit+=("tests/control-plane/lanes.sh down")
+  running "${REMOTE_TESTENV_DIR:-$PWD/.testenv-remote}" || stop_on_exit+=("tests/control-plane/remote.sh down")
+  { pid_alive kube-apiserver && pid_alive kube-controller-manager; } || stop_on_exit+=(tests/control-plane/down.sh)
 fi
+trap 'for command in "${stop_on_exit[@]}"; do $command || true; done' EXIT
 tests/control-plane/up.sh >/dev/null
 # The second control plane the cross-cluster tests write into (no node; a few seconds once built),
 # with the apiserver's sharded list and watch on.
