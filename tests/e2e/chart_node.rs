@@ -447,6 +447,20 @@ async fn projections_are_mirrored_with_events(
     );
 }
 
+/// Sets `data.color` of the source `app-settings` in `namespace`.
+fn set_source_color(namespace: &str, color: &str) {
+    let patch = json!({"data": {"color": color}}).to_string();
+    kubectl_ok(&[
+        "-n",
+        namespace,
+        "patch",
+        "configmap",
+        "app-settings",
+        "-p",
+        &patch,
+    ]);
+}
+
 /// Waits until the copy `app-settings` in `namespace` has `data.color` = `color`.
 async fn wait_for_copy_color(namespace: &str, color: &str) {
     wait_for(
@@ -525,15 +539,7 @@ async fn leader_pod_deleted_another_replica_takes_over(release: &Release, source
         running.iter().any(|p| new_holder.starts_with(p.as_str())),
         "the Lease holder {new_holder} is none of the running controllers {running:?}"
     );
-    kubectl_ok(&[
-        "-n",
-        source,
-        "patch",
-        "configmap",
-        "app-settings",
-        "-p",
-        r#"{"data":{"color":"green"}}"#,
-    ]);
+    set_source_color(source, "green");
     wait_for_copy_color(team, "green").await;
 }
 
@@ -793,15 +799,7 @@ async fn sharding_by_one_value_splits_the_crs_between_the_pods(
     .clone();
     let deleted = Instant::now();
     kubectl_ok(&["-n", &release.namespace, "delete", "pod", &victim, "--wait=false"]);
-    kubectl_ok(&[
-        "-n",
-        source,
-        "patch",
-        "configmap",
-        "app-settings",
-        "-p",
-        r#"{"data":{"color":"yellow"}}"#,
-    ]);
+    set_source_color(source, "yellow");
     wait_for("every sharded copy to have the edit", TIMEOUT, || async {
         let stale: Vec<String> = (0..SHARDED_CRS)
             .map(|i| format!("shard-{i}"))
@@ -850,12 +848,7 @@ async fn sharding_by_one_value_splits_the_crs_between_the_pods(
                 &format!("{name}'s OwnerChanged event from {now}"),
                 TIMEOUT,
                 || async {
-                    let notes: Vec<String> = events_about(client, team, &name)
-                        .await
-                        .into_iter()
-                        .filter(|e| e.reason.as_deref() == Some("OwnerChanged"))
-                        .filter_map(|e| e.note)
-                        .collect();
+                    let notes = owner_changed_notes(client, team, &name).await;
                     notes
                         .iter()
                         .any(|n| n.starts_with(&told))
@@ -865,12 +858,7 @@ async fn sharding_by_one_value_splits_the_crs_between_the_pods(
             )
             .await;
         } else {
-            let changed: Vec<String> = events_about(client, team, &name)
-                .await
-                .into_iter()
-                .filter(|e| e.reason.as_deref() == Some("OwnerChanged"))
-                .filter_map(|e| e.note)
-                .collect();
+            let changed = owner_changed_notes(client, team, &name).await;
             assert!(changed.is_empty(), "{name} stayed with {now}: {changed:?}");
         }
     }
@@ -893,6 +881,16 @@ async fn sharding_by_one_value_splits_the_crs_between_the_pods(
         );
     }
     eprintln!("the sharding step took {:?}", began.elapsed());
+}
+
+/// The notes of the `OwnerChanged` events about the Projection `name` in `namespace`.
+async fn owner_changed_notes(client: &kube::Client, namespace: &str, name: &str) -> Vec<String> {
+    events_about(client, namespace, name)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("OwnerChanged"))
+        .filter_map(|e| e.note)
+        .collect()
 }
 
 /// The uids of the sharding step's Projections in `namespace`, `shard-<i>` at index i.
