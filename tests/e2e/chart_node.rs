@@ -25,7 +25,7 @@ use shared::{
     api::crd::Projection,
     shard::{
         Ring,
-        membership::{ACKNOWLEDGED_ANNOTATION, MEMBER_LABEL},
+        membership::{MEMBER_LABEL, MemberLease},
     },
 };
 use std::{
@@ -751,16 +751,8 @@ async fn sharding_by_one_value_splits_the_crs_between_the_pods(
         SHARDED_LABEL,
         "--timeout=60s",
     ]);
-    let uids = sharded_uids(team);
-    let owners: Vec<String> = uids
-        .iter()
-        .map(|uid| {
-            first
-                .owner_of(uid)
-                .expect("a ring of three owns every uid")
-                .to_owned()
-        })
-        .collect();
+    let uids = sharded_uids(client, team).await;
+    let owners = owners_in(&first, &uids);
     wait_for(
         "each CR's events to name the pod the ring gives it",
         TIMEOUT,
@@ -830,13 +822,7 @@ async fn sharding_by_one_value_splits_the_crs_between_the_pods(
 
     let last = wait_ring_of_the_pods(client, release).await;
     assert!(!last.members().contains(&victim), "{victim} is still a member");
-    assert_eq!(status_owners(team, &release.namespace), {
-        let owners: Vec<String> = uids
-            .iter()
-            .map(|uid| last.owner_of(uid).expect("an owner").to_owned())
-            .collect();
-        owners
-    });
+    assert_eq!(status_owners(team, &release.namespace), owners_in(&last, &uids));
     let mut moved = 0;
     for (i, uid) in uids.iter().enumerate() {
         let name = format!("shard-{i}");
@@ -893,19 +879,32 @@ async fn owner_changed_notes(client: &kube::Client, namespace: &str, name: &str)
         .collect()
 }
 
-/// The uids of the sharding step's Projections in `namespace`, `shard-<i>` at index i.
-fn sharded_uids(namespace: &str) -> Vec<String> {
+/// The uids of the sharding step's Projections in `namespace`, `shard-<i>` at index i (one list).
+async fn sharded_uids(client: &kube::Client, namespace: &str) -> Vec<String> {
+    let listed = Api::<Projection>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().labels(SHARDED_LABEL))
+        .await
+        .expect("the sharding step's Projections");
     (0..SHARDED_CRS)
         .map(|i| {
-            kubectl_ok(&[
-                "-n",
-                namespace,
-                "get",
-                "projection",
-                &format!("shard-{i}"),
-                "-o",
-                "jsonpath={.metadata.uid}",
-            ])
+            let name = format!("shard-{i}");
+            listed
+                .items
+                .iter()
+                .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+                .and_then(|p| p.metadata.uid.clone())
+                .unwrap_or_else(|| panic!("{name} is not listed"))
+        })
+        .collect()
+}
+
+/// The member `ring` gives each of `uids`, in order.
+fn owners_in(ring: &Ring, uids: &[String]) -> Vec<String> {
+    uids.iter()
+        .map(|uid| {
+            ring.owner_of(uid)
+                .expect("a ring of members owns every uid")
+                .to_owned()
         })
         .collect()
 }
@@ -948,25 +947,21 @@ async fn wait_ring_of_the_pods(client: &kube::Client, release: &Release) -> Ring
                 .list(&ListParams::default().labels(&format!("{MEMBER_LABEL}=true")))
                 .await
                 .map_err(|e| e.to_string())?;
-            let said: BTreeSet<(String, String)> = members
+            let said: BTreeSet<(String, Option<String>)> = members
                 .items
                 .iter()
-                .map(|lease| {
-                    let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
-                    let ack = lease
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(ACKNOWLEDGED_ANNOTATION).cloned());
-                    (holder.unwrap_or_default(), ack.unwrap_or_default())
-                })
+                .filter_map(MemberLease::of)
+                .map(|member| (member.identity, member.acknowledged))
                 .collect();
             let holders: BTreeSet<String> = said.iter().map(|(holder, _)| holder.clone()).collect();
-            (holders == pods && said.iter().all(|(_, ack)| *ack == version))
-                .then_some(ring)
-                .ok_or(format!(
-                    "pods {pods:?}; the Leases say {said:?}, not all {version}"
-                ))
+            (holders == pods
+                && said
+                    .iter()
+                    .all(|(_, ack)| ack.as_deref() == Some(version.as_str())))
+            .then_some(ring)
+            .ok_or(format!(
+                "pods {pods:?}; the Leases say {said:?}, not all {version}"
+            ))
         },
     )
     .await
