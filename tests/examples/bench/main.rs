@@ -24,6 +24,7 @@ use kube::{
 };
 use serde_json::{Value, json};
 use shared::api::crd::{ClusterProjection, Projection};
+mod fan_out_set;
 mod remote;
 mod replicas;
 
@@ -46,7 +47,8 @@ const PARALLEL: usize = 32;
 #[command(about = "Black-box benchmark of a projection.sh/v1 controller")]
 struct Args {
     /// smoke, projections-100, projections-1000, projections-10000, selector-50, selector-1000,
-    /// list-10, list-100, crowded, mixed; remote-smoke and remote (copies into another cluster:
+    /// selector-set-1000 (16 ClusterProjections to 1000 namespaces each), list-10, list-100,
+    /// crowded, mixed; remote-smoke and remote (copies into another cluster:
     /// Projections and a ClusterProjection's list of namespaces there).
     #[arg(long, default_value = "smoke")]
     profile: String,
@@ -62,6 +64,10 @@ struct Args {
     /// Override the profile's number of ClusterProjection target namespaces.
     #[arg(long)]
     fan_out: Option<usize>,
+    /// Override the profile's number of ClusterProjections with the fan-out (more than one: a set,
+    /// each with a source of its own, measured for throughput after the first one's figures).
+    #[arg(long)]
+    cluster_projections: Option<usize>,
     /// Override the profile's number of unrelated Secrets and ConfigMaps (each).
     #[arg(long)]
     unrelated: Option<usize>,
@@ -140,6 +146,8 @@ struct Plan {
     /// ClusterProjection targets, by selector (`true`) or by list.
     fan_out: usize,
     by_selector: bool,
+    /// ClusterProjections with that fan-out, each of its own source (more than one: a set).
+    cluster_projections: usize,
     unrelated: usize,
     /// Copies go to another cluster (`spec.destination.kubeConfig`).
     remote: bool,
@@ -152,7 +160,7 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
         "projections-1000" => (1000, 20, 50, 0, true, 0),
         "projections-10000" => (10000, 20, 100, 0, true, 0),
         "selector-50" => (0, 1, 0, 50, true, 0),
-        "selector-1000" => (0, 1, 0, 1000, true, 0),
+        "selector-1000" | "selector-set-1000" => (0, 1, 0, 1000, true, 0),
         "list-10" => (0, 1, 0, 10, false, 0),
         "list-100" => (0, 1, 0, 100, false, 0),
         "crowded" => (10, 1, 2, 0, true, 10000),
@@ -168,6 +176,14 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
         namespaces: args.namespaces.unwrap_or(namespaces).max(1),
         fan_out: args.fan_out.unwrap_or(fan_out),
         by_selector,
+        cluster_projections: args
+            .cluster_projections
+            .unwrap_or(if args.profile.starts_with("selector-set") {
+                16
+            } else {
+                1
+            })
+            .max(1),
         unrelated: args.unrelated.unwrap_or(unrelated),
         remote,
     })
@@ -1130,6 +1146,10 @@ async fn measure_fan_out(
         report["label_added_to_copy_present"] = json!(summarize(added));
         report["namespace_created_to_copy_present"] = json!(summarize(fresh));
     }
+    if plan.cluster_projections > 1 {
+        let set = (plan.cluster_projections, args.samples.min(5));
+        fan_out_set::measure(client, (run, source_ns), set, report).await?;
+    }
     Ok(())
 }
 
@@ -1237,7 +1257,7 @@ async fn delete_namespaces(client: &Client, lp: &ListParams) {
 }
 
 /// The latency figures of a report, in the order they are printed.
-const LATENCIES: [&str; 16] = [
+const LATENCIES: [&str; 18] = [
     "apiserver_write_to_watch",
     "remote_apiserver_write_to_watch",
     "remote_source_edit_to_copy",
@@ -1251,6 +1271,8 @@ const LATENCIES: [&str; 16] = [
     "apiserver_fan_out_first_write",
     "apiserver_fan_out_last_write",
     "apiserver_fan_out_all_answered",
+    "fan_out_set_edit_first_copy",
+    "fan_out_set_edit_last_copy",
     "label_removed_to_copy_gone",
     "label_added_to_copy_present",
     "namespace_created_to_copy_present",
@@ -1274,6 +1296,10 @@ fn print_table(profile: &str, report: &Value) {
     for key in [
         "projections_ready_seconds",
         "fan_out_initial_seconds",
+        "fan_out_set",
+        "fan_out_set_initial_seconds",
+        "fan_out_set_initial_copies_per_second",
+        "fan_out_set_copies_per_second",
         "remote_projections_ready_seconds",
         "remote_fan_out_initial_seconds",
         "requests_per_source_edit",
@@ -1288,6 +1314,11 @@ fn print_table(profile: &str, report: &Value) {
     }
     if let Some(fraction) = fraction_of_limit(report) {
         println!("\nfan-out last copy / apiserver's own last write (p50): {fraction:.2}");
+    }
+    if let Some(fraction) = fan_out_set::fraction_of_limit(report) {
+        println!(
+            "\nClusterProjection set's copies per second / apiserver's own writes per second: {fraction:.2}"
+        );
     }
 }
 
@@ -1312,6 +1343,18 @@ fn figures(report: &Value) -> Vec<(String, f64)> {
     for (key, name) in [
         ("projections_ready_seconds", "all Projections Ready s"),
         ("fan_out_initial_seconds", "ClusterProjection first fan-out s"),
+        (
+            "fan_out_set_initial_seconds",
+            "ClusterProjection set, first fan-out s",
+        ),
+        (
+            "fan_out_set_initial_copies_per_second",
+            "ClusterProjection set, first fan-out copies/s",
+        ),
+        (
+            "fan_out_set_copies_per_second",
+            "ClusterProjection set, copies/s after every source's edit (p50)",
+        ),
     ] {
         if let Some(v) = report.get(key).and_then(Value::as_f64) {
             out.push((name.to_owned(), v));
@@ -1366,6 +1409,12 @@ fn figures(report: &Value) -> Vec<(String, f64)> {
                 out.push((format!("{group} {key}"), v));
             }
         }
+    }
+    if let Some(fraction) = fan_out_set::fraction_of_limit(report) {
+        out.push((
+            "ClusterProjection set's copies/s / apiserver's own writes/s".to_owned(),
+            fraction,
+        ));
     }
     out
 }
