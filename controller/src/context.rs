@@ -74,6 +74,8 @@ pub struct Context {
     pub namespaces: Arc<Namespaces>,
     /// This replica's part of the CRs when every replica reconciles (`--shard-by-lease`).
     pub shard: Option<Arc<crate::shard::Shard>>,
+    /// How many passes have begun here (what tells that CRs sent ahead of others have started).
+    pub passes_begun: tokio::sync::watch::Sender<u64>,
 }
 
 impl Context {
@@ -123,6 +125,7 @@ impl Context {
             watches,
             namespaces,
             shard: None,
+            passes_begun: tokio::sync::watch::Sender::new(0),
         }
     }
 

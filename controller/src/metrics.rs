@@ -105,6 +105,10 @@ pub struct Metrics {
     /// Seconds from a replica seeing the membership change that moved a CR to it to the end of
     /// that CR's first pass there (one observation per CR taken over).
     pub shard_takeover_seconds: Histogram,
+    /// CRs taken over that were handed to the reconcilers before the others that became this
+    /// replica's at the same time, because the source they read changed lately (an edit made while
+    /// their owner was gone).
+    pub shard_sent_first_total: Counter,
     /// The controller-runtime names the Go operator exposed.
     pub queue: crate::queue_metrics::QueueMetrics,
     /// client-go's `rest_client_requests_total`, for the controller's client.
@@ -136,6 +140,7 @@ impl Metrics {
             shard_ring_changes_total: Counter::default(),
             shard_fenced_passes_total: Counter::default(),
             shard_takeover_seconds: Histogram::new(TAKEOVER_BUCKETS),
+            shard_sent_first_total: Counter::default(),
             queue: crate::queue_metrics::QueueMetrics::register(registry),
             rest_client: runtime::rest_client_metrics::RestClientMetrics::register(registry),
             replica: Arc::default(),
@@ -209,6 +214,11 @@ impl Metrics {
             "projection_shard_takeover_seconds",
             "Seconds from a replica with shards seeing the membership change that moved a CR to it to the end of that CR's first pass there",
             metrics.shard_takeover_seconds.clone(),
+        );
+        registry.register(
+            "projection_shard_sent_first",
+            "CRs a replica with shards took over and handed to its reconcilers before the others that became its own with them, because the source they read changed lately",
+            metrics.shard_sent_first_total.clone(),
         );
         registry.register_collector(Box::new(ReplicaCollector(metrics.replica.clone())));
         registry.register_collector(Box::new(runtime::process_metrics::ProcessCollector::default()));

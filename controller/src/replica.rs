@@ -3,8 +3,8 @@
 //! holds the Lease (or at once without leader election).
 
 use crate::{
-    cache::stored_cr::StoredCr, context, initial_list, metrics, namespace_watch, pass, queue_metrics, wake,
-    warm, watches,
+    cache::stored_cr::StoredCr, context, initial_list, metrics, namespace_watch, pass,
+    pass::kind::ProjectionKind, queue_metrics, wake, warm, warm::Warmable, watches,
 };
 use futures::StreamExt;
 use k8s_openapi::{
@@ -64,7 +64,7 @@ where
         }
     };
     // With shards: this replica's ranges only, listed anew when they change.
-    let events = match shard {
+    let events = match shard.clone() {
         None => watch(client.clone())(),
         Some(shard) => {
             let client = crate::shard_watch::sharded_client(client, shard.selector());
@@ -72,12 +72,28 @@ where
             crate::shard_watch::owned_only(events, shard, dropped)
         }
     }
-    .reflect(writer);
+    .reflect(writer)
+    .inspect({
+        let shard = shard.clone();
+        move |event| {
+            // The list is in the store now: the CRs that moved here with it can be handed over.
+            if let (Some(shard), Ok(Event::InitDone)) = (&shard, event) {
+                shard.relisted();
+            }
+        }
+    });
     on_deleted(events, deleted).applied_objects().filter({
         let mut changes = crate::relevance::RelevantChanges::default();
         move |change| {
             let relevant = match change {
-                Ok(cr) => changes.is_relevant(cr.meta(), finalizer, std::time::Instant::now()),
+                // A CR that moved here and was not reconciled here yet is the resend's to hand over
+                // (those reading a source changed meanwhile first), not the watch's in list order.
+                Ok(cr) => {
+                    changes.is_relevant(cr.meta(), finalizer, std::time::Instant::now())
+                        && !shard.as_ref().is_some_and(|shard| {
+                            shard.awaiting_takeover(cr.meta().uid.as_deref().unwrap_or_default())
+                        })
+                }
                 Err(_) => true,
             };
             std::future::ready(relevant)
@@ -230,6 +246,7 @@ impl Replica {
             clusters: clusters_tx,
             leading: leading.clone(),
             missed: Arc::default(),
+            shard: shard.clone(),
         };
         let initial = settings.initial_list;
         let namespaces = namespace_watch::Namespaces::new();
@@ -349,27 +366,44 @@ impl Replica {
             return;
         }
         // The CRs a watch would have woken meanwhile go first (a source edited while the leader
-        // was gone), then every CR.
+        // was gone), then every CR, once those have begun (kube's scheduler keeps no order among
+        // what it is sent at once, and the reconcilers start below).
+        let begun = self.ctx.passes_begun.subscribe();
+        let mut first = 0;
         for cr in self.wake.take_missed() {
-            match cr {
-                crate::index::CrRef::Projection(r) => {
-                    if let Some(cr) = self.projections.get(&stored_ref(&r)) {
-                        let _ = self.projection_changes.0.send((*cr).clone());
-                    }
+            let sent = match cr {
+                crate::index::CrRef::Projection(r) => self
+                    .projections
+                    .get(&stored_ref(&r))
+                    .map(|cr| drop(self.projection_changes.0.send((*cr).clone()))),
+                crate::index::CrRef::Cluster(r) => self
+                    .clusters
+                    .get(&stored_ref(&r))
+                    .map(|cr| drop(self.cluster_changes.0.send((*cr).clone()))),
+            };
+            first += usize::from(sent.is_some());
+        }
+        let send_all = {
+            let target = *begun.borrow() + first as u64;
+            let (projections, clusters) = (self.projections.clone(), self.clusters.clone());
+            let (to_projections, to_clusters) =
+                (self.projection_changes.0.clone(), self.cluster_changes.0.clone());
+            tokio::spawn(async move {
+                if first > 0 {
+                    tracing::info!(
+                        crs = first,
+                        "sent first the CRs woken while this replica stood by"
+                    );
+                    until_begun(begun, target).await;
                 }
-                crate::index::CrRef::Cluster(r) => {
-                    if let Some(cr) = self.clusters.get(&stored_ref(&r)) {
-                        let _ = self.cluster_changes.0.send((*cr).clone());
-                    }
+                for cr in projections.state() {
+                    let _ = to_projections.send((*cr).clone());
                 }
-            }
-        }
-        for cr in self.projections.state() {
-            let _ = self.projection_changes.0.send((*cr).clone());
-        }
-        for cr in self.clusters.state() {
-            let _ = self.cluster_changes.0.send((*cr).clone());
-        }
+                for cr in clusters.state() {
+                    let _ = to_clusters.send((*cr).clone());
+                }
+            })
+        };
         // With shards, a CR this replica may not reconcile yet is skipped by its pass; whenever the
         // membership changes, the ones it now may are sent again.
         let resend = self.ctx.shard.clone().map(|shard| {
@@ -427,7 +461,13 @@ impl Replica {
                 "passes still running when the stop's drain ended were dropped: their CRs are reconciled anew by whoever reconciles them next"
             );
         }
-        for task in self.tasks.into_iter().chain(recheck).chain(resend) {
+        for task in self
+            .tasks
+            .into_iter()
+            .chain(recheck)
+            .chain(resend)
+            .chain([send_all])
+        {
             task.abort();
         }
     }
@@ -482,21 +522,27 @@ async fn resend_when_shards_change(
         }
         let mut now_mine = std::collections::HashSet::new();
         let mut stored = std::collections::HashSet::new();
-        for_each_reconcilable(
+        let fresh_projections = newly_reconcilable(
             &shard,
-            (&projections, &projection_changes),
+            &projections,
             &mine,
             (&mut now_mine, &mut stored),
             &mut reconciled,
         );
-        for_each_reconcilable(
+        let fresh_clusters = newly_reconcilable(
             &shard,
-            (&clusters, &cluster_changes),
+            &clusters,
             &mine,
             (&mut now_mine, &mut stored),
             &mut reconciled,
         );
         mine = now_mine;
+        send_stale_takeovers_first(
+            (&shard, &ctx.passes_begun),
+            (fresh_projections, &projection_changes),
+            (fresh_clusters, &cluster_changes),
+        )
+        .await;
         let forgotten = forget_moved_away(&shard, &ctx, &mut reconciled, &stored);
         if forgotten > 0 {
             tracing::info!(
@@ -534,28 +580,93 @@ fn forget_moved_away(
     forgotten
 }
 
-/// Sends each CR of `store` this replica may reconcile and did not at the last look (`before`);
-/// records in `now` the uids it may, in `reconciled` their names, and in `stored` every uid.
-fn for_each_reconcilable<K: Resource<DynamicType = ()> + Clone>(
-    shard: &crate::shard::Shard,
-    (store, changes): (
-        &reflector::Store<StoredCr<K>>,
-        &tokio::sync::mpsc::UnboundedSender<StoredCr<K>>,
+/// The longest the other CRs wait for the ones sent first to begin their passes.
+const FIRST_GO_AHEAD: Duration = Duration::from_secs(1);
+
+/// Sends the CRs that became reconcilable here to their reconcilers, first those taken over whose
+/// source changed lately: after a replica is gone, the copies an edit made stale meanwhile are
+/// written before the hundreds of its other CRs, whose copies need nothing. kube's scheduler keeps
+/// no order among what it is sent at once, so the rest is sent once as many passes have begun as
+/// were sent first (or after `FIRST_GO_AHEAD`).
+async fn send_stale_takeovers_first(
+    (shard, passes_begun): (&crate::shard::Shard, &tokio::sync::watch::Sender<u64>),
+    (projections, projection_changes): (
+        Vec<StoredCr<Projection>>,
+        &tokio::sync::mpsc::UnboundedSender<StoredCr<Projection>>,
     ),
+    (clusters, cluster_changes): (
+        Vec<StoredCr<ClusterProjection>>,
+        &tokio::sync::mpsc::UnboundedSender<StoredCr<ClusterProjection>>,
+    ),
+) {
+    let (first_projections, projections): (Vec<_>, Vec<_>) = projections
+        .into_iter()
+        .partition(|cr| taken_over_and_stale(shard, cr));
+    let (first_clusters, clusters): (Vec<_>, Vec<_>) = clusters
+        .into_iter()
+        .partition(|cr| taken_over_and_stale(shard, cr));
+    let first = first_projections.len() + first_clusters.len();
+    shard.sent_first(first);
+    let begun = passes_begun.subscribe();
+    let target = *begun.borrow() + first as u64;
+    for cr in first_projections {
+        let _ = projection_changes.send(cr);
+    }
+    for cr in first_clusters {
+        let _ = cluster_changes.send(cr);
+    }
+    if first > 0 && !(projections.is_empty() && clusters.is_empty()) {
+        tracing::info!(
+            crs = first,
+            waiting = projections.len() + clusters.len(),
+            "sent first the CRs taken over whose source changed lately"
+        );
+        until_begun(begun, target).await;
+    }
+    for cr in projections {
+        let _ = projection_changes.send(cr);
+    }
+    for cr in clusters {
+        let _ = cluster_changes.send(cr);
+    }
+}
+
+/// Waits until `begun` counts `target` passes begun, or `FIRST_GO_AHEAD` has passed: the CRs sent
+/// ahead of others have left kube's scheduler, whose order the others can no longer overtake.
+async fn until_begun(mut begun: tokio::sync::watch::Receiver<u64>, target: u64) {
+    let _ = tokio::time::timeout(FIRST_GO_AHEAD, begun.wait_for(|begun| *begun >= target)).await;
+}
+
+/// Whether `cr` moved here and waits for its first pass here, and the source it reads changed
+/// lately (so its copies may be stale).
+fn taken_over_and_stale<K: ProjectionKind>(shard: &crate::shard::Shard, cr: &StoredCr<K>) -> bool {
+    shard.awaiting_takeover(cr.meta().uid.as_deref().unwrap_or_default())
+        && cr
+            .warm_up()
+            .is_some_and(|(source, _)| shard.source_changed_lately(&source))
+}
+
+/// Each CR of `store` this replica may reconcile and did not at the last look (`before`), to be
+/// sent; records in `now` the uids it may, in `reconciled` their names, and in `stored` every uid.
+fn newly_reconcilable<K: ProjectionKind>(
+    shard: &crate::shard::Shard,
+    store: &reflector::Store<StoredCr<K>>,
     before: &std::collections::HashSet<String>,
     (now, stored): (
         &mut std::collections::HashSet<String>,
         &mut std::collections::HashSet<String>,
     ),
     reconciled: &mut Reconciled,
-) where
+) -> Vec<StoredCr<K>>
+where
     StoredCr<K>: Clone,
 {
+    let mut fresh = Vec::new();
     for cr in store.state() {
         let uid = cr.meta().uid.clone().unwrap_or_default();
         if shard.may_reconcile(&uid) {
             if !before.contains(&uid) {
-                let _ = changes.send((*cr).clone());
+                fresh.push((*cr).clone());
             }
             now.insert(uid.clone());
             if !reconciled.contains_key(&uid) {
@@ -564,6 +675,7 @@ fn for_each_reconcilable<K: Resource<DynamicType = ()> + Clone>(
         }
         stored.insert(uid);
     }
+    fresh
 }
 
 /// A CR's kind and name from its metadata: a Projection has a namespace, a ClusterProjection none.

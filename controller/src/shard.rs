@@ -21,6 +21,7 @@ use shared::{
     api::reason::Reason,
     shard::{
         membership::{ACKNOWLEDGED_ANNOTATION, MEMBER_LABEL, MemberLease, View},
+        recent::{RecentChanges, SourceObject},
         selector::{ShardFilter, shard_selector},
     },
 };
@@ -36,6 +37,10 @@ const FIELD_MANAGER: &str = "projection-controller";
 /// The longest a stop waits for each of its two tries to delete the member Lease: the pod is killed
 /// 15 s after SIGTERM (the chart's grace period), and the passes' drain takes up to 5 s of it.
 const STOP_DELETE_TRY: Duration = Duration::from_secs(3);
+
+/// How many source changes are remembered (within twice the Lease): enough for the edits made
+/// while a departed replica's Lease runs out, bounded under a flood of edits.
+const SOURCE_CHANGES_KEPT: usize = 8192;
 
 /// This replica's membership.
 pub struct Shard {
@@ -59,6 +64,9 @@ pub struct Shard {
     /// pass here began (each takeover is told once; the same members settling again, after one
     /// left and came back, move the same CRs anew).
     taken_over: Mutex<(u64, HashSet<String>)>,
+    /// The source objects that changed lately: the CRs the ring moves here that read one of them go
+    /// to the reconcilers first (their copies may be stale; the others' are not).
+    source_changes: Mutex<RecentChanges<SourceObject>>,
     /// Ticks whenever what this replica may reconcile can have changed.
     changed: tokio::sync::watch::Sender<()>,
     /// The `shardSelector` of this replica's ranges in the current ring, for its CR watches (which
@@ -72,6 +80,8 @@ pub struct Shard {
         prometheus_client::metrics::counter::Counter,
         prometheus_client::metrics::histogram::Histogram,
     ),
+    /// `projection_shard_sent_first_total`.
+    sent_first: prometheus_client::metrics::counter::Counter,
 }
 
 /// A pass under way; ends (for the acknowledgement) when dropped.
@@ -122,6 +132,7 @@ impl Shard {
             held: Mutex::default(),
             ring_since: Mutex::default(),
             taken_over: Mutex::default(),
+            source_changes: Mutex::new(RecentChanges::new(duration * 2, SOURCE_CHANGES_KEPT)),
             changed: tokio::sync::watch::Sender::new(()),
             selector: tokio::sync::watch::Sender::new(ShardFilter::Nothing),
             metrics: (
@@ -130,6 +141,7 @@ impl Shard {
                 metrics.shard_fenced_passes_total.clone(),
                 metrics.shard_takeover_seconds.clone(),
             ),
+            sent_first: metrics.shard_sent_first_total.clone(),
         })
     }
 
@@ -229,6 +241,50 @@ impl Shard {
             uid: uid.to_owned(),
             takeover: self.takeover_of(uid),
         })
+    }
+
+    /// Whether the CR with this uid moved here when the members last settled and its first pass
+    /// here has not begun: the replica's resend hands those to the reconcilers (the ones reading a
+    /// source changed meanwhile first), so its CR watch leaves them be.
+    pub fn awaiting_takeover(&self, uid: &str) -> bool {
+        let settlement = {
+            let view = self.view.read().expect("view");
+            if view.taken_over_from(&self.me, uid).is_none() {
+                return false;
+            }
+            view.settlement()
+        };
+        let taken_over = self.taken_over.lock().expect("takeovers");
+        taken_over.0 != settlement || !taken_over.1.contains(uid)
+    }
+
+    /// A source object changed: remembered for a while, in case the ring moves a CR that reads it
+    /// here.
+    pub fn source_changed(&self, object: SourceObject) {
+        self.source_changes
+            .lock()
+            .expect("source changes")
+            .record(object, Instant::now());
+    }
+
+    /// Whether the object `source` names changed lately.
+    pub fn source_changed_lately(&self, source: &shared::api::crd::SourceRef) -> bool {
+        self.source_changes
+            .lock()
+            .expect("source changes")
+            .changed_lately(&SourceObject::named_by(source), Instant::now())
+    }
+
+    /// Counts CRs taken over and handed to the reconcilers first because their source changed
+    /// lately.
+    pub fn sent_first(&self, crs: usize) {
+        self.sent_first.inc_by(crs as u64);
+    }
+
+    /// A CR watch has listed anew (its store now holds what the ranges gave it): the CRs that
+    /// moved here are in it, for the resend to hand over.
+    pub fn relisted(&self) {
+        self.changed.send_replace(());
     }
 
     /// Whether this pass is the first of the CR with this uid here since the ring moved it to this

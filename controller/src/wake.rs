@@ -4,7 +4,10 @@
 
 use crate::index::CrRef;
 use kube::runtime::reflector::ObjectRef;
-use shared::api::crd::{ClusterProjection, Projection};
+use shared::{
+    api::crd::{ClusterProjection, Projection},
+    shard::recent::SourceObject,
+};
 use std::{
     collections::HashSet,
     sync::{
@@ -25,6 +28,8 @@ pub struct Wake {
     pub leading: Arc<AtomicBool>,
     /// The CRs woken while the reconcilers did not run.
     pub missed: Arc<Mutex<HashSet<CrRef>>>,
+    /// With shards: told of each source change.
+    pub shard: Option<Arc<crate::shard::Shard>>,
 }
 
 impl Wake {
@@ -39,6 +44,14 @@ impl Wake {
             CrRef::Projection(r) => self.projections.send(r).map_err(|_| ()),
             CrRef::Cluster(r) => self.clusters.send(r).map_err(|_| ()),
         };
+    }
+
+    /// A source object changed: with shards, remembered for a while, since the ring may move a CR
+    /// of another replica that reads it here (`Shard::source_changed`).
+    pub fn source_changed(&self, object: impl FnOnce() -> Option<SourceObject>) {
+        if let Some((shard, object)) = self.shard.as_ref().zip(object()) {
+            shard.source_changed(object);
+        }
     }
 
     /// The CRs woken while the reconcilers did not run, forgotten once returned.
@@ -62,6 +75,7 @@ mod tests {
             clusters,
             leading: Arc::default(),
             missed: Arc::default(),
+            shard: None,
         };
         let a = CrRef::Projection(ObjectRef::new("a").within("ns"));
         wake.send(a.clone());

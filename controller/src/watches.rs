@@ -41,9 +41,12 @@ use kube::{
         watcher::{self, Event},
     },
 };
-use shared::api::{
-    kind::Scope,
-    source::{GroupKind, SourceKey},
+use shared::{
+    api::{
+        kind::Scope,
+        source::{GroupKind, SourceKey},
+    },
+    shard::recent::SourceObject,
 };
 use std::{
     collections::HashMap,
@@ -339,8 +342,11 @@ impl WatchRegistry {
                     record(&recorder, event.as_ref().err());
                     failed.store(event.is_err(), Ordering::Release);
                     let routed = match event {
-                        Ok(Event::Apply(o) | Event::InitApply(o) | Event::Delete(o)) => {
-                            lock(&index).route(&gk, &o.metadata)
+                        Ok(Event::InitApply(o)) => lock(&index).route(&gk, &o.metadata),
+                        Ok(Event::Apply(o) | Event::Delete(o)) => {
+                            let routed = lock(&index).route(&gk, &o.metadata);
+                            wake.source_changed(|| SourceObject::changed(&gk, &o.metadata));
+                            routed
                         }
                         Ok(Event::Init | Event::InitDone) => Vec::new(),
                         Err(e) => {

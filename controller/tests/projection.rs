@@ -1284,10 +1284,37 @@ async fn leader_election_hands_over_when_the_leader_dies() {
 
     first.kill_hard();
     let started = std::time::Instant::now();
+    // An edit while no one leads: the standby's watch would have woken `a`, so `a` goes first once
+    // it leads, and its copy follows the edit.
+    merge(
+        &env.api::<ConfigMap>(&namespace),
+        "cfg",
+        json!({"data": {"k": "while no one leads"}}),
+    )
+    .await;
     wait_object(&leases, "projection-controller-leader", "lease taken over", |l| {
         !holder(l).is_empty() && holder(l) != first_holder
     })
     .await;
+    wait_object(
+        &env.api::<ConfigMap>(env.dest.name()),
+        "cfg",
+        "the edit in a's copy",
+        |copy| data_of(copy)["k"] == "while no one leads",
+    )
+    .await;
+    let sent_first = std::fs::read_to_string(&second.log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["fields"]["message"] == "sent first the CRs woken while this replica stood by")
+        .map(|l| l["fields"]["crs"].clone())
+        .collect::<Vec<_>>();
+    assert_eq!(
+        sent_first,
+        [json!(1)],
+        "a, woken while the standby stood by, went first"
+    );
     create(
         &env.projections(),
         projection(

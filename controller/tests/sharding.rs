@@ -25,6 +25,8 @@ const LEASE_SECONDS: u64 = 4;
 const DROPPED: &str = "projection_shard_events_dropped_total{kind=\"Projection\"}";
 
 const CRS: usize = 24;
+/// CRs of a source no step edits, next to the `CRS` of the one that is.
+const QUIET_CRS: usize = 12;
 /// Twice the chart's 15 s: in the test command this test shares the 2 cores with two other lanes of
 /// tests, and a 15 s Lease lapsed there once (a renewal more than 10 s late), its fence cutting
 /// passes short after their copy writes and so losing their events, this test's measure.
@@ -185,8 +187,25 @@ async fn replicas_split_the_crs_by_the_ring_and_take_over_a_killed_ones() {
         );
     }
 
+    // CRs of a source left alone (`q<i>`, copies `quiet-<i>`), made first: when a replica is gone,
+    // the CRs taken over whose source changed lately go to the survivor's reconcilers before these.
+    source_configmap(&env.api::<ConfigMap>(&src), "quiet", json!({"k": "q"})).await;
+    let quiet_since = Instant::now();
+    let mut quiet = Vec::new();
+    for i in 0..QUIET_CRS {
+        let spec = json!({"destination": {"name": format!("quiet-{i}")}});
+        let created = create(
+            &env.projections(),
+            projection(&format!("q{i}"), cm_source(&src, "quiet"), spec),
+        )
+        .await;
+        quiet.push(created.metadata.uid.expect("a uid"));
+    }
     source_configmap(&env.api::<ConfigMap>(&src), "cfg", json!({"k": "v1"})).await;
     let uids = projections(&env, &src, CRS).await;
+    for i in 0..QUIET_CRS {
+        wait_ready(&env.projections(), &format!("q{i}")).await;
+    }
 
     // Each CR was reconciled by its owner alone, and each replica owns some.
     let mut owned = [0usize; 2];
@@ -238,6 +257,8 @@ async fn replicas_split_the_crs_by_the_ring_and_take_over_a_killed_ones() {
         );
     }
 
+    // A change counts as lately for twice the Lease: `quiet`'s creation must be older by the kill.
+    tokio::time::sleep_until((quiet_since + Duration::from_secs(2 * LEASE_SECONDS + 1)).into()).await;
     // The second is killed; an edit made right after reaches every copy once its Lease expired.
     b.kill_hard();
     let killed = Instant::now();
@@ -288,9 +309,20 @@ async fn replicas_split_the_crs_by_the_ring_and_take_over_a_killed_ones() {
             names[0]
         );
     }
+    let moved_quiet = quiet
+        .iter()
+        .filter(|uid| ring.owner_of(uid) == Some(names[1].as_str()))
+        .count();
+    assert!(moved_quiet > 0, "the killed replica owned some of the quiet CRs");
     let metrics = a.metrics();
     let takeovers = metric_value(&metrics, "projection_shard_takeover_seconds_count");
-    assert_eq!(takeovers, Some(moved.len() as f64), "{metrics}");
+    assert_eq!(takeovers, Some((moved.len() + moved_quiet) as f64), "{metrics}");
+    // Those whose source was edited after the kill went first; the quiet ones after them.
+    assert_eq!(
+        metric_value(&metrics, "projection_shard_sent_first_total"),
+        Some(moved.len() as f64),
+        "{metrics}"
+    );
     let seconds = metric_value(&metrics, "projection_shard_takeover_seconds_sum").unwrap_or(f64::MAX);
     assert!(
         seconds / (moved.len() as f64) < LEASE_SECONDS as f64,

@@ -311,6 +311,7 @@ pub async fn reconcile<K: ProjectionKind>(
         },
         None => None,
     };
+    ctx.passes_begun.send_modify(|begun| *begun += 1);
     let object = Arc::new(stored.expand().map_err(Error::Cache)?);
     let started = Instant::now();
     let queue = ctx.report.metrics.queue.of(K::SCOPE);

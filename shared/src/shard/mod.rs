@@ -8,6 +8,7 @@
 //! parameter: an apiserver without the feature gate sends everything).
 
 pub mod membership;
+pub mod recent;
 pub mod ring;
 pub mod selector;
 
