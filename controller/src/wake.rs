@@ -54,6 +54,14 @@ impl Wake {
         }
     }
 
+    /// Whether, with shards, the CR with this uid is another replica's in the current ring.
+    pub fn owned_elsewhere(&self, uid: Option<&String>) -> bool {
+        self.shard
+            .as_ref()
+            .zip(uid)
+            .is_some_and(|(shard, uid)| shard.owned_by_another(uid))
+    }
+
     /// The CRs woken while the reconcilers did not run, forgotten once returned.
     pub fn take_missed(&self) -> Vec<CrRef> {
         std::mem::take(&mut *self.missed.lock().unwrap_or_else(|e| e.into_inner()))

@@ -418,6 +418,15 @@ impl WatchRegistry {
                         }
                         Event::InitDone => None,
                     };
+                    // With shards, a copy of another replica's CR wakes nothing here: that CR is not in
+                    // this replica's stores (every replica receives every copy event of the kind).
+                    let owner = owner.filter(|_| match &event {
+                        Event::Apply(copy) | Event::InitApply(copy) | Event::Delete(copy) => {
+                            let labels = copy.metadata.labels.as_ref();
+                            !wake.owned_elsewhere(labels.and_then(|l| l.get(uid_label(tier))))
+                        }
+                        Event::Init | Event::InitDone => true,
+                    });
                     let relisting = matches!(event, Event::InitApply(_));
                     let done = matches!(event, Event::InitDone);
                     let vanished = writer.apply(event);
