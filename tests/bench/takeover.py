@@ -291,8 +291,12 @@ def main():
                     f"({shape}, lease {args.lease}, {total} Projections, binary {args.binary})")
         print(summary, flush=True)
     finally:
-        # The finalizers need a controller to remove the copies first.
-        kubectl("delete", "projections", "--all", "-n", dst, "--timeout=600s", check=False)
+        # The finalizers need a controller to remove the copies first. kubectl's own wait for
+        # thousands of deletions outlasted the deletions by minutes here: the count is polled.
+        kubectl("delete", "projections", "--all", "-n", dst, "--wait=false", check=False)
+        deadline = time.time() + 600
+        while time.time() < deadline and kubectl("get", "projections", "-n", dst, "-o", "name", check=False).strip():
+            time.sleep(2)
         for c in controllers:
             if c.process.poll() is None:
                 c.stop()
