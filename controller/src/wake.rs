@@ -55,7 +55,7 @@ impl Wake {
     }
 
     /// Whether, with shards, the CR with this uid is another replica's in the current ring.
-    pub fn owned_elsewhere(&self, uid: Option<&String>) -> bool {
+    pub fn owned_elsewhere(&self, uid: Option<&str>) -> bool {
         self.shard
             .as_ref()
             .zip(uid)

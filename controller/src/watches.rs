@@ -407,26 +407,23 @@ impl WatchRegistry {
                             return std::future::ready(());
                         }
                     };
+                    // With shards, a copy of another replica's CR wakes nothing here: that CR is not in
+                    // this replica's stores (every replica receives every copy event of the kind).
+                    let route = |copy: &DynamicObject, deleted: bool| {
+                        let uid = copy.metadata.labels.as_ref().and_then(|l| l.get(uid_label(tier)));
+                        lock(&index)
+                            .route_copy(&gk, &copy.metadata, deleted)
+                            .filter(|_| !wake.owned_elsewhere(uid.map(String::as_str)))
+                    };
                     let owner = match &event {
-                        Event::Apply(copy) | Event::InitApply(copy) => {
-                            lock(&index).route_copy(&gk, &copy.metadata, false)
-                        }
-                        Event::Delete(copy) => lock(&index).route_copy(&gk, &copy.metadata, true),
+                        Event::Apply(copy) | Event::InitApply(copy) => route(copy, false),
+                        Event::Delete(copy) => route(copy, true),
                         Event::Init => {
                             held.clear();
                             None
                         }
                         Event::InitDone => None,
                     };
-                    // With shards, a copy of another replica's CR wakes nothing here: that CR is not in
-                    // this replica's stores (every replica receives every copy event of the kind).
-                    let owner = owner.filter(|_| match &event {
-                        Event::Apply(copy) | Event::InitApply(copy) | Event::Delete(copy) => {
-                            let labels = copy.metadata.labels.as_ref();
-                            !wake.owned_elsewhere(labels.and_then(|l| l.get(uid_label(tier))))
-                        }
-                        Event::Init | Event::InitDone => true,
-                    });
                     let relisting = matches!(event, Event::InitApply(_));
                     let done = matches!(event, Event::InitDone);
                     let vanished = writer.apply(event);
