@@ -55,6 +55,9 @@ pub struct Settings {
     pub copy_writer: CopyWriter,
     /// The controller's namespace, where a ClusterProjection's kubeconfig Secret is.
     pub controller_namespace: String,
+    /// The duration of the Lease it holds (the leader's or its member Lease): the source changes
+    /// a takeover looks at are those of twice it.
+    pub lease_duration: Duration,
 }
 
 /// Shared by every reconcile, in the parts the pass's steps use: each step takes its part, not

@@ -113,6 +113,7 @@ async fn main() -> anyhow::Result<()> {
         recreate_on_immutable: args.recreate_on_immutable.clone(),
         copy_writer,
         controller_namespace: args.controller_namespace.clone(),
+        lease_duration: args.leader_election_lease_duration,
     };
     // With --shard-by-lease every replica reconciles its part of the CRs; its identity is its pod's
     // name, so a restarted container keeps its place in the ring.

@@ -247,6 +247,7 @@ impl Replica {
             leading: leading.clone(),
             missed: Arc::default(),
             shard: shard.clone(),
+            recent_sources: wake::RecentSources::new(settings.lease_duration),
         };
         let initial = settings.initial_list;
         let namespaces = namespace_watch::Namespaces::new();
@@ -365,24 +366,26 @@ impl Replica {
             self.stop();
             return;
         }
-        // The CRs a watch would have woken meanwhile go first (a source edited while the leader
-        // was gone), then every CR, once those have begun (kube's scheduler keeps no order among
-        // what it is sent at once, and the reconcilers start below).
+        // The CRs a watch would have woken meanwhile (a copy changed or deleted by someone else),
+        // and those whose source changed lately (an edit while the leader was gone: a standby
+        // indexes no CR's reads, so it woke none), go first; then every CR, once those have begun
+        // (kube's scheduler keeps no order among what it is sent at once, and the reconcilers
+        // start below).
         let begun = self.ctx.passes_begun.subscribe();
-        let mut first = 0;
+        let (mut woken_projections, mut woken_clusters) = (Vec::new(), Vec::new());
         for cr in self.wake.take_missed() {
-            let sent = match cr {
-                crate::index::CrRef::Projection(r) => self
-                    .projections
-                    .get(&stored_ref(&r))
-                    .map(|cr| drop(self.projection_changes.0.send((*cr).clone()))),
-                crate::index::CrRef::Cluster(r) => self
-                    .clusters
-                    .get(&stored_ref(&r))
-                    .map(|cr| drop(self.cluster_changes.0.send((*cr).clone()))),
-            };
-            first += usize::from(sent.is_some());
+            match cr {
+                crate::index::CrRef::Projection(r) => woken_projections.push(stored_ref(&r)),
+                crate::index::CrRef::Cluster(r) => woken_clusters.push(stored_ref(&r)),
+            }
         }
+        let recent = &self.wake.recent_sources;
+        let first = send_first(
+            &self.projections,
+            woken_projections,
+            recent,
+            &self.projection_changes.0,
+        ) + send_first(&self.clusters, woken_clusters, recent, &self.cluster_changes.0);
         let send_all = {
             let target = *begun.borrow() + first as u64;
             let (projections, clusters) = (self.projections.clone(), self.clusters.clone());
@@ -392,7 +395,7 @@ impl Replica {
                 if first > 0 {
                     tracing::info!(
                         crs = first,
-                        "sent first the CRs woken while this replica stood by"
+                        "sent first the CRs whose source or copies changed while this replica stood by"
                     );
                     until_begun(begun, target).await;
                 }
@@ -408,7 +411,7 @@ impl Replica {
         // membership changes, the ones it now may are sent again.
         let resend = self.ctx.shard.clone().map(|shard| {
             tokio::spawn(resend_when_shards_change(
-                (shard, self.ctx.clone()),
+                (shard, self.ctx.clone(), self.wake.recent_sources.clone()),
                 (self.projections.clone(), self.clusters.clone()),
                 (self.projection_changes.0.clone(), self.cluster_changes.0.clone()),
             ))
@@ -494,7 +497,11 @@ fn dropped(ctx: &context::Context, kind: &'static str) -> prometheus_client::met
 /// forgets the CRs it reconciled that the ring has given to another replica since, once no pass of
 /// theirs runs here, so that the watches only they needed stop.
 async fn resend_when_shards_change(
-    (shard, ctx): (Arc<crate::shard::Shard>, Arc<context::Context>),
+    (shard, ctx, recent_sources): (
+        Arc<crate::shard::Shard>,
+        Arc<context::Context>,
+        Arc<wake::RecentSources>,
+    ),
     (projections, clusters): (
         reflector::Store<StoredCr<Projection>>,
         reflector::Store<StoredCr<ClusterProjection>>,
@@ -538,7 +545,7 @@ async fn resend_when_shards_change(
         );
         mine = now_mine;
         send_stale_takeovers_first(
-            (&shard, &ctx.passes_begun),
+            (&shard, &recent_sources, &ctx.passes_begun),
             (fresh_projections, &projection_changes),
             (fresh_clusters, &cluster_changes),
         )
@@ -589,7 +596,11 @@ const FIRST_GO_AHEAD: Duration = Duration::from_secs(1);
 /// no order among what it is sent at once, so the rest is sent once as many passes have begun as
 /// were sent first (or after `FIRST_GO_AHEAD`).
 async fn send_stale_takeovers_first(
-    (shard, passes_begun): (&crate::shard::Shard, &tokio::sync::watch::Sender<u64>),
+    (shard, recent_sources, passes_begun): (
+        &crate::shard::Shard,
+        &wake::RecentSources,
+        &tokio::sync::watch::Sender<u64>,
+    ),
     (projections, projection_changes): (
         Vec<StoredCr<Projection>>,
         &tokio::sync::mpsc::UnboundedSender<StoredCr<Projection>>,
@@ -601,10 +612,10 @@ async fn send_stale_takeovers_first(
 ) {
     let (first_projections, projections): (Vec<_>, Vec<_>) = projections
         .into_iter()
-        .partition(|cr| taken_over_and_stale(shard, cr));
+        .partition(|cr| taken_over_and_stale(shard, recent_sources, cr));
     let (first_clusters, clusters): (Vec<_>, Vec<_>) = clusters
         .into_iter()
-        .partition(|cr| taken_over_and_stale(shard, cr));
+        .partition(|cr| taken_over_and_stale(shard, recent_sources, cr));
     let first = first_projections.len() + first_clusters.len();
     shard.sent_first(first);
     let begun = passes_begun.subscribe();
@@ -639,11 +650,39 @@ async fn until_begun(mut begun: tokio::sync::watch::Receiver<u64>, target: u64) 
 
 /// Whether `cr` moved here and waits for its first pass here, and the source it reads changed
 /// lately (so its copies may be stale).
-fn taken_over_and_stale<K: ProjectionKind>(shard: &crate::shard::Shard, cr: &StoredCr<K>) -> bool {
+fn taken_over_and_stale<K: ProjectionKind>(
+    shard: &crate::shard::Shard,
+    recent_sources: &wake::RecentSources,
+    cr: &StoredCr<K>,
+) -> bool {
     shard.awaiting_takeover(cr.meta().uid.as_deref().unwrap_or_default())
-        && cr
-            .warm_up()
-            .is_some_and(|(source, _)| shard.source_changed_lately(&source))
+        && reads_changed_source(recent_sources, cr)
+}
+
+/// Sends the CRs of `store` that `woken` names or that read a source changed lately to `to`; how
+/// many.
+fn send_first<K: ProjectionKind>(
+    store: &reflector::Store<StoredCr<K>>,
+    woken: Vec<reflector::ObjectRef<StoredCr<K>>>,
+    recent_sources: &wake::RecentSources,
+    to: &tokio::sync::mpsc::UnboundedSender<StoredCr<K>>,
+) -> usize {
+    let woken: std::collections::HashSet<_> = woken.into_iter().collect();
+    let mut sent = 0;
+    for cr in store.state() {
+        if woken.contains(&reflector::ObjectRef::from_obj(&*cr)) || reads_changed_source(recent_sources, &cr)
+        {
+            let _ = to.send((*cr).clone());
+            sent += 1;
+        }
+    }
+    sent
+}
+
+/// Whether the source `cr` reads changed lately (so its copies may be stale).
+fn reads_changed_source<K: ProjectionKind>(recent_sources: &wake::RecentSources, cr: &StoredCr<K>) -> bool {
+    cr.warm_up()
+        .is_some_and(|(source, _)| recent_sources.changed_lately(&source))
 }
 
 /// Each CR of `store` this replica may reconcile and did not at the last look (`before`), to be

@@ -21,7 +21,6 @@ use shared::{
     api::reason::Reason,
     shard::{
         membership::{ACKNOWLEDGED_ANNOTATION, MEMBER_LABEL, MemberLease, View},
-        recent::{RecentChanges, SourceObject},
         selector::{ShardFilter, shard_selector},
     },
 };
@@ -37,10 +36,6 @@ const FIELD_MANAGER: &str = "projection-controller";
 /// The longest a stop waits for each of its two tries to delete the member Lease: the pod is killed
 /// 15 s after SIGTERM (the chart's grace period), and the passes' drain takes up to 5 s of it.
 const STOP_DELETE_TRY: Duration = Duration::from_secs(3);
-
-/// How many source changes are remembered (within twice the Lease): enough for the edits made
-/// while a departed replica's Lease runs out, bounded under a flood of edits.
-const SOURCE_CHANGES_KEPT: usize = 8192;
 
 /// This replica's membership.
 pub struct Shard {
@@ -64,9 +59,6 @@ pub struct Shard {
     /// pass here began (each takeover is told once; the same members settling again, after one
     /// left and came back, move the same CRs anew).
     taken_over: Mutex<(u64, HashSet<String>)>,
-    /// The source objects that changed lately: the CRs the ring moves here that read one of them go
-    /// to the reconcilers first (their copies may be stale; the others' are not).
-    source_changes: Mutex<RecentChanges<SourceObject>>,
     /// Ticks whenever what this replica may reconcile can have changed.
     changed: tokio::sync::watch::Sender<()>,
     /// The `shardSelector` of this replica's ranges in the current ring, for its CR watches (which
@@ -132,7 +124,6 @@ impl Shard {
             held: Mutex::default(),
             ring_since: Mutex::default(),
             taken_over: Mutex::default(),
-            source_changes: Mutex::new(RecentChanges::new(duration * 2, SOURCE_CHANGES_KEPT)),
             changed: tokio::sync::watch::Sender::new(()),
             selector: tokio::sync::watch::Sender::new(ShardFilter::Nothing),
             metrics: (
@@ -256,23 +247,6 @@ impl Shard {
         };
         let taken_over = self.taken_over.lock().expect("takeovers");
         taken_over.0 != settlement || !taken_over.1.contains(uid)
-    }
-
-    /// A source object changed: remembered for a while, in case the ring moves a CR that reads it
-    /// here.
-    pub fn source_changed(&self, object: SourceObject) {
-        self.source_changes
-            .lock()
-            .expect("source changes")
-            .record(object, Instant::now());
-    }
-
-    /// Whether the object `source` names changed lately.
-    pub fn source_changed_lately(&self, source: &shared::api::crd::SourceRef) -> bool {
-        self.source_changes
-            .lock()
-            .expect("source changes")
-            .changed_lately(&SourceObject::named_by(source), Instant::now())
     }
 
     /// Counts CRs taken over and handed to the reconcilers first because their source changed

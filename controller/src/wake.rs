@@ -1,12 +1,13 @@
 //! Waking reconciles from the watch tasks. Wakes go only to a running controller: a standby (which
-//! watches and indexes before it holds the lease) keeps the set of CRs it would have woken, and
-//! reconciles those first when it takes over (every other CR follows).
+//! watches before it holds the lease) keeps the set of CRs it would have woken, and the source
+//! objects that changed lately, and reconciles the CRs of both first when it takes over (every other
+//! CR follows).
 
 use crate::index::CrRef;
 use kube::runtime::reflector::ObjectRef;
 use shared::{
-    api::crd::{ClusterProjection, Projection},
-    shard::recent::SourceObject,
+    api::crd::{ClusterProjection, Projection, SourceRef},
+    shard::recent::{RecentChanges, SourceObject},
 };
 use std::{
     collections::HashSet,
@@ -14,7 +15,44 @@ use std::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
+    time::{Duration, Instant},
 };
+
+/// How many source changes are remembered (within twice the Lease): enough for the edits made
+/// while a departed replica's Lease runs out, bounded under a flood of edits.
+const SOURCE_CHANGES_KEPT: usize = 8192;
+
+/// The source objects that changed lately, kept for twice the Lease's duration. A replica that
+/// takes CRs over (the lease, or with shards the ring's CRs of a departed replica) sends first the
+/// ones reading one of them: an edit made while no one reconciled them left their copies stale,
+/// and no watch of its own woke them (a standby indexes no CR's reads; with shards a replica wakes
+/// only its own CRs).
+pub struct RecentSources(Mutex<RecentChanges<SourceObject>>);
+
+impl RecentSources {
+    /// Kept for twice `lease`.
+    pub fn new(lease: Duration) -> Arc<Self> {
+        Arc::new(Self(Mutex::new(RecentChanges::new(
+            lease * 2,
+            SOURCE_CHANGES_KEPT,
+        ))))
+    }
+
+    fn record(&self, object: SourceObject) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record(object, Instant::now());
+    }
+
+    /// Whether the object `source` names changed lately.
+    pub fn changed_lately(&self, source: &SourceRef) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .changed_lately(&SourceObject::named_by(source), Instant::now())
+    }
+}
 use tokio::sync::mpsc::UnboundedSender;
 
 /// Senders that wake each kind of CR.
@@ -28,8 +66,10 @@ pub struct Wake {
     pub leading: Arc<AtomicBool>,
     /// The CRs woken while the reconcilers did not run.
     pub missed: Arc<Mutex<HashSet<CrRef>>>,
-    /// With shards: told of each source change.
+    /// With shards: whose CR a copy is.
     pub shard: Option<Arc<crate::shard::Shard>>,
+    /// The source objects that changed lately.
+    pub recent_sources: Arc<RecentSources>,
 }
 
 impl Wake {
@@ -46,11 +86,19 @@ impl Wake {
         };
     }
 
-    /// A source object changed: with shards, remembered for a while, since the ring may move a CR
-    /// of another replica that reads it here (`Shard::source_changed`).
+    /// Queues a reconcile of `cr` woken by a watch's list (its start, or a relist): a standby does
+    /// not keep it, since the takeover sends every CR anyway, and kept, the list would make every
+    /// CR a "missed" one, leaving nothing to send first.
+    pub fn send_listed(&self, cr: CrRef) {
+        if self.leading.load(Ordering::Acquire) {
+            self.send(cr);
+        }
+    }
+
+    /// A source object changed: remembered for a while, for a takeover (`RecentSources`).
     pub fn source_changed(&self, object: impl FnOnce() -> Option<SourceObject>) {
-        if let Some((shard, object)) = self.shard.as_ref().zip(object()) {
-            shard.source_changed(object);
+        if let Some(object) = object() {
+            self.recent_sources.record(object);
         }
     }
 
@@ -84,6 +132,7 @@ mod tests {
             leading: Arc::default(),
             missed: Arc::default(),
             shard: None,
+            recent_sources: RecentSources::new(Duration::from_secs(15)),
         };
         let a = CrRef::Projection(ObjectRef::new("a").within("ns"));
         wake.send(a.clone());
@@ -95,5 +144,27 @@ mod tests {
         wake.send(a);
         assert_eq!(woken.try_recv().ok().map(|r| r.name), Some("a".to_owned()));
         assert!(wake.take_missed().is_empty());
+    }
+
+    #[test]
+    fn a_standby_does_not_keep_what_its_lists_wake() {
+        let (projections, mut woken) = tokio::sync::mpsc::unbounded_channel();
+        let (clusters, _) = tokio::sync::mpsc::unbounded_channel();
+        let wake = Wake {
+            projections,
+            clusters,
+            leading: Arc::default(),
+            missed: Arc::default(),
+            shard: None,
+            recent_sources: RecentSources::new(Duration::from_secs(15)),
+        };
+        let listed = CrRef::Projection(ObjectRef::new("listed").within("ns"));
+        let changed = CrRef::Projection(ObjectRef::new("changed").within("ns"));
+        wake.send_listed(listed.clone());
+        wake.send(changed.clone());
+        assert_eq!(wake.take_missed(), vec![changed], "only the change is kept");
+        wake.leading.store(true, Ordering::Release);
+        wake.send_listed(listed);
+        assert_eq!(woken.try_recv().ok().map(|r| r.name), Some("listed".to_owned()));
     }
 }

@@ -341,21 +341,20 @@ impl WatchRegistry {
                 .for_each(|event| {
                     record(&recorder, event.as_ref().err());
                     failed.store(event.is_err(), Ordering::Release);
-                    let routed = match event {
-                        Ok(Event::InitApply(o)) => lock(&index).route(&gk, &o.metadata),
+                    match event {
+                        Ok(Event::InitApply(o)) => {
+                            let routed = lock(&index).route(&gk, &o.metadata);
+                            routed.into_iter().for_each(|cr| wake.send_listed(cr));
+                        }
                         Ok(Event::Apply(o) | Event::Delete(o)) => {
                             let routed = lock(&index).route(&gk, &o.metadata);
                             wake.source_changed(|| SourceObject::changed(&gk, &o.metadata));
-                            routed
+                            routed.into_iter().for_each(|cr| wake.send(cr));
                         }
-                        Ok(Event::Init | Event::InitDone) => Vec::new(),
+                        Ok(Event::Init | Event::InitDone) => {}
                         Err(e) => {
                             tracing::warn!(kind = %gk, error = %describe_watch_error(&e), "source watch error; retrying");
-                            Vec::new()
                         }
-                    };
-                    for cr in routed {
-                        wake.send(cr);
                     }
                     std::future::ready(())
                 })
@@ -433,12 +432,13 @@ impl WatchRegistry {
                         None => {}
                     }
                     if done {
+                        for owner in held.drain(..) {
+                            wake.send_listed(owner);
+                        }
                         // Deleted while the watch was down: as if their delete event had come.
                         for copy in vanished.iter().filter_map(|c| c.object()) {
-                            held.extend(lock(&index).route_copy(&gk, &copy.metadata, true));
-                        }
-                        for owner in held.drain(..) {
-                            wake.send(owner);
+                            let owner = lock(&index).route_copy(&gk, &copy.metadata, true);
+                            owner.into_iter().for_each(|owner| wake.send(owner));
                         }
                     }
                     std::future::ready(())
