@@ -710,7 +710,9 @@ const SHARDED_LABEL: &str = "chart-test=sharded";
 /// reconciled by the pod that ring gives it (its events name that pod alone, and `kubectl
 /// projection status` shows it as OWNER). Then a pod is deleted as a drain does: an edit made right
 /// after reaches every copy, and once the ReplicaSet's replacement joined, each CR that changed
-/// hands says so in an `OwnerChanged` event from its new pod, and no other CR does.
+/// hands says so in an `OwnerChanged` event from its new pod, and no other CR does. Then a pod is
+/// cut off from the apiserver, a pod's controller is killed hard, and a fourth pod joins (each
+/// below).
 async fn sharding_by_one_value_splits_the_crs_between_the_pods(
     client: &kube::Client,
     release: &Release,
@@ -792,25 +794,7 @@ async fn sharding_by_one_value_splits_the_crs_between_the_pods(
     let deleted = Instant::now();
     kubectl_ok(&["-n", &release.namespace, "delete", "pod", &victim, "--wait=false"]);
     set_source_color(source, "yellow");
-    wait_for("every sharded copy to have the edit", TIMEOUT, || async {
-        let stale: Vec<String> = (0..SHARDED_CRS)
-            .map(|i| format!("shard-{i}"))
-            .filter(|name| {
-                let out = kubectl(&[
-                    "-n",
-                    team,
-                    "get",
-                    "configmap",
-                    name,
-                    "-o",
-                    "jsonpath={.data.color}",
-                ]);
-                String::from_utf8_lossy(&out.stdout) != "yellow"
-            })
-            .collect();
-        stale.is_empty().then_some(()).ok_or(format!("stale: {stale:?}"))
-    })
-    .await;
+    wait_sharded_copies(team, "yellow").await;
     let took = deleted.elapsed();
     eprintln!("the edit reached every copy {took:?} after {victim} was deleted");
     // The deleted pod gives its Lease up as it stops, so the others need not wait for it to expire;
@@ -850,6 +834,13 @@ async fn sharding_by_one_value_splits_the_crs_between_the_pods(
     }
     assert!(moved > 0, "no CR changed hands: the deleted pod owned some");
 
+    a_pod_cut_off_hands_its_crs_over_and_takes_them_back(client, release, source, team, &uids).await;
+    a_pod_killed_hard_loses_no_edit(client, release, source, team, &uids).await;
+    let mut four = sharded.clone();
+    four.retain(|(key, _)| *key != "controller.replicas");
+    four.push(("controller.replicas", json!(4)));
+    a_fourth_pod_takes_only_what_its_ring_moves(client, release, &four, source, team, &uids).await;
+
     kubectl_ok(&[
         "-n",
         team,
@@ -867,6 +858,353 @@ async fn sharding_by_one_value_splits_the_crs_between_the_pods(
         );
     }
     eprintln!("the sharding step took {:?}", began.elapsed());
+}
+
+/// Waits until every copy of the sharding step's Projections has `data.color` = `color`.
+async fn wait_sharded_copies(team: &str, color: &str) {
+    wait_for(
+        &format!("every sharded copy to have color {color}"),
+        TIMEOUT,
+        || async {
+            let stale = sharded_copies_not(team, color);
+            stale.is_empty().then_some(()).ok_or(format!("stale: {stale:?}"))
+        },
+    )
+    .await;
+}
+
+/// The copies of the sharding step's Projections whose `data.color` is not `color`, with theirs.
+fn sharded_copies_not(team: &str, color: &str) -> Vec<String> {
+    (0..SHARDED_CRS)
+        .map(|i| format!("shard-{i}"))
+        .filter_map(|name| {
+            let out = kubectl(&[
+                "-n",
+                team,
+                "get",
+                "configmap",
+                &name,
+                "-o",
+                "jsonpath={.data.color}",
+            ]);
+            let seen = String::from_utf8_lossy(&out.stdout).into_owned();
+            (seen != color).then(|| format!("{name}: {seen:?}"))
+        })
+        .collect()
+}
+
+/// The pod `owners` names most often (the one with the most CRs).
+fn with_most_crs(owners: &[String]) -> String {
+    let pods: BTreeSet<&String> = owners.iter().collect();
+    pods.into_iter()
+        .max_by_key(|pod| owners.iter().filter(|o| o == pod).count())
+        .expect("an owner")
+        .clone()
+}
+
+/// The running controller pod `name` of the release, as `kubectl get -o json` shows it.
+fn controller_pod(release: &Release, name: &str) -> Value {
+    pods(&release.namespace, &selector(&release.name, "controller"))
+        .into_iter()
+        .find(|pod| pod_name(pod) == name)
+        .unwrap_or_else(|| panic!("no controller pod {name}"))
+}
+
+/// The `OwnerChanged` notes of each of the sharding step's Projections, in order.
+async fn owner_changes_of_all(client: &kube::Client, team: &str) -> Vec<BTreeSet<String>> {
+    let mut all = Vec::new();
+    for i in 0..SHARDED_CRS {
+        all.push(
+            owner_changed_notes(client, team, &format!("shard-{i}"))
+                .await
+                .into_iter()
+                .collect(),
+        );
+    }
+    all
+}
+
+/// Waits until each CR that `moves` gives a (from, to) has one `OwnerChanged` note more than
+/// `before`, from `to` naming `from`, and asserts that the others have none more.
+async fn wait_told_moves(
+    client: &kube::Client,
+    team: &str,
+    before: &[BTreeSet<String>],
+    moves: &[Option<(String, String)>],
+) {
+    for (i, moved) in moves.iter().enumerate() {
+        let name = format!("shard-{i}");
+        let new_notes = || async {
+            let now: BTreeSet<String> = owner_changed_notes(client, team, &name)
+                .await
+                .into_iter()
+                .collect();
+            now.difference(&before[i]).cloned().collect::<Vec<_>>()
+        };
+        match moved {
+            Some((from, to)) => {
+                let told = format!("reconciled by replica {to} now, taken over from {from} ");
+                wait_for(
+                    &format!("{name}'s OwnerChanged event from {to}"),
+                    TIMEOUT,
+                    || async {
+                        let notes = new_notes().await;
+                        match notes.as_slice() {
+                            [one] if one.starts_with(&told) => Ok(()),
+                            [] => Err("none yet".to_owned()),
+                            more => panic!("{name}: {more:?}, not one note starting {told:?}"),
+                        }
+                    },
+                )
+                .await;
+            }
+            None => {
+                let notes = new_notes().await;
+                assert!(notes.is_empty(), "{name} did not change hands: {notes:?}");
+            }
+        }
+    }
+}
+
+/// Packets between a pod and the apiserver (the `kubernetes` Service) dropped in the pod's network
+/// namespace, as a partition would; its probes, from the node, still pass. Dropped, the path comes
+/// back with the connections it held.
+struct CutOff {
+    pid: u32,
+    rules: [[String; 10]; 2],
+}
+
+impl CutOff {
+    fn new(pid: u32) -> Self {
+        let out = kubectl(&[
+            "-n",
+            "default",
+            "get",
+            "service",
+            "kubernetes",
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ]);
+        let apiserver = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            !apiserver.is_empty(),
+            "the kubernetes Service's IP: {}",
+            stderr(&out)
+        );
+        let rule = |chain: &str, peer: &str, port: &str| {
+            [
+                chain, "-p", "tcp", peer, &apiserver, port, "443", "-j", "DROP", "-w",
+            ]
+            .map(str::to_owned)
+        };
+        let cut = Self {
+            pid,
+            rules: [rule("OUTPUT", "-d", "--dport"), rule("INPUT", "-s", "--sport")],
+        };
+        for rule in &cut.rules {
+            cut.iptables("-I", rule);
+        }
+        cut
+    }
+
+    fn iptables(&self, action: &str, rule: &[String; 10]) {
+        let mut command = vec!["iptables", action];
+        command.extend(rule.iter().map(String::as_str));
+        let out = in_network_of(self.pid, &command);
+        assert!(
+            out.trim().is_empty(),
+            "iptables {action} {rule:?} in the pod's network: {out}"
+        );
+    }
+}
+
+impl Drop for CutOff {
+    fn drop(&mut self) {
+        for rule in &self.rules {
+            self.iptables("-D", rule);
+        }
+    }
+}
+
+/// The pod with the most CRs is cut off from the apiserver: an edit made right after reaches every
+/// copy once its Lease expired, each of its CRs taken over by the pod the ring of the others gives
+/// it (one `OwnerChanged` each). The path restored, it renews, and takes its CRs back once every pod
+/// acknowledged the ring of three (naming no move: it never saw the ring without it); no copy
+/// reverted meanwhile, and the next edit reaches every copy.
+async fn a_pod_cut_off_hands_its_crs_over_and_takes_them_back(
+    client: &kube::Client,
+    release: &Release,
+    source: &str,
+    team: &str,
+    uids: &[String],
+) {
+    let ring = wait_ring_of_the_pods(client, release).await;
+    let owners = owners_in(&ring, uids);
+    let victim = with_most_crs(&owners);
+    let without = Ring::new(ring.members().iter().filter(|m| **m != victim));
+    let before = owner_changes_of_all(client, team).await;
+    let cut = CutOff::new(container_pid(&controller_pod(release, &victim)));
+    let began = Instant::now();
+    set_source_color(source, "orange");
+    wait_sharded_copies(team, "orange").await;
+    let took = began.elapsed();
+    eprintln!("an edit made right after {victim} was cut off reached every copy in {took:?}");
+    // Its Lease runs out 4 to 6 s after the cut (renewed every third of it), then the others
+    // settle and take over: 9.1 s in a run on 2026-11-29; the bound leaves room for a loaded machine.
+    assert!(
+        took < LEASE * 2 + Duration::from_secs(2),
+        "the edit took {took:?} to reach every copy after {victim} was cut off (Lease {LEASE:?})"
+    );
+    let moves: Vec<Option<(String, String)>> = uids
+        .iter()
+        .zip(&owners)
+        .map(|(uid, owner)| {
+            (*owner == victim).then(|| {
+                (
+                    victim.clone(),
+                    without.owner_of(uid).expect("an owner").to_owned(),
+                )
+            })
+        })
+        .collect();
+    wait_told_moves(client, team, &before, &moves).await;
+
+    let during = owner_changes_of_all(client, team).await;
+    drop(cut);
+    let back = wait_ring_of_the_pods(client, release).await;
+    assert_eq!(back.version(), ring.version(), "the same three pods");
+    let reverted = sharded_copies_not(team, "orange");
+    assert!(
+        reverted.is_empty(),
+        "copies changed once {victim} came back: {reverted:?}"
+    );
+    set_source_color(source, "blue");
+    wait_sharded_copies(team, "blue").await;
+    wait_told_moves(client, team, &during, &vec![None; uids.len()]).await;
+}
+
+/// The container of the pod with the most CRs is killed (SIGKILL: no Lease given up, nothing
+/// drained): an edit made right after reaches every copy, whether the kubelet's restart of the
+/// container (same pod, same member) or the others' takeover once its Lease expired comes first.
+/// The container restarted, the ring is the three pods' again; no CR of another pod changed hands,
+/// and one of the killed pod's did at most once, to the pod the ring of the others gives it.
+async fn a_pod_killed_hard_loses_no_edit(
+    client: &kube::Client,
+    release: &Release,
+    source: &str,
+    team: &str,
+    uids: &[String],
+) {
+    let ring = wait_ring_of_the_pods(client, release).await;
+    let owners = owners_in(&ring, uids);
+    let victim = with_most_crs(&owners);
+    let without = Ring::new(ring.members().iter().filter(|m| **m != victim));
+    let before = owner_changes_of_all(client, team).await;
+    let restarts = |pod: &Value| {
+        pod["status"]["containerStatuses"][0]["restartCount"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let pod = controller_pod(release, &victim);
+    let restarted = restarts(&pod);
+    let pid = container_pid(&pod);
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success(), "kill -KILL {pid} ({victim}'s controller)");
+    let began = Instant::now();
+    set_source_color(source, "purple");
+    wait_sharded_copies(team, "purple").await;
+    let took = began.elapsed();
+    eprintln!("an edit made right after {victim}'s controller was killed reached every copy in {took:?}");
+    assert!(
+        took < LEASE * 2 + Duration::from_secs(2),
+        "the edit took {took:?} to reach every copy after {victim}'s controller was killed"
+    );
+    wait_for(&format!("{victim}'s container to restart"), TIMEOUT, || async {
+        let now = restarts(&controller_pod(release, &victim));
+        (now > restarted)
+            .then_some(())
+            .ok_or(format!("restartCount {now}"))
+    })
+    .await;
+    let back = wait_ring_of_the_pods(client, release).await;
+    assert_eq!(back.version(), ring.version(), "the same three pods");
+    let after = owner_changes_of_all(client, team).await;
+    for (i, (uid, owner)) in uids.iter().zip(&owners).enumerate() {
+        let new_notes: Vec<&String> = after[i].difference(&before[i]).collect();
+        let allowed = format!(
+            "reconciled by replica {} now, taken over from {victim} ",
+            without.owner_of(uid).expect("an owner")
+        );
+        let fits = *owner == victim && new_notes.len() == 1 && new_notes[0].starts_with(&allowed);
+        assert!(
+            new_notes.is_empty() || fits,
+            "shard-{i} (owned by {owner}): {new_notes:?} after {victim} was killed"
+        );
+    }
+}
+
+/// A fourth pod joins (`controller.replicas` 3 → 4): only the CRs the new ring gives it move (the
+/// ranges it takes are at most 35 % of the hash space), each saying so once from it; the others
+/// stay where they were, `kubectl projection status` shows the new owners, and an edit reaches
+/// every copy.
+async fn a_fourth_pod_takes_only_what_its_ring_moves(
+    client: &kube::Client,
+    release: &Release,
+    values: &[(&str, Value)],
+    source: &str,
+    team: &str,
+    uids: &[String],
+) {
+    let three = wait_ring_of_the_pods(client, release).await;
+    let before = owner_changes_of_all(client, team).await;
+    release.upgrade_and_wait(values);
+    let four = wait_ring_of_the_pods(client, release).await;
+    let newcomer = four
+        .members()
+        .iter()
+        .find(|m| !three.members().contains(m))
+        .unwrap_or_else(|| {
+            panic!(
+                "no new member in {:?} (was {:?})",
+                four.members(),
+                three.members()
+            )
+        })
+        .clone();
+    assert_eq!(four.members().len(), 4, "{:?}", four.members());
+    let taken: f64 = four.ranges_of(&newcomer).iter().map(|r| r.share()).sum();
+    assert!(
+        taken <= 0.35,
+        "{newcomer} takes {:.1} % of the hash space",
+        taken * 100.0
+    );
+    let (was, is) = (owners_in(&three, uids), owners_in(&four, uids));
+    let moves: Vec<Option<(String, String)>> = was
+        .iter()
+        .zip(&is)
+        .map(|(was, is)| {
+            (was != is).then(|| {
+                assert_eq!(*is, newcomer, "a CR moved between two pods that stayed");
+                (was.clone(), is.clone())
+            })
+        })
+        .collect();
+    wait_told_moves(client, team, &before, &moves).await;
+    assert_eq!(
+        status_owners(team, &release.namespace),
+        is,
+        "kubectl projection status"
+    );
+    set_source_color(source, "white");
+    wait_sharded_copies(team, "white").await;
+    eprintln!(
+        "{newcomer} joined: {} of {SHARDED_CRS} CRs moved to it ({:.1} % of the hash space)",
+        moves.iter().flatten().count(),
+        taken * 100.0
+    );
 }
 
 /// The notes of the `OwnerChanged` events about the Projection `name` in `namespace`.
