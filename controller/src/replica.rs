@@ -39,10 +39,10 @@ use tokio_util::sync::CancellationToken;
 /// `crate::cache::stored_cr`) and filtered to relevant changes; `deleted` is told of each CR the watch
 /// reports deleted.
 fn cr_stream<K>(
-    (client, shard, dropped): (
+    (client, shard, (kind, dropped)): (
         &Client,
         Option<Arc<crate::shard::Shard>>,
-        prometheus_client::metrics::counter::Counter,
+        (&'static str, prometheus_client::metrics::counter::Counter),
     ),
     writer: reflector::store::Writer<StoredCr<K>>,
     finalizer: &'static str,
@@ -67,8 +67,12 @@ where
     let events = match shard.clone() {
         None => watch(client.clone())(),
         Some(shard) => {
-            let client = crate::shard_watch::sharded_client(client, shard.selector());
-            let events = crate::shard_watch::restarting(watch(client), shard.selector());
+            let first = {
+                let (client, shard) = (client.clone(), shard.clone());
+                move || crate::shard_watch::gained_first(&client, shard.clone(), kind)
+            };
+            let sharded = crate::shard_watch::sharded_client(client, shard.selector());
+            let events = crate::shard_watch::restarting((watch(sharded), first), shard.selector());
             crate::shard_watch::owned_only(events, shard, dropped)
         }
     }
@@ -298,7 +302,11 @@ impl Replica {
         let cluster_changes = tokio::sync::mpsc::unbounded_channel();
         tasks.push(tokio::spawn(warm::feed(
             cr_stream(
-                (&client, ctx.shard.clone(), dropped(&ctx, "Projection")),
+                (
+                    &client,
+                    ctx.shard.clone(),
+                    ("Projection", dropped(&ctx, "Projection")),
+                ),
                 projection_writer,
                 PROJECTION_FINALIZER,
                 initial,
@@ -313,7 +321,11 @@ impl Replica {
         )));
         tasks.push(tokio::spawn(warm::feed(
             cr_stream(
-                (&client, ctx.shard.clone(), dropped(&ctx, "ClusterProjection")),
+                (
+                    &client,
+                    ctx.shard.clone(),
+                    ("ClusterProjection", dropped(&ctx, "ClusterProjection")),
+                ),
                 cluster_writer,
                 CLUSTER_PROJECTION_FINALIZER,
                 initial,

@@ -21,12 +21,16 @@ use shared::{
     api::reason::Reason,
     shard::{
         membership::{ACKNOWLEDGED_ANNOTATION, MEMBER_LABEL, MemberLease, View},
+        ring::{HashRange, gained},
         selector::{ShardFilter, shard_selector},
     },
 };
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
-    sync::{Arc, Mutex, RwLock},
+    sync::{
+        Arc, Mutex, RwLock,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant, SystemTime},
 };
 use tokio_util::sync::CancellationToken;
@@ -64,6 +68,12 @@ pub struct Shard {
     /// The `shardSelector` of this replica's ranges in the current ring, for its CR watches (which
     /// restart, to list anew, whenever it changes).
     selector: tokio::sync::watch::Sender<ShardFilter>,
+    /// This replica's ranges in the current ring, and those of them the last change added to what
+    /// it held before (listed first, ahead of all of its ranges: `shard_watch::gained_first`).
+    ranges: Mutex<(Vec<HashRange>, Vec<HashRange>)>,
+    /// Whether the apiserver has sent CRs outside the ranges asked for (its feature gate is off):
+    /// then the ranges gained are not listed on their own, since every CR would come.
+    selector_ignored: AtomicBool,
     /// `projection_shard_members`, `projection_shard_ring_changes_total`,
     /// `projection_shard_fenced_passes_total`, `projection_shard_takeover_seconds`.
     metrics: (
@@ -126,6 +136,8 @@ impl Shard {
             taken_over: Mutex::default(),
             changed: tokio::sync::watch::Sender::new(()),
             selector: tokio::sync::watch::Sender::new(ShardFilter::Nothing),
+            ranges: Mutex::default(),
+            selector_ignored: AtomicBool::new(false),
             metrics: (
                 metrics.shard_members.clone(),
                 metrics.shard_ring_changes_total.clone(),
@@ -205,6 +217,19 @@ impl Shard {
             }
             ended = pass => Some(ended),
         }
+    }
+
+    /// The ranges the last change of the ring added to this replica's, to list ahead of all of
+    /// them, with their selector; `None` when there are none, or the apiserver ignores selectors.
+    pub fn gained_first(&self) -> Option<(ShardFilter, Vec<HashRange>)> {
+        let added = self.ranges.lock().expect("ranges").1.clone();
+        (!added.is_empty() && !self.selector_ignored.load(Ordering::Acquire))
+            .then(|| (shard_selector(&added), added))
+    }
+
+    /// The apiserver sent CRs outside the ranges asked for: it ignores selectors.
+    pub fn selector_ignored(&self) {
+        self.selector_ignored.store(true, Ordering::Release);
     }
 
     /// Whether this replica may reconcile the CR with this uid now.
@@ -478,12 +503,19 @@ impl Shard {
     /// that decide what it may reconcile.
     fn follow_ring(&self) {
         let view = self.view.read().expect("view");
-        let selector = shard_selector(
-            &view
-                .current()
-                .map(|ring| ring.ranges_of(&self.me))
-                .unwrap_or_default(),
-        );
+        let ranges = view
+            .current()
+            .map(|ring| ring.ranges_of(&self.me))
+            .unwrap_or_default();
+        let selector = shard_selector(&ranges);
+        {
+            let mut held = self.ranges.lock().expect("ranges");
+            let added = gained(&ranges, &held.0);
+            // Only a part of the new ranges is worth a list of its own (not at the start, when it
+            // is all of them).
+            let part = if added == ranges { Vec::new() } else { added };
+            *held = (ranges, part);
+        }
         let moved = self.selector.send_if_modified(|current| {
             let modified = *current != selector;
             *current = selector;

@@ -7,13 +7,14 @@
 use crate::shard::Shard;
 use futures::{StreamExt, stream::BoxStream};
 use kube::{
-    Client, Resource,
+    Api, Client, Resource,
+    api::ListParams,
     runtime::watcher::{self, Event},
 };
 use prometheus_client::metrics::counter::Counter;
 use shared::{
     api::crd::{ClusterProjection, Projection},
-    shard::selector::ShardFilter,
+    shard::{field_hash, selector::ShardFilter},
 };
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -61,19 +62,23 @@ fn add_query<B>(request: &mut http::Request<B>, key: &str, value: &str) {
 }
 
 /// The stream `make` gives, made anew each time the selector changes (a new watch lists what
-/// the new ranges hold; the reflector replaces its store with that list).
+/// the new ranges hold; the reflector replaces its store with that list), after the one `first`
+/// gives then, if any.
 pub fn restarting<T: Send + 'static>(
-    mut make: impl FnMut() -> BoxStream<'static, T> + Send + 'static,
+    (mut make, first): (
+        impl FnMut() -> BoxStream<'static, T> + Send + 'static,
+        impl FnMut() -> Option<BoxStream<'static, T>> + Send + 'static,
+    ),
     mut changes: watch::Receiver<ShardFilter>,
 ) -> BoxStream<'static, T> {
     changes.mark_unchanged();
     let current = make();
     futures::stream::unfold(
-        (current, Some(changes), make),
-        |(mut current, mut changes, mut make)| async move {
+        (current, Some(changes), make, first),
+        |(mut current, mut changes, mut make, mut first)| async move {
             loop {
                 tokio::select! {
-                    item = current.next() => return item.map(|item| (item, (current, changes, make))),
+                    item = current.next() => return item.map(|item| (item, (current, changes, make, first))),
                     alive = async {
                         match changes.as_mut() {
                             Some(changes) => changes.changed().await.is_ok(),
@@ -81,7 +86,10 @@ pub fn restarting<T: Send + 'static>(
                         }
                     } => {
                         if alive {
-                            current = make();
+                            current = match first() {
+                                Some(ahead) => ahead.chain(make()).boxed(),
+                                None => make(),
+                            };
                         } else {
                             changes = None;
                         }
@@ -91,6 +99,60 @@ pub fn restarting<T: Send + 'static>(
         },
     )
     .boxed()
+}
+
+/// The CRs of the ranges the ring just added to this replica's, listed on their own ahead of the
+/// new watch's list of all its ranges: a replica taking over a departed one's CRs holds a fraction
+/// of its ranges anew, and has those CRs in its store (to hand over, the stale ones first) without
+/// waiting for the list of everything it holds. They come as `Apply` events, so the store keeps
+/// what it has until that list replaces it, and the hand-over is told once they are in. An
+/// apiserver that sends CRs outside the ranges ignores selectors: this is not done again.
+pub fn gained_first<K>(
+    client: &Client,
+    shard: Arc<Shard>,
+    kind: &'static str,
+) -> Option<BoxStream<'static, watcher::Result<Event<K>>>>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let (filter, ranges) = shard.gained_first()?;
+    let client = sharded_client(client, watch::channel(filter).1);
+    let listed = {
+        let shard = shard.clone();
+        async move {
+            let started = std::time::Instant::now();
+            let crs = match Api::<K>::all(client).list(&ListParams::default()).await {
+                Ok(list) => list.items,
+                Err(e) => {
+                    tracing::warn!(kind, error = %e, "could not list the ranges gained first; the new watch lists them");
+                    Vec::new()
+                }
+            };
+            let in_ranges = |cr: &K| {
+                let hash = field_hash(cr.meta().uid.as_deref().unwrap_or_default());
+                ranges.iter().any(|range| range.contains(hash))
+            };
+            if crs.iter().all(in_ranges) {
+                tracing::info!(
+                    kind,
+                    crs = crs.len(),
+                    ms = started.elapsed().as_millis(),
+                    "listed first the CRs of the ranges this replica gained"
+                );
+            } else {
+                shard.selector_ignored();
+                tracing::info!(
+                    kind,
+                    "the apiserver ignores shardSelector: the ranges gained are listed with the rest from now on"
+                );
+            }
+            futures::stream::iter(crs.into_iter().map(|cr| Ok(Event::Apply(cr))))
+        }
+    };
+    // Polled once the last of them has reached the store.
+    let told =
+        futures::stream::once(async move { shard.relisted() }).filter_map(|()| std::future::ready(None));
+    Some(futures::stream::once(listed).flatten().chain(told).boxed())
 }
 
 /// Only the events of CRs the current ring gives this replica; the others counted in `dropped`.
@@ -140,18 +202,32 @@ mod tests {
     async fn a_change_of_the_selector_starts_the_stream_anew() {
         let (tx, rx) = watch::channel(ShardFilter::Nothing);
         let mut round = 0;
+        let mut ahead = 0;
         let mut stream = restarting(
-            move || {
-                round += 1;
-                futures::stream::iter([round])
-                    .chain(futures::stream::pending())
-                    .boxed()
-            },
+            (
+                move || {
+                    round += 1;
+                    futures::stream::iter([round])
+                        .chain(futures::stream::pending())
+                        .boxed()
+                },
+                move || {
+                    ahead += 1;
+                    (ahead == 1).then(|| futures::stream::iter([100]).boxed())
+                },
+            ),
             rx,
         );
         assert_eq!(stream.next().await, Some(1));
         tx.send_replace(ShardFilter::Everything);
+        assert_eq!(
+            stream.next().await,
+            Some(100),
+            "what comes first, at the first change"
+        );
         assert_eq!(stream.next().await, Some(2));
+        tx.send_replace(ShardFilter::Nothing);
+        assert_eq!(stream.next().await, Some(3), "nothing first at the second");
         drop(tx);
         let pending = tokio::time::timeout(std::time::Duration::from_millis(50), stream.next()).await;
         assert!(

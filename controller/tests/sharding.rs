@@ -14,7 +14,7 @@ use kube::api::ListParams;
 use projection_tests::{
     ServiceProcess, kubeconfig_path, metric_value, sharded_list_and_watch, wait_for, wait_for_event,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 use shared::shard::Ring;
 use std::{
     collections::BTreeSet,
@@ -323,6 +323,30 @@ async fn replicas_split_the_crs_by_the_ring_and_take_over_a_killed_ones() {
         Some(moved.len() as f64),
         "{metrics}"
     );
+    // Where the apiserver filters, the survivor listed the ranges it gained on their own first:
+    // exactly the CRs it took over; where it does not, it found out and lists them with the rest.
+    let gained_first: Vec<Value> = std::fs::read_to_string(&a.log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["fields"]["kind"] == "Projection")
+        .map(|l| l["fields"].clone())
+        .filter(|f| f["message"].as_str().is_some_and(|m| m.contains("gained")))
+        .collect();
+    if sharded_list_and_watch(&env.client).await {
+        let counts: Vec<&Value> = gained_first
+            .iter()
+            .filter(|f| f["message"] == "listed first the CRs of the ranges this replica gained")
+            .map(|f| &f["crs"])
+            .collect();
+        assert_eq!(counts, [&json!(moved.len() + moved_quiet)], "{gained_first:?}");
+    } else {
+        assert!(
+            gained_first.iter().any(|f| f["message"]
+                == "the apiserver ignores shardSelector: the ranges gained are listed with the rest from now on"),
+            "{gained_first:?}"
+        );
+    }
     let seconds = metric_value(&metrics, "projection_shard_takeover_seconds_sum").unwrap_or(f64::MAX);
     assert!(
         seconds / (moved.len() as f64) < LEASE_SECONDS as f64,

@@ -122,6 +122,46 @@ impl Ring {
     }
 }
 
+/// The parts of `new` outside `old` (both sorted and disjoint, as [`Ring::ranges_of`] gives them):
+/// what a member gains when the ring changes, the ranges whose CRs it has not listed yet.
+pub fn gained(new: &[HashRange], old: &[HashRange]) -> Vec<HashRange> {
+    let mut out = Vec::new();
+    let mut first_old = 0;
+    for range in new {
+        let mut start = u128::from(range.start);
+        while old.get(first_old).is_some_and(|o| o.end <= start) {
+            first_old += 1;
+        }
+        let mut next_old = first_old;
+        while start < range.end {
+            match old.get(next_old) {
+                Some(o) if u128::from(o.start) < range.end => {
+                    if u128::from(o.start) > start {
+                        out.push(HashRange::between(start, u128::from(o.start)));
+                    }
+                    start = start.max(o.end);
+                    next_old += 1;
+                }
+                _ => {
+                    out.push(HashRange::between(start, range.end));
+                    start = range.end;
+                }
+            }
+        }
+    }
+    out
+}
+
+impl HashRange {
+    /// `[start, end)` for `start < end <= SPACE_END` (so `start` fits 64 bits).
+    fn between(start: u128, end: u128) -> Self {
+        Self {
+            start: u64::try_from(start).unwrap_or(u64::MAX),
+            end,
+        }
+    }
+}
+
 /// Where a member's `point`-th virtual node sits: FNV-1a of `member#point`, then SplitMix64's
 /// finaliser, because FNV-1a of names that differ only in their last characters differs mostly in
 /// its low bits and would bunch one member's points together.
@@ -226,6 +266,59 @@ mod tests {
             // Leaving is the same move backwards.
             let back = owners(&Ring::new(members(n)), &uids);
             assert_eq!(back, before, "{} -> {n} gives the first split back", n + 1);
+        }
+    }
+
+    fn range(start: u64, end: u128) -> HashRange {
+        HashRange { start, end }
+    }
+
+    #[test]
+    fn gained_is_what_the_new_ranges_add_to_the_old() {
+        let cases: [(&[HashRange], &[HashRange], &[HashRange]); 7] = [
+            (&[range(0, 10)], &[], &[range(0, 10)]),
+            (&[range(0, 10)], &[range(0, 10)], &[]),
+            (&[], &[range(0, 10)], &[]),
+            (&[range(0, 10)], &[range(3, 5)], &[range(0, 3), range(5, 10)]),
+            (
+                &[range(0, 10), range(20, SPACE_END)],
+                &[range(5, 25)],
+                &[range(0, 5), range(25, SPACE_END)],
+            ),
+            (
+                &[range(5, 10)],
+                &[range(0, 6), range(8, 9), range(9, 20)],
+                &[range(6, 8)],
+            ),
+            (
+                &[range(0, 4), range(6, 8)],
+                &[range(2, 7)],
+                &[range(0, 2), range(7, 8)],
+            ),
+        ];
+        for (new, old, want) in cases {
+            assert_eq!(gained(new, old), want, "{new:?} - {old:?}");
+        }
+    }
+
+    #[test]
+    fn a_member_gains_exactly_the_uids_the_new_ring_gives_it_and_the_old_did_not() {
+        let uids = uids();
+        for (before, after) in [(3, 4), (4, 3), (2, 5)] {
+            let (old_ring, new_ring) = (Ring::new(members(before)), Ring::new(members(after)));
+            for member in members(before.max(after)) {
+                let added = gained(&new_ring.ranges_of(&member), &old_ring.ranges_of(&member));
+                for uid in &uids {
+                    let hash = super::super::field_hash(uid);
+                    let moved_here = new_ring.owner_of(uid) == Some(member.as_str())
+                        && old_ring.owner_of(uid) != Some(member.as_str());
+                    assert_eq!(
+                        added.iter().any(|r| r.contains(hash)),
+                        moved_here,
+                        "{before} -> {after}, {member}, {uid}"
+                    );
+                }
+            }
         }
     }
 
