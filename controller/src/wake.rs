@@ -122,9 +122,9 @@ impl Wake {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_standby_keeps_its_wakes_for_the_takeover() {
-        let (projections, mut woken) = tokio::sync::mpsc::unbounded_channel();
+    /// The wakes of a standby, and what reaches its Projection reconciler.
+    fn standby() -> (Wake, tokio::sync::mpsc::UnboundedReceiver<ObjectRef<Projection>>) {
+        let (projections, woken) = tokio::sync::mpsc::unbounded_channel();
         let (clusters, _) = tokio::sync::mpsc::unbounded_channel();
         let wake = Wake {
             projections,
@@ -134,6 +134,12 @@ mod tests {
             shard: None,
             recent_sources: RecentSources::new(Duration::from_secs(15)),
         };
+        (wake, woken)
+    }
+
+    #[test]
+    fn a_standby_keeps_its_wakes_for_the_takeover() {
+        let (wake, mut woken) = standby();
         let a = CrRef::Projection(ObjectRef::new("a").within("ns"));
         wake.send(a.clone());
         wake.send(a.clone());
@@ -148,16 +154,7 @@ mod tests {
 
     #[test]
     fn a_standby_does_not_keep_what_its_lists_wake() {
-        let (projections, mut woken) = tokio::sync::mpsc::unbounded_channel();
-        let (clusters, _) = tokio::sync::mpsc::unbounded_channel();
-        let wake = Wake {
-            projections,
-            clusters,
-            leading: Arc::default(),
-            missed: Arc::default(),
-            shard: None,
-            recent_sources: RecentSources::new(Duration::from_secs(15)),
-        };
+        let (wake, mut woken) = standby();
         let listed = CrRef::Projection(ObjectRef::new("listed").within("ns"));
         let changed = CrRef::Projection(ObjectRef::new("changed").within("ns"));
         wake.send_listed(listed.clone());

@@ -834,12 +834,19 @@ async fn sharding_by_one_value_splits_the_crs_between_the_pods(
     }
     assert!(moved > 0, "no CR changed hands: the deleted pod owned some");
 
-    a_pod_cut_off_hands_its_crs_over_and_takes_them_back(client, release, source, team, &uids).await;
-    a_pod_killed_hard_loses_no_edit(client, release, source, team, &uids).await;
+    let step = Sharded {
+        client,
+        release,
+        source,
+        team,
+        uids: &uids,
+    };
+    a_pod_cut_off_hands_its_crs_over_and_takes_them_back(&step).await;
+    a_pod_killed_hard_loses_no_edit(&step).await;
     let mut four = sharded.clone();
     four.retain(|(key, _)| *key != "controller.replicas");
     four.push(("controller.replicas", json!(4)));
-    a_fourth_pod_takes_only_what_its_ring_moves(client, release, &four, source, team, &uids).await;
+    a_fourth_pod_takes_only_what_its_ring_moves(&step, &four).await;
 
     kubectl_ok(&[
         "-n",
@@ -1026,24 +1033,62 @@ impl Drop for CutOff {
     }
 }
 
+/// What the sharding step's disruptions act on: the release, the source, and the team's
+/// Projections (`shard-<i>`, with their uids).
+#[derive(Clone, Copy)]
+struct Sharded<'a> {
+    client: &'a kube::Client,
+    release: &'a Release,
+    source: &'a str,
+    team: &'a str,
+    uids: &'a [String],
+}
+
+/// The pod a disruption hits: the one with the most CRs once the pods agree on their ring.
+struct Victim {
+    ring: Ring,
+    /// The owner of each CR in that ring.
+    owners: Vec<String>,
+    victim: String,
+    /// The ring of the others.
+    without: Ring,
+    /// Each CR's `OwnerChanged` notes before the disruption.
+    before: Vec<BTreeSet<String>>,
+}
+
+impl Victim {
+    async fn pick(step: &Sharded<'_>) -> Self {
+        let ring = wait_ring_of_the_pods(step.client, step.release).await;
+        let owners = owners_in(&ring, step.uids);
+        let victim = with_most_crs(&owners);
+        let without = Ring::new(ring.members().iter().filter(|m| **m != victim));
+        let before = owner_changes_of_all(step.client, step.team).await;
+        Self {
+            ring,
+            owners,
+            victim,
+            without,
+            before,
+        }
+    }
+}
+
 /// The pod with the most CRs is cut off from the apiserver: an edit made right after reaches every
 /// copy once its Lease expired, each of its CRs taken over by the pod the ring of the others gives
 /// it (one `OwnerChanged` each). The path restored, it renews, and takes its CRs back once every pod
 /// acknowledged the ring of three (naming no move: it never saw the ring without it); no copy
 /// reverted meanwhile, and the next edit reaches every copy.
-async fn a_pod_cut_off_hands_its_crs_over_and_takes_them_back(
-    client: &kube::Client,
-    release: &Release,
-    source: &str,
-    team: &str,
-    uids: &[String],
-) {
-    let ring = wait_ring_of_the_pods(client, release).await;
-    let owners = owners_in(&ring, uids);
-    let victim = with_most_crs(&owners);
-    let without = Ring::new(ring.members().iter().filter(|m| **m != victim));
-    let before = owner_changes_of_all(client, team).await;
-    let cut = CutOff::new(container_pid(&controller_pod(release, &victim)));
+async fn a_pod_cut_off_hands_its_crs_over_and_takes_them_back(step: &Sharded<'_>) {
+    let Sharded {
+        client,
+        release,
+        source,
+        team,
+        uids,
+    } = *step;
+    let hit = Victim::pick(step).await;
+    let (ring, owners, victim, without) = (&hit.ring, &hit.owners, &hit.victim, &hit.without);
+    let cut = CutOff::new(container_pid(&controller_pod(release, victim)));
     let began = Instant::now();
     set_source_color(source, "orange");
     wait_sharded_copies(team, "orange").await;
@@ -1057,9 +1102,9 @@ async fn a_pod_cut_off_hands_its_crs_over_and_takes_them_back(
     );
     let moves: Vec<Option<(String, String)>> = uids
         .iter()
-        .zip(&owners)
+        .zip(owners)
         .map(|(uid, owner)| {
-            (*owner == victim).then(|| {
+            (owner == victim).then(|| {
                 (
                     victim.clone(),
                     without.owner_of(uid).expect("an owner").to_owned(),
@@ -1067,7 +1112,7 @@ async fn a_pod_cut_off_hands_its_crs_over_and_takes_them_back(
             })
         })
         .collect();
-    wait_told_moves(client, team, &before, &moves).await;
+    wait_told_moves(client, team, &hit.before, &moves).await;
 
     let during = owner_changes_of_all(client, team).await;
     drop(cut);
@@ -1088,24 +1133,22 @@ async fn a_pod_cut_off_hands_its_crs_over_and_takes_them_back(
 /// container (same pod, same member) or the others' takeover once its Lease expired comes first.
 /// The container restarted, the ring is the three pods' again; no CR of another pod changed hands,
 /// and one of the killed pod's did at most once, to the pod the ring of the others gives it.
-async fn a_pod_killed_hard_loses_no_edit(
-    client: &kube::Client,
-    release: &Release,
-    source: &str,
-    team: &str,
-    uids: &[String],
-) {
-    let ring = wait_ring_of_the_pods(client, release).await;
-    let owners = owners_in(&ring, uids);
-    let victim = with_most_crs(&owners);
-    let without = Ring::new(ring.members().iter().filter(|m| **m != victim));
-    let before = owner_changes_of_all(client, team).await;
+async fn a_pod_killed_hard_loses_no_edit(step: &Sharded<'_>) {
+    let Sharded {
+        client,
+        release,
+        source,
+        team,
+        uids,
+    } = *step;
+    let hit = Victim::pick(step).await;
+    let (ring, owners, victim, without) = (&hit.ring, &hit.owners, &hit.victim, &hit.without);
     let restarts = |pod: &Value| {
         pod["status"]["containerStatuses"][0]["restartCount"]
             .as_u64()
             .unwrap_or(0)
     };
-    let pod = controller_pod(release, &victim);
+    let pod = controller_pod(release, victim);
     let restarted = restarts(&pod);
     let pid = container_pid(&pod);
     let killed = std::process::Command::new("kill")
@@ -1123,7 +1166,7 @@ async fn a_pod_killed_hard_loses_no_edit(
         "the edit took {took:?} to reach every copy after {victim}'s controller was killed"
     );
     wait_for(&format!("{victim}'s container to restart"), TIMEOUT, || async {
-        let now = restarts(&controller_pod(release, &victim));
+        let now = restarts(&controller_pod(release, victim));
         (now > restarted)
             .then_some(())
             .ok_or(format!("restartCount {now}"))
@@ -1132,13 +1175,13 @@ async fn a_pod_killed_hard_loses_no_edit(
     let back = wait_ring_of_the_pods(client, release).await;
     assert_eq!(back.version(), ring.version(), "the same three pods");
     let after = owner_changes_of_all(client, team).await;
-    for (i, (uid, owner)) in uids.iter().zip(&owners).enumerate() {
-        let new_notes: Vec<&String> = after[i].difference(&before[i]).collect();
+    for (i, (uid, owner)) in uids.iter().zip(owners).enumerate() {
+        let new_notes: Vec<&String> = after[i].difference(&hit.before[i]).collect();
         let allowed = format!(
             "reconciled by replica {} now, taken over from {victim} ",
             without.owner_of(uid).expect("an owner")
         );
-        let fits = *owner == victim && new_notes.len() == 1 && new_notes[0].starts_with(&allowed);
+        let fits = owner == victim && new_notes.len() == 1 && new_notes[0].starts_with(&allowed);
         assert!(
             new_notes.is_empty() || fits,
             "shard-{i} (owned by {owner}): {new_notes:?} after {victim} was killed"
@@ -1150,14 +1193,14 @@ async fn a_pod_killed_hard_loses_no_edit(
 /// ranges it takes are at most 35 % of the hash space), each saying so once from it; the others
 /// stay where they were, `kubectl projection status` shows the new owners, and an edit reaches
 /// every copy.
-async fn a_fourth_pod_takes_only_what_its_ring_moves(
-    client: &kube::Client,
-    release: &Release,
-    values: &[(&str, Value)],
-    source: &str,
-    team: &str,
-    uids: &[String],
-) {
+async fn a_fourth_pod_takes_only_what_its_ring_moves(step: &Sharded<'_>, values: &[(&str, Value)]) {
+    let Sharded {
+        client,
+        release,
+        source,
+        team,
+        uids,
+    } = *step;
     let three = wait_ring_of_the_pods(client, release).await;
     let before = owner_changes_of_all(client, team).await;
     release.upgrade_and_wait(values);
