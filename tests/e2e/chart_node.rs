@@ -931,6 +931,22 @@ async fn owner_changes_of_all(client: &kube::Client, team: &str) -> Vec<BTreeSet
     all
 }
 
+/// Each CR's `OwnerChanged` notes once no more come: the same in two reads a second apart. A move's
+/// note is published as its pass ends, which can be after the copies show the pass's write, so the
+/// notes of one step are all in before the next step's begin.
+async fn owner_changes_settled(client: &kube::Client, team: &str) -> Vec<BTreeSet<String>> {
+    let mut last = owner_changes_of_all(client, team).await;
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = owner_changes_of_all(client, team).await;
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    panic!("OwnerChanged notes kept coming for 30 s: {last:?}");
+}
+
 /// Waits until each CR that `moves` gives a (from, to) has one `OwnerChanged` note more than
 /// `before`, from `to` naming `from`, and asserts that the others have none more.
 async fn wait_told_moves(
@@ -1062,7 +1078,7 @@ impl Victim {
         let owners = owners_in(&ring, step.uids);
         let victim = with_most_crs(&owners);
         let without = Ring::new(ring.members().iter().filter(|m| **m != victim));
-        let before = owner_changes_of_all(step.client, step.team).await;
+        let before = owner_changes_settled(step.client, step.team).await;
         Self {
             ring,
             owners,
@@ -1076,8 +1092,8 @@ impl Victim {
 /// The pod with the most CRs is cut off from the apiserver: an edit made right after reaches every
 /// copy once its Lease expired, each of its CRs taken over by the pod the ring of the others gives
 /// it (one `OwnerChanged` each). The path restored, it renews, and takes its CRs back once every pod
-/// acknowledged the ring of three (naming no move: it never saw the ring without it); no copy
-/// reverted meanwhile, and the next edit reaches every copy.
+/// acknowledged the ring of three (telling each move back at most once); no copy reverted
+/// meanwhile, and the next edit reaches every copy.
 async fn a_pod_cut_off_hands_its_crs_over_and_takes_them_back(step: &Sharded<'_>) {
     let Sharded {
         client,
@@ -1125,14 +1141,51 @@ async fn a_pod_cut_off_hands_its_crs_over_and_takes_them_back(step: &Sharded<'_>
     );
     set_source_color(source, "blue");
     wait_sharded_copies(team, "blue").await;
-    wait_told_moves(client, team, &during, &vec![None; uids.len()]).await;
+    // Its CRs' way back is told when it read the others' Leases (the ring without it) before its
+    // own renewal landed, and not when the renewal came first.
+    let back_home: Vec<Vec<String>> = uids
+        .iter()
+        .zip(owners)
+        .map(|(uid, owner)| match owner == victim {
+            true => vec![told(victim, without.owner_of(uid).expect("an owner"))],
+            false => Vec::new(),
+        })
+        .collect();
+    let after = owner_changes_settled(client, team).await;
+    assert_told_at_most(&during, &after, &back_home, &format!("{victim} came back"));
+}
+
+/// The start of the `OwnerChanged` note of a CR that `to` took over from `from`.
+fn told(to: &str, from: &str) -> String {
+    format!("reconciled by replica {to} now, taken over from {from} ")
+}
+
+/// Asserts that each CR's `OwnerChanged` notes from `before` to `after` start each with another of
+/// the notes `allowed` for it (none where it allows none).
+fn assert_told_at_most(
+    before: &[BTreeSet<String>],
+    after: &[BTreeSet<String>],
+    allowed: &[Vec<String>],
+    when: &str,
+) {
+    for (i, allowed) in allowed.iter().enumerate() {
+        let new_notes: Vec<&String> = after[i].difference(&before[i]).collect();
+        let mut unused = allowed.clone();
+        for note in &new_notes {
+            let used = unused.iter().position(|start| note.starts_with(start.as_str()));
+            assert!(
+                used.map(|at| unused.remove(at)).is_some(),
+                "shard-{i} after {when}: {new_notes:?}, of which only {allowed:?} may be"
+            );
+        }
+    }
 }
 
 /// The container of the pod with the most CRs is killed (SIGKILL: no Lease given up, nothing
 /// drained): an edit made right after reaches every copy, whether the kubelet's restart of the
 /// container (same pod, same member) or the others' takeover once its Lease expired comes first.
 /// The container restarted, the ring is the three pods' again; no CR of another pod changed hands,
-/// and one of the killed pod's did at most once, to the pod the ring of the others gives it.
+/// and one of the killed pod's at most to the pod the ring of the others gives it and back.
 async fn a_pod_killed_hard_loses_no_edit(step: &Sharded<'_>) {
     let Sharded {
         client,
@@ -1174,19 +1227,26 @@ async fn a_pod_killed_hard_loses_no_edit(step: &Sharded<'_>) {
     .await;
     let back = wait_ring_of_the_pods(client, release).await;
     assert_eq!(back.version(), ring.version(), "the same three pods");
-    let after = owner_changes_of_all(client, team).await;
-    for (i, (uid, owner)) in uids.iter().zip(owners).enumerate() {
-        let new_notes: Vec<&String> = after[i].difference(&hit.before[i]).collect();
-        let allowed = format!(
-            "reconciled by replica {} now, taken over from {victim} ",
-            without.owner_of(uid).expect("an owner")
-        );
-        let fits = owner == victim && new_notes.len() == 1 && new_notes[0].starts_with(&allowed);
-        assert!(
-            new_notes.is_empty() || fits,
-            "shard-{i} (owned by {owner}): {new_notes:?} after {victim} was killed"
-        );
-    }
+    // Where its Lease expired before the restarted container renewed it, its CRs went to the
+    // others and came back, each way told at most once.
+    let there_and_back: Vec<Vec<String>> = uids
+        .iter()
+        .zip(owners)
+        .map(|(uid, owner)| {
+            let other = without.owner_of(uid).expect("an owner");
+            match owner == victim {
+                true => vec![told(other, victim), told(victim, other)],
+                false => Vec::new(),
+            }
+        })
+        .collect();
+    let after = owner_changes_settled(client, team).await;
+    assert_told_at_most(
+        &hit.before,
+        &after,
+        &there_and_back,
+        &format!("{victim}'s controller was killed"),
+    );
 }
 
 /// A fourth pod joins (`controller.replicas` 3 → 4): only the CRs the new ring gives it move (the
@@ -1202,7 +1262,7 @@ async fn a_fourth_pod_takes_only_what_its_ring_moves(step: &Sharded<'_>, values:
         uids,
     } = *step;
     let three = wait_ring_of_the_pods(client, release).await;
-    let before = owner_changes_of_all(client, team).await;
+    let before = owner_changes_settled(client, team).await;
     release.upgrade_and_wait(values);
     let four = wait_ring_of_the_pods(client, release).await;
     let newcomer = four
