@@ -302,11 +302,7 @@ impl Replica {
         let cluster_changes = tokio::sync::mpsc::unbounded_channel();
         tasks.push(tokio::spawn(warm::feed(
             cr_stream(
-                (
-                    &client,
-                    ctx.shard.clone(),
-                    ("Projection", dropped(&ctx, "Projection")),
-                ),
+                (&client, ctx.shard.clone(), dropped(&ctx, "Projection")),
                 projection_writer,
                 PROJECTION_FINALIZER,
                 initial,
@@ -321,11 +317,7 @@ impl Replica {
         )));
         tasks.push(tokio::spawn(warm::feed(
             cr_stream(
-                (
-                    &client,
-                    ctx.shard.clone(),
-                    ("ClusterProjection", dropped(&ctx, "ClusterProjection")),
-                ),
+                (&client, ctx.shard.clone(), dropped(&ctx, "ClusterProjection")),
                 cluster_writer,
                 CLUSTER_PROJECTION_FINALIZER,
                 initial,
@@ -495,13 +487,18 @@ impl Replica {
     }
 }
 
-/// The counter of CR watch events of `kind` dropped as another replica's.
-fn dropped(ctx: &context::Context, kind: &'static str) -> prometheus_client::metrics::counter::Counter {
-    ctx.report
+/// The kind, with the counter of its CR watch events dropped as another replica's.
+fn dropped(
+    ctx: &context::Context,
+    kind: &'static str,
+) -> (&'static str, prometheus_client::metrics::counter::Counter) {
+    let counter = ctx
+        .report
         .metrics
         .shard_events_dropped_total
         .get_or_create(&metrics::KindLabels { kind })
-        .clone()
+        .clone();
+    (kind, counter)
 }
 
 /// Sends the reconcilers every CR this replica may reconcile now and could not before (or whose
