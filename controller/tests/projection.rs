@@ -236,6 +236,65 @@ async fn a_copy_deleted_or_edited_by_hand_is_restored() {
     env.finish().await;
 }
 
+/// A pass that wrote its copies and ended before it reported them (its replica killed, or cut short
+/// by the fence when its member Lease lapsed) leaves the copies newer than `status.sourceHash`. The
+/// next pass finds nothing to write and still tells the update, once: made here by a status whose
+/// hash is another content's while no controller runs.
+#[tokio::test]
+async fn copies_written_by_a_pass_that_never_reported_are_told_by_the_next() {
+    let env = env("unreported").await;
+    let mut first = controller(&[]).await;
+    let (_, dst) = env.names();
+    let copies = env.api::<ConfigMap>(&dst);
+    env.project_new_configmap("cfg", "cfg", json!({"a": "1"}), json!({}))
+        .await;
+    wait_ready(&env.projections(), "cfg").await;
+    let copy = copies.get("cfg").await.expect("copy");
+    let hash = copy.annotations()["projection.sh/source-hash"].clone();
+    let reported = |p: &Projection| p.status.as_ref().and_then(|s| s.copy.source_hash.clone());
+    assert_eq!(
+        reported(&env.projections().get("cfg").await.expect("cr")).as_ref(),
+        Some(&hash)
+    );
+    first.kill_hard();
+    let updates = || async {
+        projection_tests::events_about(&env.client, &dst, "cfg")
+            .await
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("Updated"))
+            // A repeated event is one object with a series.
+            .map(|e| e.series.map_or(1, |s| s.count))
+            .sum::<i32>()
+    };
+    assert_eq!(updates().await, 0, "nothing was updated yet");
+    env.projections()
+        .patch_status(
+            "cfg",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"sourceHash": "an-earlier-content"}})),
+        )
+        .await
+        .expect("status patched");
+
+    let _next = controller(&[]).await;
+    let note = wait_for_event(&env.client, &dst, "cfg", "Updated").await;
+    assert!(note.ends_with(&format!("to {dst}/cfg")), "{note}");
+    wait_object(
+        &env.projections(),
+        "cfg",
+        "the status reporting the copies' content",
+        |p| reported(p).as_ref() == Some(&hash),
+    )
+    .await;
+    assert_eq!(
+        copies.get("cfg").await.expect("copy").resource_version(),
+        copy.resource_version(),
+        "the copy was current: not written again"
+    );
+    assert_eq!(updates().await, 1, "told once");
+    env.finish().await;
+}
+
 #[tokio::test]
 async fn services_keep_their_nature() {
     let env = env("svc").await;

@@ -240,6 +240,7 @@ mod tests {
             },
             targets,
             once: None,
+            reported_hash: None,
         }
     }
 

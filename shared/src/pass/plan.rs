@@ -85,6 +85,8 @@ pub struct PassInput<'a> {
     pub sync_policy: Option<SyncPolicy>,
     /// `status.appliedOnce`.
     pub applied_once: Option<&'a AppliedOnce>,
+    /// `status.sourceHash`: the hash of the content the last pass that reported wrote.
+    pub reported_hash: Option<&'a str>,
 }
 
 impl<'a> PassInput<'a> {
@@ -109,6 +111,7 @@ impl<'a> PassInput<'a> {
             existing,
             sync_policy: cr.controls.sync_policy,
             applied_once: cr.status.and_then(|s| s.applied_once.as_ref()),
+            reported_hash: cr.status.and_then(|s| s.source_hash.as_deref()),
         }
     }
 }
@@ -136,6 +139,8 @@ pub struct Plan {
     pub targets: Targets,
     /// With `syncPolicy: ApplyOnce`: the record read from status and how the targets sort by it.
     pub once: Option<(BTreeSet<String>, OncePlan)>,
+    /// `status.sourceHash` as the pass found it.
+    pub reported_hash: Option<String>,
 }
 
 /// Makes the plan of a pass. `Err` when the pass is refused as a whole: a Projection whose copy
@@ -151,6 +156,7 @@ pub fn plan(input: &PassInput<'_>) -> Result<Plan, Stop> {
         existing,
         sync_policy,
         applied_once,
+        reported_hash,
     } = *input;
     if scope == Scope::OwnNamespace
         && let Some(found) = &targets.skipped_source
@@ -224,6 +230,7 @@ pub fn plan(input: &PassInput<'_>) -> Result<Plan, Stop> {
         copies: copies.clone(),
         targets: targets.clone(),
         once,
+        reported_hash: reported_hash.map(str::to_owned),
     })
 }
 
@@ -244,7 +251,7 @@ impl Plan {
         hash: String,
         (gvk, from): (&str, &str),
     ) -> Concluded {
-        let mut tally = Tally::of(writes);
+        let mut tally = Tally::of(self.unreported_as_updated(writes, &hash));
         tally.failures.extend(self.refused.iter().cloned());
         tally.failures.sort_by(|a, b| a.namespace.cmp(&b.namespace));
         let earlier_gone = earlier.all_gone();
@@ -279,6 +286,32 @@ impl Plan {
             applied_once,
             hash,
         }
+    }
+
+    /// The writes with every copy found current counted as updated when the status reports other
+    /// content (`status.sourceHash`, present: the CR was reported on before) than the copies carry
+    /// now. Only a pass that wrote them and ended before it reported (its replica's Lease lapsed
+    /// and the fence cut it, or the process was killed) leaves copies newer than the status; its
+    /// `Updated` event is published by this pass instead of being lost. A status write that failed
+    /// after the events may repeat one: an event told twice rather than never. With ApplyOnce a copy
+    /// left as it is may be older than the source, so nothing is counted.
+    fn unreported_as_updated(
+        &self,
+        writes: Vec<(String, CopyWrite)>,
+        hash: &str,
+    ) -> Vec<(String, CopyWrite)> {
+        let stale =
+            self.existing == Existing::Update && self.reported_hash.as_deref().is_some_and(|r| r != hash);
+        if !stale {
+            return writes;
+        }
+        writes
+            .into_iter()
+            .map(|(namespace, write)| match write {
+                CopyWrite::Unchanged => (namespace, CopyWrite::Updated),
+                other => (namespace, other),
+            })
+            .collect()
     }
 
     /// How the pass ends: its outcome and how it is retried. `cleaned` says whether every copy no
@@ -460,6 +493,7 @@ mod tests {
             existing: &[],
             sync_policy: None,
             applied_once: None,
+            reported_hash: None,
         }
     }
 
@@ -826,6 +860,73 @@ mod tests {
                     "adopted e/cfg, f/cfg as the copy of src/cfg"
                 ),
             ]
+        );
+    }
+
+    #[test]
+    fn copies_written_by_a_pass_that_never_reported_are_told_as_updated_by_the_next() {
+        let now = copies("ConfigMap", "cfg");
+        let fan = targets(&["a", "b", "c"]);
+        let writes = || {
+            written(&[
+                ("a", CopyWrite::Unchanged),
+                ("b", CopyWrite::Updated),
+                ("c", CopyWrite::Unchanged),
+            ])
+        };
+        let updated = |reported: Option<&str>| {
+            let input = PassInput {
+                reported_hash: reported,
+                ..input(Scope::Namespaces, &now, &fan)
+            };
+            let done = plan(&input)
+                .unwrap()
+                .conclude(writes(), clean(), "h".into(), SOURCE);
+            let notes: Vec<String> = done
+                .events
+                .into_iter()
+                .filter(|e| e.reason == Reason::Updated)
+                .map(|e| e.note)
+                .collect();
+            (notes, done.tally.updated)
+        };
+        // The status reports other content than the copies found current carry: a pass wrote
+        // them and was cut short before its events.
+        assert_eq!(
+            updated(Some("g")),
+            (
+                names(&["updated /v1, Kind=ConfigMap src/cfg to a/cfg, b/cfg, c/cfg"]),
+                names(&["a", "b", "c"])
+            )
+        );
+        // The same content reported, or never any (a new CR, or one the Go operator made): only
+        // what this pass wrote.
+        for reported in [Some("h"), None] {
+            assert_eq!(
+                updated(reported),
+                (
+                    names(&["updated /v1, Kind=ConfigMap src/cfg to b/cfg"]),
+                    names(&["b"])
+                ),
+                "{reported:?}"
+            );
+        }
+        // ApplyOnce leaves copies as they are, however old: nothing is told of them.
+        let input = PassInput {
+            sync_policy: Some(SyncPolicy::ApplyOnce),
+            reported_hash: Some("g"),
+            ..input(Scope::Namespaces, &now, &fan)
+        };
+        let done = plan(&input).unwrap().conclude(
+            written(&[("a", CopyWrite::Unchanged)]),
+            clean(),
+            "h".into(),
+            SOURCE,
+        );
+        assert!(
+            done.tally.updated.is_empty() && done.events.is_empty(),
+            "{:?}",
+            done.events
         );
     }
 
