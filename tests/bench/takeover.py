@@ -21,6 +21,9 @@ Reports every run and the medians.
     tests/bench/takeover.py --binary target/debug/projection-controller --runs 5
     tests/bench/takeover.py --shards 2 --projections 5000 --lease 15s --runs 3
 
+At 100,000 Projections the population takes longer to make and remove than the runs: `--keep`
+leaves it (and prints its name) and `--reuse NAME` measures on it again, in another shape.
+
 No other controller may run against the cluster meanwhile. Uses the local control plane's
 kubeconfig only (`.testenv`, or `$TESTENV_DIR`).
 """
@@ -35,11 +38,15 @@ PROBE_LABEL = "bench.projection.sh/takeover-probe"
 
 
 def wait(what, check, timeout=120, every=0.1):
+    """Polls `check` until it holds, `every` seconds apart, or as long as a check took when that is
+    longer, up to a minute (a list of 100,000 Projections took the loaded apiserver 3 minutes here,
+    and polls back to back load the apiserver being measured)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
+        began = time.time()
         if check():
             return
-        time.sleep(every)
+        time.sleep(max(every, min(60.0, time.time() - began)))
     sys.exit(f"timed out waiting for {what}")
 
 
@@ -122,6 +129,21 @@ spec: {{source: {{version: v1, kind: {kind}, namespace: {src}, name: {name}}}}}
     return docs
 
 
+def create_in_parallel(docs, streams=4):
+    """`kubectl create` of `docs` in `streams` processes at once: one kubectl sends its requests one
+    after the other, which leaves the apiserver idle between them at 100,000 objects."""
+    chunks = [docs[i::streams] for i in range(streams)]
+    creators = [subprocess.Popen([KUBECTL, "--kubeconfig", KUBECONFIG, "create", "-f", "-"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                for chunk in chunks if chunk]
+    for creator, chunk in zip(creators, chunks):
+        threading.Thread(target=lambda c=creator, d=chunk: (c.stdin.write("---\n".join(d)), c.stdin.close()),
+                         daemon=True).start()
+    for creator in creators:
+        if creator.wait() != 0:
+            sys.exit(f"kubectl create failed: {creator.stderr.read()[-2000:]}")
+
+
 def members_settled(namespace, count):
     """Whether `count` member Leases live in `namespace`, all acknowledging one ring version."""
     out = kubectl("get", "leases", "-n", namespace, "-l", MEMBER_LABEL, "-o",
@@ -179,16 +201,31 @@ def main():
     ap.add_argument("--lease", default="4s", help="--leader-election-lease-duration")
     ap.add_argument("--settle", type=float, default=5.0, help="seconds a new standby or member gets before the kill")
     ap.add_argument("--shards", type=int, default=0, help="run this many replicas with --shard-by-lease")
+    ap.add_argument("--keep", action="store_true", help="leave the population for --reuse")
+    ap.add_argument("--reuse", metavar="NAME", help="measure on the population a --keep run left (its name)")
     args = ap.parse_args()
     if args.shards == 1 or args.shards < 0 or args.shards > 16:
         sys.exit("--shards: 2 to 16 replicas (0: leader election)")
-    run = f"takeover-{os.getpid()}"
+    run = args.reuse or f"takeover-{os.getpid()}"
     src, dst = f"{run}-src", f"{run}-dst"
     total = 2 * args.projections
-    kubectl("apply", "-f", os.path.join(ROOT, "charts", "projection", "crd-manifests"))
-    created = time.monotonic()
-    kubectl("create", "-f", "-", stdin="---\n".join(population(src, dst, args.projections)))
-    print(f"{total} Projections and their sources created in {time.monotonic() - created:.0f}s", flush=True)
+    # Polls that list every Projection are spaced out with their number, so that they do not load
+    # the apiserver they measure (a list of 100,000 takes seconds here).
+    every = max(1.0, total / 10000)
+    if args.reuse:
+        found = len(kubectl("get", "projections", "-n", dst, "-o", "name").split())
+        if found != total:
+            sys.exit(f"--reuse {run}: {found} Projections in {dst}, not the {total} of --projections")
+        # The member Leases of an earlier shape's replicas would count as members until they expire.
+        kubectl("delete", "leases", "-n", src, "-l", MEMBER_LABEL, check=False)
+        print(f"{total} Projections and their sources reused from {run}", flush=True)
+    else:
+        kubectl("apply", "-f", os.path.join(ROOT, "charts", "projection", "crd-manifests"))
+        created = time.monotonic()
+        docs = population(src, dst, args.projections)
+        kubectl("create", "-f", "-", stdin="---\n".join(docs[:2]))
+        create_in_parallel(docs[2:])
+        print(f"{total} Projections and their sources created in {time.monotonic() - created:.0f}s", flush=True)
     controllers = []
     try:
         if args.shards:
@@ -207,8 +244,11 @@ def main():
                           check=False)
             return out.split().count("True") == total
         started = time.monotonic()
-        wait("every Projection ready", all_ready, timeout=1800, every=1.0)
-        print(f"every Projection Ready {time.monotonic() - started:.0f}s after the controllers were", flush=True)
+        wait("every Projection ready", all_ready, timeout=max(1800, total / 10), every=every)
+        # A reused population is Ready before the controllers' first passes end: wait for those.
+        quiet(controllers, "controller_runtime_reconcile_total", limit=max(180.0, total / 100))
+        print(f"every Projection Ready and the first passes done {time.monotonic() - started:.0f}s after the "
+              "controllers were", flush=True)
         results, startups, costs = [], [], []
         for n in range(1, args.runs + 1):
             if args.shards:
@@ -257,9 +297,10 @@ def main():
                 lease_watch.kill()
             took = arrived["at"] - killed
             results.append(took)
+            print(f"run {n}: edit reached the copy {took:.2f}s after the kill; counting the requests", flush=True)
             # The survivors' requests for what they took over, once their reconciles have stopped
             # (not their requests: each renews its Lease every third of its duration).
-            quiet(survivors, "controller_runtime_reconcile_total")
+            quiet(survivors, "controller_runtime_reconcile_total", limit=max(180.0, total / 100))
             requests = sum(c.metric("rest_client_requests_total") for c in survivors) - requests_before
             moved = moving if args.shards else total
             counted = sum(c.metric("projection_shard_takeover_seconds_count") for c in survivors) - takeovers_before
@@ -291,16 +332,27 @@ def main():
                     f"({shape}, lease {args.lease}, {total} Projections, binary {args.binary})")
         print(summary, flush=True)
     finally:
-        # The finalizers need a controller to remove the copies first. kubectl's own wait for
-        # thousands of deletions outlasted the deletions by minutes here: the count is polled.
-        kubectl("delete", "projections", "--all", "-n", dst, "--wait=false", check=False)
-        deadline = time.time() + 600
-        while time.time() < deadline and kubectl("get", "projections", "-n", dst, "-o", "name", check=False).strip():
-            time.sleep(2)
-        for c in controllers:
-            if c.process.poll() is None:
-                c.stop()
-        kubectl("delete", "namespace", src, dst, "--wait=false", check=False)
+        if args.keep:
+            for c in controllers:
+                if c.process.poll() is None:
+                    c.stop()
+            print(f"the population is left for --reuse {run}", flush=True)
+        else:
+            remove(controllers, src, dst, every, total)
+
+
+def remove(controllers, src, dst, every, total):
+    """The population and the controllers, in that order: the finalizers need a controller to
+    remove the copies first. kubectl's own wait for thousands of deletions outlasted the deletions
+    by minutes here: the count is polled."""
+    kubectl("delete", "projections", "--all", "-n", dst, "--wait=false", check=False)
+    deadline = time.time() + max(600, total / 50)
+    while time.time() < deadline and kubectl("get", "projections", "-n", dst, "-o", "name", check=False).strip():
+        time.sleep(2 * every)
+    for c in controllers:
+        if c.process.poll() is None:
+            c.stop()
+    kubectl("delete", "namespace", src, dst, "--wait=false", check=False)
 
 
 if __name__ == "__main__":
