@@ -9,9 +9,17 @@
 //! webhook does: a source edit reaches its copies without a round trip to the authorizer; a
 //! revoked grant takes effect at the first pass of the CR past the TTL, which the periodic recheck
 //! (`crate::author_recheck`) makes happen without anything changing.
+//!
+//! A question about one source is asked first about every object of its kind in its namespace
+//! (`AccessQuestion::widened`): granted, it answers for all of them, so the CRs of one author that
+//! read one namespace cost one review per TTL, not one each (a replica taking over thousands of
+//! CRs asked thousands). Not granted, the source itself is asked, and the wide question is not
+//! asked again for that author within the TTL.
 
+use crate::metrics::ReviewLabels;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use kube::{Api, Client, api::PostParams};
+use prometheus_client::metrics::{counter::Counter, family::Family};
 use quick_cache::sync::Cache;
 use shared::policy::author::{AccessQuestion, Author};
 use std::time::{Duration, Instant};
@@ -45,15 +53,22 @@ pub struct AuthorAccess {
     /// How long a grant is reused.
     grant_ttl: Duration,
     grants: Cache<(String, AccessQuestion), Instant>,
+    /// Wide questions an author was not granted, until when they are not asked again: the question
+    /// about the one object is asked instead (a hint, never an answer).
+    not_wide: Cache<(String, AccessQuestion), Instant>,
+    /// `projection_author_access_reviews_total`.
+    reviews: Family<ReviewLabels, Counter>,
 }
 
 impl AuthorAccess {
-    /// Checks in `mode`, reusing grants for `grant_ttl`.
-    pub fn new(mode: AuthorAccessMode, grant_ttl: Duration) -> Self {
+    /// Checks in `mode`, reusing grants for `grant_ttl`, counting the reviews in `reviews`.
+    pub fn new(mode: AuthorAccessMode, grant_ttl: Duration, reviews: Family<ReviewLabels, Counter>) -> Self {
         Self {
             mode,
             grant_ttl,
             grants: Cache::new(GRANTS_KEPT),
+            not_wide: Cache::new(GRANTS_KEPT),
+            reviews,
         }
     }
 
@@ -62,16 +77,33 @@ impl AuthorAccess {
         self.mode == AuthorAccessMode::Enforce
     }
 
-    /// Whether `author` may do what `question` asks: a grant of the last TTL, or the authorizer.
+    /// Whether `author` may do what `question` asks: a grant of the last TTL (of it, or of its wide
+    /// form), or the authorizer (about the wide form first).
     pub async fn ask(
         &self,
         client: &Client,
         author: &Author,
         question: &AccessQuestion,
     ) -> Result<Answer, kube::Error> {
-        let key = (author.record(), question.clone());
-        if self.grants.get(&key).is_some_and(|until| until > Instant::now()) {
+        let record = author.record();
+        let now = Instant::now();
+        let granted = |q: &AccessQuestion| {
+            self.grants
+                .get(&(record.clone(), q.clone()))
+                .is_some_and(|until| until > now)
+        };
+        let wide = question.widened();
+        if granted(question) || wide.as_ref().is_some_and(granted) {
             return Ok(Answer::Allowed);
+        }
+        if let Some(wide) = wide {
+            let key = (record, wide);
+            if self.not_wide.get(&key).is_none_or(|until| until <= now) {
+                if self.ask_afresh(client, author, &key.1).await? == Answer::Allowed {
+                    return Ok(Answer::Allowed);
+                }
+                self.not_wide.insert(key, Instant::now() + self.grant_ttl);
+            }
         }
         self.ask_afresh(client, author, question).await
     }
@@ -80,8 +112,12 @@ impl AuthorAccess {
     /// (as the author, when copies are written as their author), so the next pass asks afresh.
     pub fn forget(&self, author: &Author, questions: &[AccessQuestion]) {
         let record = author.record();
-        for question in questions {
-            self.grants.remove(&(record.clone(), question.clone()));
+        for question in questions
+            .iter()
+            .flat_map(|q| [Some(q.clone()), q.widened()])
+            .flatten()
+        {
+            self.grants.remove(&(record.clone(), question));
         }
     }
 
@@ -97,6 +133,11 @@ impl AuthorAccess {
         let key = (author.record(), question.clone());
         let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
         let review = author.access_review(question.attributes());
+        self.reviews
+            .get_or_create(&ReviewLabels {
+                scope: question.scope(),
+            })
+            .inc();
         let answer = reviews.create(&PostParams::default(), &review).await?;
         let status = answer.status.unwrap_or_default();
         if status.allowed && status.denied != Some(true) {

@@ -4,8 +4,10 @@
 //! their passes (read the source; create its kind where the copies go), and asks each distinct
 //! question of each author once, afresh, at its moment of the round (`shared::policy::recheck`):
 //! one SubjectAccessReview per author and question per round however many CRs share them, spread
-//! over the round. A denial drops the cached grant and wakes a full pass of every CR that asked it
-//! and does not yet report it, which withdraws their copies; nothing else is read or written here.
+//! over the round. The sources of one kind in one namespace are asked as one question (every object
+//! of the kind there, `AccessQuestion::widened`), and one by one only where that is not granted.
+//! A denial drops the cached grant and wakes a full pass of every CR that asked it and does not yet
+//! report it, which withdraws their copies; nothing else is read or written here.
 
 use crate::{
     author_access::Answer, cache::stored_cr::StoredCr, context::SourceAccess, index::CrRef, metrics::Metrics,
@@ -37,12 +39,13 @@ struct Recheck {
     ready_reason: Option<String>,
 }
 
-/// One question of one author, at its moment of the round, with the CRs that ask it.
+/// One question of one author, at its moment of the round, with the CRs that ask it or a narrower
+/// form of it (each with its own question).
 struct Due {
     offset: Duration,
     author: Author,
     question: AccessQuestion,
-    of: Vec<Arc<Recheck>>,
+    of: Vec<(Arc<Recheck>, AccessQuestion)>,
 }
 
 /// Rechecks every CR of `projections` and `clusters` once per `interval`, asking at most
@@ -81,15 +84,16 @@ pub async fn run(
             let cr = Arc::new(cr);
             let record = cr.author.record();
             for question in questions {
-                due.entry((record.clone(), question.clone()))
+                let asked = question.widened().unwrap_or_else(|| question.clone());
+                due.entry((record.clone(), asked.clone()))
                     .or_insert_with(|| Due {
-                        offset: recheck_offset(&record, &question.describe(), interval),
+                        offset: recheck_offset(&record, &asked.describe(), interval),
                         author: cr.author.clone(),
-                        question,
+                        question: asked,
                         of: Vec::new(),
                     })
                     .of
-                    .push(cr.clone());
+                    .push((cr.clone(), question));
             }
         }
         let mut due: Vec<Due> = due.into_values().collect();
@@ -137,14 +141,44 @@ fn recheck_of<K: ProjectionKind>(stored: &Arc<StoredCr<K>>) -> Option<Recheck> {
 }
 
 /// Asks one question afresh and wakes the pass of each CR that asked it on a denial it does not
-/// yet report.
-async fn ask((sources, metrics): (&SourceAccess, &Metrics), wake: &Wake, due: &Due) {
-    let Some(first) = due.of.first() else {
-        return;
+/// yet report; a wide question not granted is asked again about each object its CRs read.
+async fn ask(sources: (&SourceAccess, &Metrics), wake: &Wake, due: &Due) {
+    let mut denied: HashMap<&AccessQuestion, bool> = HashMap::new();
+    denied.insert(
+        &due.question,
+        ask_one(sources, &due.author, &due.question, &due.of).await,
+    );
+    if denied[&due.question] {
+        for (_, question) in &due.of {
+            if !denied.contains_key(question) {
+                let of: Vec<_> = due.of.iter().filter(|(_, q)| q == question).cloned().collect();
+                denied.insert(question, ask_one(sources, &due.author, question, &of).await);
+            }
+        }
+    }
+    for (cr, question) in &due.of {
+        // Not asked: the wide question was granted (or could not be asked), which answers it.
+        let denied = denied.get(question).copied().unwrap_or(false);
+        if wakes_pass(denied, cr.ready_reason.as_deref()) {
+            tracing::info!(kind = cr.kind, name = cr.name, "author access lost; reconciling");
+            wake.send(cr.cr.clone());
+        }
+    }
+}
+
+/// Asks `question` of the authorizer, counts the answer; whether it was denied (not on an error).
+async fn ask_one(
+    (sources, metrics): (&SourceAccess, &Metrics),
+    author: &Author,
+    question: &AccessQuestion,
+    of: &[(Arc<Recheck>, AccessQuestion)],
+) -> bool {
+    let Some((first, _)) = of.first() else {
+        return false;
     };
     let (result, denied) = match sources
         .author_access
-        .ask_afresh(&sources.client, &due.author, &due.question)
+        .ask_afresh(&sources.client, author, question)
         .await
     {
         Ok(Answer::Allowed) => ("allowed", false),
@@ -162,10 +196,5 @@ async fn ask((sources, metrics): (&SourceAccess, &Metrics), wake: &Wake, due: &D
             result,
         })
         .inc();
-    for cr in &due.of {
-        if wakes_pass(denied, cr.ready_reason.as_deref()) {
-            tracing::info!(kind = cr.kind, name = cr.name, "author access lost; reconciling");
-            wake.send(cr.cr.clone());
-        }
-    }
+    denied
 }

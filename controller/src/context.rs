@@ -104,7 +104,11 @@ impl Context {
                 watches: watches.clone(),
                 source_mode: settings.source_mode,
                 allowed_power_kinds: settings.allowed_power_kinds.clone(),
-                author_access: AuthorAccess::new(settings.author_access, settings.author_grant_ttl),
+                author_access: AuthorAccess::new(
+                    settings.author_access,
+                    settings.author_grant_ttl,
+                    metrics.author_access_reviews_total.clone(),
+                ),
                 concurrency: settings.write_concurrency.max(1),
             }),
             copies: Arc::new(CopyCluster {

@@ -73,6 +73,14 @@ pub struct RecheckLabels {
     pub result: &'static str,
 }
 
+/// Labels of `projection_author_access_reviews_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReviewLabels {
+    /// What the review asked about: `object` (one source, or one kubeconfig Secret), `namespace`
+    /// (every object of a kind in a namespace), `cluster` (in every namespace).
+    pub scope: &'static str,
+}
+
 /// Labels of `projection_copy_writer_info`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriterLabels {
@@ -88,6 +96,8 @@ pub struct Metrics {
     pub reconcile_errors_total: Family<ErrorLabels, Counter>,
     /// Author questions asked again by the periodic recheck, by answer.
     pub author_rechecks_total: Family<RecheckLabels, Counter>,
+    /// SubjectAccessReviews sent about authors (passes and rechecks), by what they asked about.
+    pub author_access_reviews_total: Family<ReviewLabels, Counter>,
     /// 1 for who creates and updates copies, as decided at start-up.
     pub copy_writer: Family<WriterLabels, Gauge>,
     pub watched_gvks: Gauge,
@@ -131,6 +141,7 @@ impl Metrics {
             }),
             reconcile_errors_total: Family::default(),
             author_rechecks_total: Family::default(),
+            author_access_reviews_total: Family::default(),
             copy_writer: Family::default(),
             watched_gvks: Gauge::default(),
             watched_dest_gvks: Gauge::default(),
@@ -169,6 +180,11 @@ impl Metrics {
             "projection_author_rechecks",
             "Author access questions asked again by the periodic recheck, by answer",
             metrics.author_rechecks_total.clone(),
+        );
+        registry.register(
+            "projection_author_access_reviews",
+            "SubjectAccessReviews sent about CRs' authors, by what they asked about: one object, every object of a kind in a namespace, or in every namespace",
+            metrics.author_access_reviews_total.clone(),
         );
         registry.register(
             "projection_copy_writer_info",
@@ -452,6 +468,10 @@ mod tests {
                 kind,
                 result: "allowed",
             })
+            .inc();
+        metrics
+            .author_access_reviews_total
+            .get_or_create(&ReviewLabels { scope: "namespace" })
             .inc();
         metrics
             .copy_writer

@@ -16,7 +16,8 @@ use k8s_openapi::api::{
 };
 use kube::{Api, Client, api::PostParams};
 use projection_tests::{
-    ClusterScopedGuard, TestNamespace, chart, kubectl_ok, kubectl_stdin, metric_value, test_config, wait_for,
+    ClusterScopedGuard, ServiceProcess, TestNamespace, chart, kubectl_ok, kubectl_stdin, metric_value,
+    test_config, wait_for,
 };
 use serde_json::{Value, json};
 use shared::{
@@ -104,6 +105,89 @@ async fn an_author_who_cannot_read_the_source_gets_no_copy_until_granted() {
     wait_ready(&env.projections(), "p").await;
     let copy: ConfigMap = env.api(&dst).get("cfg").await.expect("copy");
     assert_eq!(data_of(&copy)["password"], "hunter2");
+    env.finish().await;
+}
+
+/// The SubjectAccessReviews the controller sent about authors, asking about `scope`.
+fn reviews(controller: &ServiceProcess, scope: &str) -> f64 {
+    metric_value(
+        &controller.metrics(),
+        &format!("projection_author_access_reviews_total{{scope=\"{scope}\"}}"),
+    )
+    .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn an_author_allowed_a_whole_namespace_costs_one_review_there_not_one_per_source() {
+    let env = env("wide-grant").await;
+    let (src, dst) = env.names();
+    let controller = controller(&["--author-access=enforce"]).await;
+    let sources: Api<ConfigMap> = env.api(&src);
+    const CRS: usize = 8;
+
+    // Alice may get every ConfigMap of the source namespace: one review answers for all of them.
+    let alice = format!("alice-{dst}");
+    tenant_of(&env.client, &dst, &alice).await;
+    grant(&env.client, &src, &alice, rule("", "configmaps", "get")).await;
+    let as_alice: Api<Projection> = Api::namespaced(client_as(&alice, &[]).await, &dst);
+    for i in 0..CRS {
+        let name = format!("wide-{i}");
+        source_configmap(&sources, &name, json!({"k": name})).await;
+        create(
+            &as_alice,
+            projection_by(&name, cm_source(&src, &name), json!({}), &record(&alice, &[])),
+        )
+        .await;
+    }
+    for i in 0..CRS {
+        wait_ready(&env.projections(), &format!("wide-{i}")).await;
+    }
+    let about_namespaces = reviews(&controller, "namespace");
+    assert_eq!(
+        reviews(&controller, "object"),
+        0.0,
+        "a source was asked about on its own although its author may get the whole kind there"
+    );
+    assert!(
+        (2.0..CRS as f64).contains(&about_namespaces),
+        "{about_namespaces} reviews about namespaces for {CRS} Projections (one to read, one to create, a few at once)"
+    );
+
+    // Bob may get two ConfigMaps by name only: the wide question is not granted, so each source
+    // is asked about, and the one not named is refused.
+    let bob = format!("bob-{dst}");
+    tenant_of(&env.client, &dst, &bob).await;
+    grant(
+        &env.client,
+        &src,
+        &bob,
+        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": ["wide-0", "wide-1"]}),
+    )
+    .await;
+    let as_bob: Api<Projection> = Api::namespaced(client_as(&bob, &[]).await, &dst);
+    for (name, source) in [("bob-0", "wide-0"), ("bob-1", "wide-1"), ("bob-2", "wide-2")] {
+        let spec = json!({"destination": {"name": name}});
+        create(
+            &as_bob,
+            projection_by(name, cm_source(&src, source), spec, &record(&bob, &[])),
+        )
+        .await;
+    }
+    wait_ready(&env.projections(), "bob-0").await;
+    wait_ready(&env.projections(), "bob-1").await;
+    let condition = wait_not_ready(&env.projections(), "bob-2", "SourceForbidden").await;
+    assert!(
+        condition["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!("the author {bob} may not get configmaps {src}/wide-2")),
+        "{condition}"
+    );
+    assert!(copy_absent(&env.api(&dst), "bob-2").await);
+    assert!(
+        reviews(&controller, "object") >= 3.0,
+        "each of bob's sources asked about on its own"
+    );
     env.finish().await;
 }
 

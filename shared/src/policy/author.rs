@@ -177,6 +177,28 @@ impl AccessQuestion {
         }
     }
 
+    /// The same question about every object of the kind in the namespace, for a question about one
+    /// object; `None` for a question that names none. An empty name asks for all names, so a grant
+    /// of the wider question answers the narrower one: one review covers every source an author's
+    /// CRs read in a namespace, where a review per source cost each moved or rechecked CR a request.
+    /// (An authorizer that allows all names and denies one contradicts the empty name's meaning.)
+    pub fn widened(&self) -> Option<Self> {
+        (!self.name.is_empty()).then(|| Self {
+            name: String::new(),
+            ..self.clone()
+        })
+    }
+
+    /// What the question is about, as a metric label: `object` (one, named), `namespace` (every
+    /// object of the kind in one namespace) or `cluster` (in every namespace).
+    pub fn scope(&self) -> &'static str {
+        match (self.namespace.as_str(), self.name.as_str()) {
+            ("", _) => "cluster",
+            (_, "") => "namespace",
+            _ => "object",
+        }
+    }
+
     /// The review's resource attributes.
     pub fn attributes(&self) -> ResourceAttributes {
         let some = |s: &String| (!s.is_empty()).then(|| s.clone());
@@ -339,6 +361,31 @@ mod tests {
         let message = denial_message(&alice, &get, Some("no RBAC policy matched"));
         assert!(
             message.starts_with("the author alice may not get secrets platform/db (no RBAC policy matched)")
+        );
+    }
+
+    #[test]
+    fn a_question_about_one_object_widens_to_its_namespace_and_no_further() {
+        let get = AccessQuestion::read_source("", "secrets", "platform", "db");
+        let wide = get.widened().unwrap();
+        assert_eq!(wide.describe(), "get secrets in platform");
+        assert_eq!(
+            (
+                wide.verb,
+                wide.attributes().namespace.as_deref(),
+                wide.attributes().name
+            ),
+            ("get", Some("platform"), None)
+        );
+        assert_eq!(wide.widened(), None);
+        assert_eq!((get.scope(), wide.scope()), ("object", "namespace"));
+        assert_eq!(
+            AccessQuestion::create_copies("", "configmaps", "").scope(),
+            "cluster"
+        );
+        assert_eq!(
+            AccessQuestion::create_copies("", "configmaps", "team-a").widened(),
+            None
         );
     }
 }
