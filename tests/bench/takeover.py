@@ -30,7 +30,7 @@ kubeconfig only (`.testenv`, or `$TESTENV_DIR`).
 import argparse, json, os, signal, socket, statistics, subprocess, sys, threading, time, urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fanout import ENV, KUBECONFIG, KUBECTL, ROOT, kubectl  # noqa: E402  (the same cluster and kubectl)
+from fanout import ENV, KUBECONFIG, KUBECTL, ROOT, kubectl, request_counts  # noqa: E402  (the same cluster and kubectl)
 
 MEMBER_LABEL = "projection.sh/controller-member=true"
 RING_ANNOTATION = "projection.sh/ring-version"
@@ -177,6 +177,16 @@ def quiet(controllers, name, still=3.0, limit=180.0):
     return last
 
 
+def served_per_cr(before, after, moved):
+    """What the apiserver served from the kill until the survivors were quiet, by verb and resource,
+    per CR taken over: every client's requests (the script's own reads, the Lease renewals and the
+    member Leases' reads included), the largest first; those under 0.01 per CR left out."""
+    served = [(after[key] - before.get(key, 0), key) for key in after]
+    rows = [f"{count / moved:.2f} {verb} {resource}{'/' + sub if sub else ''}"
+            for count, (verb, resource, sub) in sorted(served, reverse=True) if moved and count / moved >= 0.01]
+    return "  served per CR taken over: " + (", ".join(rows) or "nothing")
+
+
 def watch_copy(dst, stamp, arrived, seen):
     watcher = subprocess.Popen([KUBECTL, "--kubeconfig", KUBECONFIG, "get", "configmap", "cm-000", "-n", dst,
                                 "--watch", "-o", "jsonpath={.data.stamp}{'\\n'}"], stdout=subprocess.PIPE, text=True)
@@ -266,6 +276,7 @@ def main():
             time.sleep(args.settle)
             survivors = [c for c in controllers if c is not victim and c.process.poll() is None]
             requests_before = sum(c.metric("rest_client_requests_total") for c in survivors)
+            served_before = request_counts()
             takeovers_before = sum(c.metric("projection_shard_takeover_seconds_count") for c in survivors)
             stamp = f"run-{n}-{time.time()}"
             seen, arrived = threading.Event(), {}
@@ -315,6 +326,7 @@ def main():
             if args.shards:
                 line += f", projection_shard_takeover_seconds_count +{counted:.0f}"
             print(line, flush=True)
+            print(served_per_cr(served_before, request_counts(), moved), flush=True)
             if args.shards and n < args.runs:
                 # The killed replica comes back under its name (as a pod's restarted container would).
                 controllers.remove(victim)
