@@ -143,16 +143,16 @@ fn recheck_of<K: ProjectionKind>(stored: &Arc<StoredCr<K>>) -> Option<Recheck> {
 /// Asks one question afresh and wakes the pass of each CR that asked it on a denial it does not
 /// yet report; a wide question not granted is asked again about each object its CRs read.
 async fn ask(sources: (&SourceAccess, &Metrics), wake: &Wake, due: &Due) {
+    let Some((first, _)) = due.of.first() else {
+        return;
+    };
     let mut denied: HashMap<&AccessQuestion, bool> = HashMap::new();
-    denied.insert(
-        &due.question,
-        ask_one(sources, &due.author, &due.question, &due.of).await,
-    );
-    if denied[&due.question] {
-        for (_, question) in &due.of {
+    let wide_denied = ask_one(sources, &due.author, &due.question, first.kind).await;
+    denied.insert(&due.question, wide_denied);
+    if wide_denied {
+        for (cr, question) in &due.of {
             if !denied.contains_key(question) {
-                let of: Vec<_> = due.of.iter().filter(|(_, q)| q == question).cloned().collect();
-                denied.insert(question, ask_one(sources, &due.author, question, &of).await);
+                denied.insert(question, ask_one(sources, &due.author, question, cr.kind).await);
             }
         }
     }
@@ -166,16 +166,14 @@ async fn ask(sources: (&SourceAccess, &Metrics), wake: &Wake, due: &Due) {
     }
 }
 
-/// Asks `question` of the authorizer, counts the answer; whether it was denied (not on an error).
+/// Asks `question` of the authorizer for a CR of `kind`, counts the answer; whether it was denied
+/// (not on an error).
 async fn ask_one(
     (sources, metrics): (&SourceAccess, &Metrics),
     author: &Author,
     question: &AccessQuestion,
-    of: &[(Arc<Recheck>, AccessQuestion)],
+    kind: &'static str,
 ) -> bool {
-    let Some((first, _)) = of.first() else {
-        return false;
-    };
     let (result, denied) = match sources
         .author_access
         .ask_afresh(&sources.client, author, question)
@@ -185,16 +183,13 @@ async fn ask_one(
         Ok(Answer::Denied(_)) => ("denied", true),
         Err(e) => {
             let error = crate::error::describe(&e);
-            tracing::warn!(kind = first.kind, error, "cannot recheck an author's access");
+            tracing::warn!(kind, error, "cannot recheck an author's access");
             ("error", false)
         }
     };
     metrics
         .author_rechecks_total
-        .get_or_create(&RecheckLabels {
-            kind: first.kind,
-            result,
-        })
+        .get_or_create(&RecheckLabels { kind, result })
         .inc();
     denied
 }
