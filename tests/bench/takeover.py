@@ -214,6 +214,9 @@ def main():
     ap.add_argument("--keep", action="store_true", help="leave the population for --reuse")
     ap.add_argument("--reuse", metavar="NAME", help="measure on the population a --keep run left (its name)")
     args = ap.parse_args()
+    # A SIGTERM ends the script through its `finally`, which stops the controllers it started (they
+    # outlived it before, and went on against the cluster).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.shards == 1 or args.shards < 0 or args.shards > 16:
         sys.exit("--shards: 2 to 16 replicas (0: leader election)")
     run = args.reuse or f"takeover-{os.getpid()}"
