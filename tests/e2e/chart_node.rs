@@ -3,9 +3,11 @@
 //! cluster (a bad spec, Projections, a deleted leader, evictions, an upgrade, an uninstall).
 //!
 //! Every release here registers webhooks that fail closed for all Projection writes and a
-//! controller acting on the whole cluster, so these tests run one at a time (`exclusive`).
+//! controller acting on the whole cluster, so these tests run one at a time (`exclusive`). Those
+//! that also take the machine's cores (`cores_alone`, `cores_timed`) take them after `exclusive`,
+//! every one of them in that order, so that no two of them wait on each other.
 
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::ConfigMap};
 use kube::{
     Api,
     api::{ListParams, PostParams},
@@ -291,6 +293,9 @@ async fn self_managed_install_serves_users_and_survives_disruptions() {
     plugin_check_api_passes(team.name());
     let source = TestNamespace::create(&client, "node-sm-source").await;
     projections_are_mirrored_with_events(&client, &source, &team).await;
+    // From here the steps bound takeovers by the Lease: no attack of another lane's test on the
+    // cores meanwhile (this binary's tests take `exclusive` first, then the cores).
+    let _cores = projection_tests::cores_timed().await;
     leader_pod_deleted_another_replica_takes_over(&release, source.name(), team.name()).await;
     pdb_allows_one_webhook_eviction_and_refuses_the_second(&release);
     upgrade_rolls_the_webhook_without_failed_admission(&release, &values, team.name());
@@ -792,16 +797,18 @@ async fn sharding_by_one_value_splits_the_crs_between_the_pods(
         .expect("an owner"))
     .clone();
     let deleted = Instant::now();
+    let timeline = MemberTimeline::start(&release.namespace, deleted);
     kubectl_ok(&["-n", &release.namespace, "delete", "pod", &victim, "--wait=false"]);
     set_source_color(source, "yellow");
-    wait_sharded_copies(team, "yellow").await;
+    wait_sharded_copies(client, team, "yellow").await;
     let took = deleted.elapsed();
-    eprintln!("the edit reached every copy {took:?} after {victim} was deleted");
+    let timeline = timeline.finish();
+    eprintln!("the edit reached every copy {took:?} after {victim} was deleted; the members:\n{timeline}");
     // The deleted pod gives its Lease up as it stops, so the others need not wait for it to expire;
     // its replacement may join meanwhile and move CRs a second time.
     assert!(
         took < LEASE * 2 + Duration::from_secs(2),
-        "the edit took {took:?} to reach every copy after a pod was deleted"
+        "the edit took {took:?} to reach every copy after a pod was deleted; the members:\n{timeline}"
     );
 
     let last = wait_ring_of_the_pods(client, release).await;
@@ -868,34 +875,38 @@ async fn sharding_by_one_value_splits_the_crs_between_the_pods(
 }
 
 /// Waits until every copy of the sharding step's Projections has `data.color` = `color`.
-async fn wait_sharded_copies(team: &str, color: &str) {
+async fn wait_sharded_copies(client: &kube::Client, team: &str, color: &str) {
     wait_for(
         &format!("every sharded copy to have color {color}"),
         TIMEOUT,
         || async {
-            let stale = sharded_copies_not(team, color);
+            let stale = sharded_copies_not(client, team, color).await;
             stale.is_empty().then_some(()).ok_or(format!("stale: {stale:?}"))
         },
     )
     .await;
 }
 
-/// The copies of the sharding step's Projections whose `data.color` is not `color`, with theirs.
-fn sharded_copies_not(team: &str, color: &str) -> Vec<String> {
+/// The copies of the sharding step's Projections whose `data.color` is not `color`, with theirs:
+/// one list of the namespace's ConfigMaps (twelve `kubectl get`s took seconds on a loaded machine,
+/// and that time counted in the takeovers' bounds).
+async fn sharded_copies_not(client: &kube::Client, team: &str, color: &str) -> Vec<String> {
+    let listed = match Api::<ConfigMap>::namespaced(client.clone(), team)
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(listed) => listed,
+        Err(e) => return vec![format!("the copies could not be listed: {e}")],
+    };
     (0..SHARDED_CRS)
         .map(|i| format!("shard-{i}"))
         .filter_map(|name| {
-            let out = kubectl(&[
-                "-n",
-                team,
-                "get",
-                "configmap",
-                &name,
-                "-o",
-                "jsonpath={.data.color}",
-            ]);
-            let seen = String::from_utf8_lossy(&out.stdout).into_owned();
-            (seen != color).then(|| format!("{name}: {seen:?}"))
+            let seen = listed
+                .items
+                .iter()
+                .find(|copy| copy.metadata.name.as_deref() == Some(name.as_str()))
+                .and_then(|copy| copy.data.as_ref()?.get("color").cloned());
+            (seen.as_deref() != Some(color)).then(|| format!("{name}: {seen:?}"))
         })
         .collect()
 }
@@ -1106,15 +1117,19 @@ async fn a_pod_cut_off_hands_its_crs_over_and_takes_them_back(step: &Sharded<'_>
     let (ring, owners, victim, without) = (&hit.ring, &hit.owners, &hit.victim, &hit.without);
     let cut = CutOff::new(container_pid(&controller_pod(release, victim)));
     let began = Instant::now();
+    let timeline = MemberTimeline::start(&release.namespace, began);
     set_source_color(source, "orange");
-    wait_sharded_copies(team, "orange").await;
+    wait_sharded_copies(client, team, "orange").await;
     let took = began.elapsed();
-    eprintln!("an edit made right after {victim} was cut off reached every copy in {took:?}");
+    let timeline = timeline.finish();
+    eprintln!(
+        "an edit made right after {victim} was cut off reached every copy in {took:?}; the members:\n{timeline}"
+    );
     // Its Lease runs out 4 to 6 s after the cut (renewed every third of it), then the others
     // settle and take over: 9.1 s in a run on 2026-11-29; the bound leaves room for a loaded machine.
     assert!(
         took < LEASE * 2 + Duration::from_secs(2),
-        "the edit took {took:?} to reach every copy after {victim} was cut off (Lease {LEASE:?})"
+        "the edit took {took:?} to reach every copy after {victim} was cut off (Lease {LEASE:?}); the members:\n{timeline}"
     );
     let moves: Vec<Option<(String, String)>> = uids
         .iter()
@@ -1134,13 +1149,13 @@ async fn a_pod_cut_off_hands_its_crs_over_and_takes_them_back(step: &Sharded<'_>
     drop(cut);
     let back = wait_ring_of_the_pods(client, release).await;
     assert_eq!(back.version(), ring.version(), "the same three pods");
-    let reverted = sharded_copies_not(team, "orange");
+    let reverted = sharded_copies_not(client, team, "orange").await;
     assert!(
         reverted.is_empty(),
         "copies changed once {victim} came back: {reverted:?}"
     );
     set_source_color(source, "blue");
-    wait_sharded_copies(team, "blue").await;
+    wait_sharded_copies(client, team, "blue").await;
     // Its CRs' way back is told when it read the others' Leases (the ring without it) before its
     // own renewal landed, and not when the renewal came first.
     let back_home: Vec<Vec<String>> = uids
@@ -1210,13 +1225,17 @@ async fn a_pod_killed_hard_loses_no_edit(step: &Sharded<'_>) {
         .expect("kill runs");
     assert!(killed.success(), "kill -KILL {pid} ({victim}'s controller)");
     let began = Instant::now();
+    let timeline = MemberTimeline::start(&release.namespace, began);
     set_source_color(source, "purple");
-    wait_sharded_copies(team, "purple").await;
+    wait_sharded_copies(client, team, "purple").await;
     let took = began.elapsed();
-    eprintln!("an edit made right after {victim}'s controller was killed reached every copy in {took:?}");
+    let timeline = timeline.finish();
+    eprintln!(
+        "an edit made right after {victim}'s controller was killed reached every copy in {took:?}; the members:\n{timeline}"
+    );
     assert!(
         took < LEASE * 2 + Duration::from_secs(2),
-        "the edit took {took:?} to reach every copy after {victim}'s controller was killed"
+        "the edit took {took:?} to reach every copy after {victim}'s controller was killed; the members:\n{timeline}"
     );
     wait_for(&format!("{victim}'s container to restart"), TIMEOUT, || async {
         let now = restarts(&controller_pod(release, victim));
@@ -1302,7 +1321,7 @@ async fn a_fourth_pod_takes_only_what_its_ring_moves(step: &Sharded<'_>, values:
         "kubectl projection status"
     );
     set_source_color(source, "white");
-    wait_sharded_copies(team, "white").await;
+    wait_sharded_copies(client, team, "white").await;
     eprintln!(
         "{newcomer} joined: {} of {SHARDED_CRS} CRs moved to it ({:.1} % of the hash space)",
         moves.iter().flatten().count(),
@@ -1406,6 +1425,81 @@ async fn wait_ring_of_the_pods(client: &kube::Client, release: &Release) -> Ring
         },
     )
     .await
+}
+
+/// The member Leases of a release as they change while a disruption plays out, read every 200 ms
+/// from `since` until [`MemberTimeline::finish`] (or two minutes, whichever comes first): what a
+/// takeover's bound prints, so that a slow one says where its time went (a Lease given up or left
+/// to expire, a replacement joining, a ring acknowledged late). On a thread and a runtime of its
+/// own: the test's runtime is held by each `kubectl` it runs.
+struct MemberTimeline {
+    stop: Arc<AtomicBool>,
+    reads: std::thread::JoinHandle<Vec<String>>,
+}
+
+impl MemberTimeline {
+    fn start(namespace: &str, since: Instant) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let namespace = namespace.to_owned();
+        let reads = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the member timeline")
+                .block_on(member_changes(namespace, since, stopped))
+        });
+        Self { stop, reads }
+    }
+
+    /// What changed, one line each, with the seconds since the start.
+    fn finish(self) -> String {
+        self.stop.store(true, Ordering::Relaxed);
+        self.reads.join().unwrap_or_default().join("\n")
+    }
+}
+
+/// The reads of [`MemberTimeline`]: a line for each member Lease that appears, acknowledges a
+/// ring, or goes (deleted while valid: given up; or after it expired).
+async fn member_changes(namespace: String, since: Instant, stop: Arc<AtomicBool>) -> Vec<String> {
+    let leases: Api<Lease> = Api::namespaced(client().await, &namespace);
+    let members = ListParams::default().labels(&format!("{MEMBER_LABEL}=true"));
+    let mut seen: std::collections::BTreeMap<String, MemberLease> = Default::default();
+    let mut told = Vec::new();
+    while !stop.load(Ordering::Relaxed) && since.elapsed() < Duration::from_secs(120) {
+        if let Ok(list) = leases.list(&members).await {
+            let at = since.elapsed().as_secs_f64();
+            let now: std::collections::BTreeMap<String, MemberLease> = list
+                .items
+                .iter()
+                .filter_map(MemberLease::of)
+                .map(|member| (member.identity.clone(), member))
+                .collect();
+            for (identity, member) in &now {
+                let ack = member.acknowledged.as_deref().unwrap_or("none");
+                match seen.get(identity) {
+                    None => told.push(format!("{at:6.2}s {identity} member, ring {ack}")),
+                    Some(before) if before.acknowledged != member.acknowledged => {
+                        told.push(format!("{at:6.2}s {identity} acknowledged ring {ack}"));
+                    }
+                    Some(_) => {}
+                }
+            }
+            for (identity, member) in &seen {
+                if !now.contains_key(identity) {
+                    let state = if member.is_live(std::time::SystemTime::now()) {
+                        "deleted before it expired"
+                    } else {
+                        "gone after it expired"
+                    };
+                    told.push(format!("{at:6.2}s {identity} Lease {state}"));
+                }
+            }
+            seen = now;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    told
 }
 
 /// Four loops of server-side dry-run creates of a Projection until `stop`, bounded; returns how
@@ -2059,8 +2153,8 @@ fn attacker_pod(namespace: &str, name: &str) -> Value {
 async fn webhook_pod_under_attack_stays_under_its_memory_limit_and_answers_the_apiserver() {
     const ATTACK: Duration = Duration::from_secs(25);
     const MEMORY_LIMIT: u64 = 256 * 1024 * 1024;
-    let _cores = projection_tests::cores_alone().await;
     let (_serial, client, system) = on_the_node("node-exhaust").await;
+    let _cores = projection_tests::cores_alone().await;
     // The default install, without `webhook.clientAuth`: nobody is asked for a client certificate,
     // so the attackers' reviews reach the handler (with it, a pod without the apiserver's
     // certificate gets no further than the handshake).
@@ -2260,8 +2354,8 @@ fn host_source_address(ip: &str) -> String {
 async fn webhook_pod_under_slow_body_and_idle_attacks_admits_twenty_spec_changes() {
     const ATTACK: Duration = Duration::from_secs(45);
     const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
-    let _cores = projection_tests::cores_alone().await;
     let (_serial, client, system) = on_the_node("node-starve").await;
+    let _cores = projection_tests::cores_alone().await;
     // Where the apiserver's calls to pods come from: the host's source address towards the pod
     // network (any address of it: the route is the bridge's).
     let pod_network: std::net::Ipv4Addr = POD_CIDR
