@@ -3,9 +3,7 @@
 //! cluster (a bad spec, Projections, a deleted leader, evictions, an upgrade, an uninstall).
 //!
 //! Every release here registers webhooks that fail closed for all Projection writes and a
-//! controller acting on the whole cluster, so these tests run one at a time (`exclusive`). Those
-//! that also take the machine's cores (`cores_alone`, `cores_timed`) take them after `exclusive`,
-//! every one of them in that order, so that no two of them wait on each other.
+//! controller acting on the whole cluster, so these tests run one at a time (`exclusive`).
 
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::ConfigMap};
 use kube::{
@@ -293,9 +291,6 @@ async fn self_managed_install_serves_users_and_survives_disruptions() {
     plugin_check_api_passes(team.name());
     let source = TestNamespace::create(&client, "node-sm-source").await;
     projections_are_mirrored_with_events(&client, &source, &team).await;
-    // From here the steps bound takeovers by the Lease: no attack of another lane's test on the
-    // cores meanwhile (this binary's tests take `exclusive` first, then the cores).
-    let _cores = projection_tests::cores_timed().await;
     leader_pod_deleted_another_replica_takes_over(&release, source.name(), team.name()).await;
     pdb_allows_one_webhook_eviction_and_refuses_the_second(&release);
     upgrade_rolls_the_webhook_without_failed_admission(&release, &values, team.name());
@@ -2153,8 +2148,8 @@ fn attacker_pod(namespace: &str, name: &str) -> Value {
 async fn webhook_pod_under_attack_stays_under_its_memory_limit_and_answers_the_apiserver() {
     const ATTACK: Duration = Duration::from_secs(25);
     const MEMORY_LIMIT: u64 = 256 * 1024 * 1024;
-    let (_serial, client, system) = on_the_node("node-exhaust").await;
     let _cores = projection_tests::cores_alone().await;
+    let (_serial, client, system) = on_the_node("node-exhaust").await;
     // The default install, without `webhook.clientAuth`: nobody is asked for a client certificate,
     // so the attackers' reviews reach the handler (with it, a pod without the apiserver's
     // certificate gets no further than the handshake).
@@ -2354,8 +2349,8 @@ fn host_source_address(ip: &str) -> String {
 async fn webhook_pod_under_slow_body_and_idle_attacks_admits_twenty_spec_changes() {
     const ATTACK: Duration = Duration::from_secs(45);
     const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
-    let (_serial, client, system) = on_the_node("node-starve").await;
     let _cores = projection_tests::cores_alone().await;
+    let (_serial, client, system) = on_the_node("node-starve").await;
     // Where the apiserver's calls to pods come from: the host's source address towards the pod
     // network (any address of it: the route is the bridge's).
     let pod_network: std::net::Ipv4Addr = POD_CIDR

@@ -771,10 +771,8 @@ pub struct Cores {
 
 /// Takes the machine's cores alone, for a test that loads them on purpose (an attack on the
 /// webhook, thousands of CRs) and asserts on time under that load: it waits until no other such
-/// test and no test of [`cores_timed`] runs in any test binary on the machine. Take it and
-/// [`exclusive`] (or anything that takes it) in the same order in every test of a binary, so that
-/// no two tests wait on each other: before it, except in the chart's node tests, whose releases
-/// hold `exclusive` for all their steps.
+/// test and no test of [`cores_timed`] runs in any test binary on the machine. Take it before
+/// [`exclusive`] (or anything that takes it), never after, so that no two tests wait on each other.
 pub async fn cores_alone() -> Cores {
     cores(true).await
 }
@@ -782,7 +780,7 @@ pub async fn cores_alone() -> Cores {
 /// Takes the machine's cores with other tests of its kind, for a test whose assertions are about
 /// time (a takeover within the Lease, a pass cut within seconds): it waits while a test of
 /// [`cores_alone`] runs anywhere on the machine, so that the load is not another test's attack.
-/// Take it in the order [`cores_alone`] says.
+/// Take it before [`exclusive`], as [`cores_alone`].
 pub async fn cores_timed() -> Cores {
     cores(false).await
 }
