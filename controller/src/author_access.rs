@@ -15,6 +15,11 @@
 //! read one namespace cost one review per TTL, not one each (a replica taking over thousands of
 //! CRs asked thousands). Not granted, the source itself is asked, and the wide question is not
 //! asked again for that author within the TTL.
+//!
+//! Passes that ask one question at the same time share one review: the first sends it, the others
+//! wait for its answer (a replica taking over CRs starts a pass in each reconciler slot at once,
+//! and each asked before the first answer was in). An answer counts for every pass that began
+//! asking before it came, so none of them gets an answer older than its own question.
 
 use crate::metrics::ReviewLabels;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
@@ -56,6 +61,10 @@ pub struct AuthorAccess {
     /// Wide questions an author was not granted, until when they are not asked again: the question
     /// about the one object is asked instead (a hint, never an answer).
     not_wide: Cache<(String, AccessQuestion), Instant>,
+    /// The last answer to each question and when it came: a question asked while another pass's
+    /// review of it is on its way waits for that review (the cache's placeholder) and takes its
+    /// answer.
+    answers: Cache<(String, AccessQuestion), (Instant, Answer)>,
     /// `projection_author_access_reviews_total`.
     reviews: Family<ReviewLabels, Counter>,
 }
@@ -68,6 +77,7 @@ impl AuthorAccess {
             grant_ttl,
             grants: Cache::new(GRANTS_KEPT),
             not_wide: Cache::new(GRANTS_KEPT),
+            answers: Cache::new(GRANTS_KEPT),
             reviews,
         }
     }
@@ -122,9 +132,38 @@ impl AuthorAccess {
     }
 
     /// Whether `author` may do what `question` asks, asked of the authorizer whatever is cached
-    /// (the periodic recheck): a grant is kept for the passes; a denial drops the cached grant, so
-    /// the pass it wakes sees the denial too.
+    /// (the periodic recheck, and the passes once no grant answers): a grant is kept for the
+    /// passes; a denial drops the cached grant, so the pass it wakes sees the denial too. Asked
+    /// while a review of the same question is on its way, it takes that review's answer.
     pub async fn ask_afresh(
+        &self,
+        client: &Client,
+        author: &Author,
+        question: &AccessQuestion,
+    ) -> Result<Answer, kube::Error> {
+        let asked = Instant::now();
+        let key = (author.record(), question.clone());
+        // Bounded: an answer older than this question is dropped and the question asked (it loops
+        // again only when another pass's fresh answer was dropped with it in between).
+        for _ in 0..3 {
+            match self.answers.get_value_or_guard_async(&key).await {
+                Ok((came, answer)) if came >= asked => return Ok(answer),
+                Ok(_) => {
+                    self.answers.remove(&key);
+                }
+                Err(sending) => {
+                    // A failed review leaves no answer: the next waiter sends its own.
+                    let answer = self.review(client, author, question).await?;
+                    let _ = sending.insert((Instant::now(), answer.clone()));
+                    return Ok(answer);
+                }
+            }
+        }
+        self.review(client, author, question).await
+    }
+
+    /// One SubjectAccessReview of `question` for `author`, counted, its grant cached.
+    async fn review(
         &self,
         client: &Client,
         author: &Author,
