@@ -1121,7 +1121,7 @@ async fn a_pod_cut_off_hands_its_crs_over_and_takes_them_back(step: &Sharded<'_>
         "an edit made right after {victim} was cut off reached every copy in {took:?}; the members:\n{timeline}"
     );
     // Its Lease runs out 4 to 6 s after the cut (renewed every third of it), then the others
-    // settle and take over: 9.1 s in a run on 2026-11-29; the bound leaves room for a loaded machine.
+    // settle and take over: 5.2 s in a run on 2026-11-29; the bound leaves room for a loaded machine.
     assert!(
         took < LEASE * 2 + Duration::from_secs(2),
         "the edit took {took:?} to reach every copy after {victim} was cut off (Lease {LEASE:?}); the members:\n{timeline}"
