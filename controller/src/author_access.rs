@@ -107,15 +107,15 @@ impl AuthorAccess {
             return Ok(Answer::Allowed);
         }
         if let Some(wide) = wide {
-            let key = (record, wide);
+            let key = (record.clone(), wide);
             if self.not_wide.get(&key).is_none_or(|until| until <= now) {
-                if self.ask_afresh(client, author, &key.1).await? == Answer::Allowed {
+                if self.answer(client, author, &key).await? == Answer::Allowed {
                     return Ok(Answer::Allowed);
                 }
                 self.not_wide.insert(key, Instant::now() + self.grant_ttl);
             }
         }
-        self.ask_afresh(client, author, question).await
+        self.answer(client, author, &(record, question.clone())).await
     }
 
     /// Forgets the grants of `questions` to `author`: the apiserver refused a write they allowed
@@ -141,35 +141,46 @@ impl AuthorAccess {
         author: &Author,
         question: &AccessQuestion,
     ) -> Result<Answer, kube::Error> {
+        self.answer(client, author, &(author.record(), question.clone()))
+            .await
+    }
+
+    /// The answer to `key` (the author's record and the question) from a review sent after this
+    /// call began: its own, or one another pass sent meanwhile.
+    async fn answer(
+        &self,
+        client: &Client,
+        author: &Author,
+        key: &(String, AccessQuestion),
+    ) -> Result<Answer, kube::Error> {
         let asked = Instant::now();
-        let key = (author.record(), question.clone());
         // Bounded: an answer older than this question is dropped and the question asked (it loops
         // again only when another pass's fresh answer was dropped with it in between).
         for _ in 0..3 {
-            match self.answers.get_value_or_guard_async(&key).await {
+            match self.answers.get_value_or_guard_async(key).await {
                 Ok((came, answer)) if came >= asked => return Ok(answer),
                 Ok(_) => {
-                    self.answers.remove(&key);
+                    self.answers.remove(key);
                 }
                 Err(sending) => {
                     // A failed review leaves no answer: the next waiter sends its own.
-                    let answer = self.review(client, author, question).await?;
+                    let answer = self.review(client, author, key).await?;
                     let _ = sending.insert((Instant::now(), answer.clone()));
                     return Ok(answer);
                 }
             }
         }
-        self.review(client, author, question).await
+        self.review(client, author, key).await
     }
 
-    /// One SubjectAccessReview of `question` for `author`, counted, its grant cached.
+    /// One SubjectAccessReview of `key`'s question for `author`, counted, its grant cached.
     async fn review(
         &self,
         client: &Client,
         author: &Author,
-        question: &AccessQuestion,
+        key: &(String, AccessQuestion),
     ) -> Result<Answer, kube::Error> {
-        let key = (author.record(), question.clone());
+        let question = &key.1;
         let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
         let review = author.access_review(question.attributes());
         self.reviews
@@ -180,10 +191,10 @@ impl AuthorAccess {
         let answer = reviews.create(&PostParams::default(), &review).await?;
         let status = answer.status.unwrap_or_default();
         if status.allowed && status.denied != Some(true) {
-            self.grants.insert(key, Instant::now() + self.grant_ttl);
+            self.grants.insert(key.clone(), Instant::now() + self.grant_ttl);
             Ok(Answer::Allowed)
         } else {
-            self.grants.remove(&key);
+            self.grants.remove(key);
             Ok(Answer::Denied(status.reason.filter(|r| !r.is_empty())))
         }
     }
