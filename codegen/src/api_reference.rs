@@ -123,6 +123,19 @@ fn render_crd(out: &mut String, crd: &CustomResourceDefinition) {
         out.push('\n');
     }
 
+    let selectable = version.selectable_fields.as_deref().unwrap_or_default();
+    if !selectable.is_empty() {
+        let _ = writeln!(out, "### Selectable fields\n");
+        let _ = writeln!(
+            out,
+            "`kubectl get --field-selector` (and any list or watch) can select on these:\n"
+        );
+        for field in selectable {
+            let _ = writeln!(out, "- {}", span(field.json_path.trim_start_matches('.')));
+        }
+        out.push('\n');
+    }
+
     let mut fields = Vec::new();
     let mut rules = Vec::new();
     walk(&schema, "", &mut fields, &mut rules);

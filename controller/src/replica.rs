@@ -39,9 +39,9 @@ use tokio_util::sync::CancellationToken;
 /// `crate::cache::stored_cr`) and filtered to relevant changes; `deleted` is told of each CR the watch
 /// reports deleted.
 fn cr_stream<K>(
-    (client, shard, (kind, dropped)): (
+    (client, wake, (kind, dropped)): (
         &Client,
-        Option<Arc<crate::shard::Shard>>,
+        &wake::Wake,
         (&'static str, prometheus_client::metrics::counter::Counter),
     ),
     writer: reflector::store::Writer<StoredCr<K>>,
@@ -63,13 +63,15 @@ where
             .boxed()
         }
     };
-    // With shards: this replica's ranges only, listed anew when they change.
+    // With shards: this replica's ranges only, listed anew when they change (those of the sources
+    // changed lately first).
+    let (shard, recent) = (wake.shard.clone(), wake.recent_sources.clone());
     let events = match shard.clone() {
         None => watch(client.clone())(),
         Some(shard) => {
             let first = {
                 let (client, shard) = (client.clone(), shard.clone());
-                move || crate::shard_watch::gained_first(&client, shard.clone(), kind)
+                move || crate::shard_watch::gained_first(&client, (shard.clone(), recent.clone()), kind)
             };
             let sharded = crate::shard_watch::sharded_client(client, shard.selector());
             let events = crate::shard_watch::restarting((watch(sharded), first), shard.selector());
@@ -302,7 +304,7 @@ impl Replica {
         let cluster_changes = tokio::sync::mpsc::unbounded_channel();
         tasks.push(tokio::spawn(warm::feed(
             cr_stream(
-                (&client, ctx.shard.clone(), dropped(&ctx, "Projection")),
+                (&client, &wake, dropped(&ctx, "Projection")),
                 projection_writer,
                 PROJECTION_FINALIZER,
                 initial,
@@ -317,7 +319,7 @@ impl Replica {
         )));
         tasks.push(tokio::spawn(warm::feed(
             cr_stream(
-                (&client, ctx.shard.clone(), dropped(&ctx, "ClusterProjection")),
+                (&client, &wake, dropped(&ctx, "ClusterProjection")),
                 cluster_writer,
                 CLUSTER_PROJECTION_FINALIZER,
                 initial,

@@ -74,6 +74,9 @@ pub struct Shard {
     /// Whether the apiserver has sent CRs outside the ranges asked for (its feature gate is off):
     /// then the ranges gained are not listed on their own, since every CR would come.
     selector_ignored: AtomicBool,
+    /// Whether the apiserver refused a field selector on the CRs' source fields (CRDs from before
+    /// they were declared selectable): then the CRs of sources changed lately are not listed ahead.
+    source_fields_refused: AtomicBool,
     /// `projection_shard_members`, `projection_shard_ring_changes_total`,
     /// `projection_shard_fenced_passes_total`, `projection_shard_takeover_seconds`.
     metrics: (
@@ -138,6 +141,7 @@ impl Shard {
             selector: tokio::sync::watch::Sender::new(ShardFilter::Nothing),
             ranges: Mutex::default(),
             selector_ignored: AtomicBool::new(false),
+            source_fields_refused: AtomicBool::new(false),
             metrics: (
                 metrics.shard_members.clone(),
                 metrics.shard_ring_changes_total.clone(),
@@ -230,6 +234,17 @@ impl Shard {
     /// The apiserver sent CRs outside the ranges asked for: it ignores selectors.
     pub fn selector_ignored(&self) {
         self.selector_ignored.store(true, Ordering::Release);
+    }
+
+    /// Whether the CRs' source fields may be selected on (no list by them was refused yet).
+    pub fn source_fields_selectable(&self) -> bool {
+        !self.source_fields_refused.load(Ordering::Acquire)
+    }
+
+    /// The apiserver refused a field selector on the CRs' source fields; whether this is the first
+    /// refusal (to tell once).
+    pub fn source_fields_refused(&self) -> bool {
+        !self.source_fields_refused.swap(true, Ordering::AcqRel)
     }
 
     /// Whether this replica may reconcile the CR with this uid now.

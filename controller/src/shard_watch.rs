@@ -5,6 +5,7 @@
 //! whenever the ranges change, so a CR that moved here arrives and one that moved away leaves.
 
 use crate::shard::Shard;
+use crate::wake::RecentSources;
 use futures::{StreamExt, stream::BoxStream};
 use kube::{
     Api, Client, Resource,
@@ -14,7 +15,7 @@ use kube::{
 use prometheus_client::metrics::counter::Counter;
 use shared::{
     api::crd::{ClusterProjection, Projection},
-    shard::{field_hash, selector::ShardFilter},
+    shard::{field_hash, recent::source_field_selectors, selector::ShardFilter},
 };
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -101,15 +102,26 @@ pub fn restarting<T: Send + 'static>(
     .boxed()
 }
 
+/// How many of the sources changed lately have their CRs listed ahead of the ranges gained (the
+/// latest changed first): an edit made while a departed replica's Lease ran out is among the latest,
+/// and each is one small list the apiserver filters from its cache.
+const SOURCES_LISTED_FIRST: usize = 16;
+
+/// How many of those lists are sent at once.
+const SOURCE_LISTS_AT_ONCE: usize = 4;
+
 /// The CRs of the ranges the ring just added to this replica's, listed on their own ahead of the
 /// new watch's list of all its ranges: a replica taking over a departed one's CRs holds a fraction
 /// of its ranges anew, and has those CRs in its store (to hand over, the stale ones first) without
-/// waiting for the list of everything it holds. They come as `Apply` events, so the store keeps
-/// what it has until that list replaces it, and the hand-over is told once they are in. An
+/// waiting for the list of everything it holds. Ahead of them still, the CRs of those ranges that
+/// read a source changed lately (by the source fields the CRDs declare selectable): at 100,000
+/// Projections the list of the ranges gained takes seconds, and these are the CRs whose copies an
+/// edit made stale meanwhile. They come as `Apply` events, so the store keeps what it has until
+/// the new watch's list replaces it, and the hand-over is told each time some are in. An
 /// apiserver that sends CRs outside the ranges ignores selectors: this is not done again.
 pub fn gained_first<K>(
     client: &Client,
-    shard: Arc<Shard>,
+    (shard, recent): (Arc<Shard>, Arc<RecentSources>),
     kind: &'static str,
 ) -> Option<BoxStream<'static, watcher::Result<Event<K>>>>
 where
@@ -117,6 +129,21 @@ where
 {
     let (filter, ranges) = shard.gained_first()?;
     let client = sharded_client(client, watch::channel(filter).1);
+    let in_ranges = Arc::new(move |cr: &K| {
+        let hash = field_hash(cr.meta().uid.as_deref().unwrap_or_default());
+        ranges.iter().any(|range| range.contains(hash))
+    });
+    let stale = shard
+        .source_fields_selectable()
+        .then(|| source_field_selectors(&recent.newest_first(), SOURCES_LISTED_FIRST))
+        .filter(|selectors| !selectors.is_empty())
+        .map(|selectors| {
+            let listed = stale_first(client.clone(), shard.clone(), selectors, in_ranges.clone(), kind);
+            futures::stream::once(listed)
+                .flatten()
+                .chain(told(shard.clone()))
+                .boxed()
+        });
     let listed = {
         let shard = shard.clone();
         async move {
@@ -128,11 +155,7 @@ where
                     Vec::new()
                 }
             };
-            let in_ranges = |cr: &K| {
-                let hash = field_hash(cr.meta().uid.as_deref().unwrap_or_default());
-                ranges.iter().any(|range| range.contains(hash))
-            };
-            if crs.iter().all(in_ranges) {
+            if crs.iter().all(|cr| in_ranges(cr)) {
                 tracing::info!(
                     kind,
                     crs = crs.len(),
@@ -149,10 +172,77 @@ where
             futures::stream::iter(crs.into_iter().map(|cr| Ok(Event::Apply(cr))))
         }
     };
-    // Polled once the last of them has reached the store.
-    let told =
-        futures::stream::once(async move { shard.relisted() }).filter_map(|()| std::future::ready(None));
-    Some(futures::stream::once(listed).flatten().chain(told).boxed())
+    let gained = futures::stream::once(listed).flatten().chain(told(shard));
+    Some(match stale {
+        Some(stale) => stale.chain(gained).boxed(),
+        None => gained.boxed(),
+    })
+}
+
+/// The CRs within the ranges gained that read one of the sources `selectors` select, as `Apply`
+/// events; none when the apiserver refuses the selectors (CRDs without the selectable fields).
+async fn stale_first<K>(
+    client: Client,
+    shard: Arc<Shard>,
+    selectors: Vec<String>,
+    in_ranges: Arc<impl Fn(&K) -> bool + Send + Sync + 'static>,
+    kind: &'static str,
+) -> BoxStream<'static, watcher::Result<Event<K>>>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let started = std::time::Instant::now();
+    let sources = selectors.len();
+    let lists: Vec<Result<Vec<K>, kube::Error>> = futures::stream::iter(selectors)
+        .map(|selector| {
+            let api = Api::<K>::all(client.clone());
+            async move {
+                api.list(&ListParams::default().fields(&selector))
+                    .await
+                    .map(|list| list.items)
+            }
+        })
+        .buffer_unordered(SOURCE_LISTS_AT_ONCE)
+        .collect()
+        .await;
+    let mut crs = Vec::new();
+    for list in lists {
+        match list {
+            Ok(items) => crs.extend(items),
+            Err(kube::Error::Api(status)) if status.code == 400 => {
+                if shard.source_fields_refused() {
+                    tracing::info!(
+                        kind,
+                        error = %status.message,
+                        "the CRDs declare no selectable source fields (installed before they did): the CRs of the sources changed lately come with the ranges gained"
+                    );
+                }
+                return futures::stream::empty().boxed();
+            }
+            Err(e) => {
+                tracing::warn!(kind, error = %e, "could not list first the CRs of a source changed lately; the ranges gained bring them");
+            }
+        }
+    }
+    // An apiserver that ignores shardSelector sent the CRs of every range (it honours the field
+    // selector still).
+    crs.retain(|cr| in_ranges(cr));
+    tracing::info!(
+        kind,
+        crs = crs.len(),
+        sources,
+        ms = started.elapsed().as_millis(),
+        "listed first the CRs reading the sources changed lately"
+    );
+    futures::stream::iter(crs.into_iter().map(|cr| Ok(Event::Apply(cr)))).boxed()
+}
+
+/// Tells the hand-over, once polled (after the CRs before it reached the store), that CRs moved
+/// here are in the store; yields nothing.
+fn told<K: Send + 'static>(shard: Arc<Shard>) -> BoxStream<'static, watcher::Result<Event<K>>> {
+    futures::stream::once(async move { shard.relisted() })
+        .filter_map(|()| std::future::ready(None))
+        .boxed()
 }
 
 /// Only the events of CRs the current ring gives this replica; the others counted in `dropped`.

@@ -45,6 +45,17 @@ impl RecentSources {
             .record(object, Instant::now());
     }
 
+    /// The source objects that changed lately, the latest first.
+    pub fn newest_first(&self) -> Vec<SourceObject> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .newest_first(Instant::now())
+            .into_iter()
+            .cloned()
+            .collect()
+    }
+
     /// Whether the object `source` names changed lately.
     pub fn changed_lately(&self, source: &SourceRef) -> bool {
         self.0

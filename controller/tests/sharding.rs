@@ -327,21 +327,37 @@ async fn replicas_split_the_crs_by_the_ring_and_take_over_a_killed_ones() {
     );
     // Where the apiserver filters, the survivor listed the ranges it gained on their own first:
     // exactly the CRs it took over; where it does not, it found out and lists them with the rest.
-    let gained_first: Vec<Value> = std::fs::read_to_string(&a.log)
+    let logged: Vec<Value> = std::fs::read_to_string(&a.log)
         .unwrap_or_default()
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|l| l["fields"]["kind"] == "Projection")
         .map(|l| l["fields"].clone())
+        .collect();
+    let counted = |message: &str| -> Vec<Value> {
+        logged
+            .iter()
+            .filter(|f| f["message"] == message)
+            .map(|f| f["crs"].clone())
+            .collect()
+    };
+    let gained_first: Vec<&Value> = logged
+        .iter()
         .filter(|f| f["message"].as_str().is_some_and(|m| m.contains("gained")))
         .collect();
     if sharded_list_and_watch(&env.client).await {
-        let counts: Vec<&Value> = gained_first
-            .iter()
-            .filter(|f| f["message"] == "listed first the CRs of the ranges this replica gained")
-            .map(|f| &f["crs"])
-            .collect();
-        assert_eq!(counts, [&json!(moved.len() + moved_quiet)], "{gained_first:?}");
+        assert_eq!(
+            counted("listed first the CRs of the ranges this replica gained"),
+            [json!(moved.len() + moved_quiet)],
+            "{gained_first:?}"
+        );
+        // Ahead of them, by the source fields the CRDs declare selectable, the CRs reading the
+        // sources changed lately: exactly those of `cfg`, edited after the kill (not `quiet`).
+        assert_eq!(
+            counted("listed first the CRs reading the sources changed lately"),
+            [json!(moved.len())],
+            "{logged:?}"
+        );
     } else {
         assert!(
             gained_first.iter().any(|f| f["message"]

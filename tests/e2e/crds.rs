@@ -430,6 +430,88 @@ async fn kubectl_get_shows_the_printer_columns() {
     );
 }
 
+#[tokio::test]
+async fn kubectl_get_selects_the_crs_reading_one_source_by_its_namespace_and_name() {
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create(&client, "crd-select").await;
+    let api = projection_api(&client, ns.name());
+    let source =
+        |namespace: &str, name: &str| json!({"kind": "ConfigMap", "namespace": namespace, "name": name});
+    for (name, source) in [
+        ("reads-settings", source("platform-config", "shared-settings")),
+        ("reads-settings-too", source("platform-config", "shared-settings")),
+        ("reads-other", source("platform-config", "other-settings")),
+        ("reads-elsewhere", source("team-x", "shared-settings")),
+    ] {
+        api.create(
+            &PostParams::default(),
+            &object("Projection", name, json!({"source": source})),
+        )
+        .await
+        .expect("created");
+    }
+    let cluster_name = format!("{}-select", ns.name());
+    let _guard = ClusterScopedGuard::new("clusterprojections.projection.sh", &cluster_name);
+    cluster_projection_api(&client)
+        .create(
+            &PostParams::default(),
+            &object(
+                "ClusterProjection",
+                &cluster_name,
+                json!({"source": source(ns.name(), "shared-settings"),
+                    "destination": {"namespaces": ["team-y"]}}),
+            ),
+        )
+        .await
+        .expect("created");
+    let names = |out: String| -> Vec<String> {
+        let mut names: Vec<String> = out.lines().map(str::to_owned).collect();
+        names.sort();
+        names
+    };
+    let selected = kubectl_ok(&[
+        "get",
+        "proj",
+        "-n",
+        ns.name(),
+        "--field-selector",
+        "spec.source.namespace=platform-config,spec.source.name=shared-settings",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(
+        names(selected),
+        [
+            "projection.projection.sh/reads-settings",
+            "projection.projection.sh/reads-settings-too"
+        ]
+    );
+    let by_name = kubectl_ok(&[
+        "get",
+        "proj",
+        "-n",
+        ns.name(),
+        "--field-selector",
+        "spec.source.name=shared-settings",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(names(by_name).len(), 3, "any namespace's shared-settings");
+    let clusters = kubectl_ok(&[
+        "get",
+        "cproj",
+        "--field-selector",
+        &format!("spec.source.namespace={}", ns.name()),
+        "-o",
+        "name",
+    ]);
+    assert_eq!(
+        names(clusters),
+        [format!("clusterprojection.projection.sh/{cluster_name}")]
+    );
+}
+
 #[test]
 fn the_api_names_are_the_go_operators() {
     assert_eq!(Projection::crd_name(), "projections.projection.sh");

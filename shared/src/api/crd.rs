@@ -24,6 +24,12 @@ pub const VERSION_PATTERN: &str = r"^$|^v[0-9]+((alpha|beta)[0-9]+)?$";
 /// A kind in PascalCase, matched case-sensitively by discovery.
 pub const KIND_PATTERN: &str = r"^[A-Z][a-zA-Z0-9]*$";
 
+/// The fields of both kinds the apiserver can select on (the CRDs' `selectableFields`), as a field
+/// selector names them: the source's namespace and name. `kubectl get projections -A
+/// --field-selector spec.source.namespace=platform,spec.source.name=settings` lists the CRs reading
+/// one object; a replica taking CRs over lists those of the sources changed lately first.
+pub const SOURCE_SELECTABLE_FIELDS: [&str; 2] = ["spec.source.namespace", "spec.source.name"];
+
 /// The object to mirror. Only namespaced kinds can be sources.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
@@ -203,7 +209,9 @@ pub struct AppliedOnce {
         json_path = ".spec.suspend",
         priority = 1
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    selectable = ".spec.source.namespace",
+    selectable = ".spec.source.name"
 )]
 #[x_kube(
     validation = Rule::new("(has(self.destination) && has(self.destination.kubeConfig)) == (has(oldSelf.destination) && has(oldSelf.destination.kubeConfig)) && (!has(self.destination) || !has(self.destination.kubeConfig) || self.destination.kubeConfig == oldSelf.destination.kubeConfig)").message("destination.kubeConfig cannot change: delete the Projection (its copy goes with it) and create it again to write into another cluster")
@@ -353,7 +361,9 @@ pub struct ClusterProjectionDestination {
         json_path = ".spec.suspend",
         priority = 1
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    selectable = ".spec.source.namespace",
+    selectable = ".spec.source.name"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterProjectionSpec {
@@ -547,6 +557,20 @@ pub struct ClusterProjectionStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::CustomResourceExt;
+
+    #[test]
+    fn both_crds_declare_the_source_fields_selectable() {
+        for crd in [Projection::crd(), ClusterProjection::crd()] {
+            let declared: Vec<String> = crd.spec.versions[0]
+                .selectable_fields
+                .iter()
+                .flatten()
+                .map(|field| field.json_path.trim_start_matches('.').to_owned())
+                .collect();
+            assert_eq!(declared, SOURCE_SELECTABLE_FIELDS, "{}", crd.spec.names.kind);
+        }
+    }
 
     #[test]
     fn a_cr_is_reported_on_once_a_pass_wrote_its_generation_not_by_the_schemas_default() {

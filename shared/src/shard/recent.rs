@@ -4,7 +4,7 @@
 //! changed meanwhile are the ones whose copies may be stale, and they go first.
 
 use crate::api::{
-    crd::SourceRef,
+    crd::{SOURCE_SELECTABLE_FIELDS, SourceRef},
     keys::{OWNED_BY_CLUSTER_PROJECTION, OWNED_BY_PROJECTION},
     source::GroupKind,
 };
@@ -50,6 +50,44 @@ impl SourceObject {
     }
 }
 
+/// The field selectors that list the CRs reading one of `objects` (the latest changed first): one
+/// per source namespace and name, at most `limit`, on the fields the CRDs declare selectable
+/// ([`SOURCE_SELECTABLE_FIELDS`]). The kind is not selectable, so a CR reading another kind of the
+/// same name comes too; a replica taking CRs over lists these ahead of its ranges gained, so the
+/// CRs whose copies an edit made stale are handed over without waiting for that list.
+pub fn source_field_selectors<'a>(
+    objects: impl IntoIterator<Item = &'a SourceObject>,
+    limit: usize,
+) -> Vec<String> {
+    let [namespace_field, name_field] = SOURCE_SELECTABLE_FIELDS;
+    let mut seen = std::collections::HashSet::new();
+    objects
+        .into_iter()
+        .filter(|object| seen.insert((object.namespace.as_str(), object.name.as_str())))
+        .take(limit)
+        .map(|object| {
+            format!(
+                "{namespace_field}={},{name_field}={}",
+                escape_field_value(&object.namespace),
+                escape_field_value(&object.name)
+            )
+        })
+        .collect()
+}
+
+/// A value as a field selector carries it: `\`, `,` and `=` escaped with a backslash (names and
+/// namespaces hold none of them; a selector is still never split by one).
+fn escape_field_value(value: &str) -> String {
+    let mut escaped = String::with_capacity(value.len());
+    for c in value.chars() {
+        if matches!(c, '\\' | ',' | '=') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
 /// The keys recorded within the last `window`, at most `capacity` records kept (the oldest go
 /// first), so a flood of edits costs bounded memory.
 #[derive(Debug)]
@@ -87,6 +125,18 @@ impl<K: Clone + Eq + Hash> RecentChanges<K> {
         self.latest
             .get(key)
             .is_some_and(|at| now.saturating_duration_since(*at) <= self.window)
+    }
+
+    /// The keys recorded within the window before `now`, the latest changed first.
+    pub fn newest_first(&self, now: Instant) -> Vec<&K> {
+        let mut keys: Vec<(&K, Instant)> = self
+            .latest
+            .iter()
+            .filter(|(_, at)| now.saturating_duration_since(**at) <= self.window)
+            .map(|(key, at)| (key, *at))
+            .collect();
+        keys.sort_by_key(|(_, at)| std::cmp::Reverse(*at));
+        keys.into_iter().map(|(key, _)| key).collect()
     }
 
     /// How many records are kept.
@@ -182,6 +232,70 @@ mod tests {
         let cluster_scoped: ObjectMeta =
             serde_json::from_value(serde_json::json!({"name": "n"})).expect("metadata");
         assert_eq!(SourceObject::changed(&kind, &cluster_scoped), None);
+    }
+
+    #[test]
+    fn the_keys_changed_lately_come_latest_first() {
+        let start = Instant::now();
+        let mut recent = RecentChanges::new(WINDOW, 10);
+        recent.record(object("a"), start);
+        recent.record(object("b"), start + Duration::from_secs(10));
+        recent.record(object("c"), start + Duration::from_secs(20));
+        recent.record(object("a"), start + Duration::from_secs(25));
+        let names = |now| -> Vec<String> {
+            recent
+                .newest_first(now)
+                .into_iter()
+                .map(|o| o.name.clone())
+                .collect()
+        };
+        assert_eq!(names(start + Duration::from_secs(30)), ["a", "c", "b"]);
+        // b is older than the window by then.
+        assert_eq!(names(start + Duration::from_secs(41)), ["a", "c"]);
+    }
+
+    #[test]
+    fn the_crs_reading_the_sources_changed_lately_are_selected_by_namespace_and_name() {
+        let secret = SourceObject {
+            group_kind: GroupKind {
+                group: String::new(),
+                kind: "Secret".into(),
+            },
+            ..object("a")
+        };
+        let elsewhere = SourceObject {
+            namespace: "team-b".into(),
+            ..object("a")
+        };
+        let objects = [object("a"), secret, elsewhere, object("b"), object("c")];
+        assert_eq!(
+            source_field_selectors(&objects, 10),
+            [
+                "spec.source.namespace=team-a,spec.source.name=a",
+                "spec.source.namespace=team-b,spec.source.name=a",
+                "spec.source.namespace=team-a,spec.source.name=b",
+                "spec.source.namespace=team-a,spec.source.name=c",
+            ],
+            "one selector per namespace and name, whatever the kind, in the order given"
+        );
+        assert_eq!(
+            source_field_selectors(&objects, 2),
+            [
+                "spec.source.namespace=team-a,spec.source.name=a",
+                "spec.source.namespace=team-b,spec.source.name=a",
+            ],
+            "the first ones (the latest changed) up to the limit"
+        );
+        assert!(source_field_selectors(&[], 10).is_empty());
+        let odd = SourceObject {
+            name: r"x,y=z\w".into(),
+            ..object("a")
+        };
+        assert_eq!(
+            source_field_selectors([&odd], 1),
+            [r"spec.source.namespace=team-a,spec.source.name=x\,y\=z\\w"],
+            "a separator in a value is escaped"
+        );
     }
 
     #[test]
