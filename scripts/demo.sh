@@ -9,7 +9,6 @@
 # mounts and cgroups).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/prereqs.sh
 export PATH=$PATH:/usr/local/go/bin
 
 source tests/control-plane/common.sh
@@ -17,13 +16,19 @@ say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 # Our services and the plugin compile while the Kubernetes binaries' Go build runs (minutes each on a
 # new machine, and neither keeps both cores busy throughout); the node's images.sh runs the same
-# build (common.sh) and finds it fresh.
+# build (common.sh) and finds it fresh. Both start before the prerequisites, whose Debian packages
+# (the node's containerd, runc and CNI plugins; half a minute on a new machine) only the node needs:
+# a missing toolchain stops the demo there with prereqs.sh's message, and the builds with it.
 build_log=$(mktemp)
 trap 'kill $(jobs -pr) 2>/dev/null || true; rm -f "$build_log"' EXIT
 "${OUR_SERVICES_BUILD[@]}" > "$build_log" 2>&1 &
 build=$!
+tests/control-plane/build.sh > /dev/null &
+go_build=$!
+scripts/prereqs.sh
 
 say "Local cluster: kube-apiserver, etcd, kube-controller-manager, kube-scheduler and a kubelet node (containerd)"
+wait "$go_build" || { echo "the build of the Kubernetes binaries failed (above)"; exit 1; }
 eval "$(tests/control-plane/up.sh)"
 export PATH="$TESTENV_DIR/bin:$PATH"
 echo "waiting for the build of our services ($build_log)"

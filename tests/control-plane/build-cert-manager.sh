@@ -15,7 +15,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.env"
-export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0
+# No DWARF from the compiler, as in build.sh.
+export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0 GOFLAGS=-gcflags=all=-dwarf=false
 log() { echo "[cert-manager build] $*" >&2; }
 
 sources=${CERT_MANAGER_SOURCES:-$(cd "$here/../.." && pwd)/../shared/third_party/cert-manager/$CERT_MANAGER_VERSION}

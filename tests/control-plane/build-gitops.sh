@@ -7,7 +7,8 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 source "$CP_HERE/versions.env"
-export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0
+# No DWARF from the compiler, as in build.sh.
+export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0 GOFLAGS=-gcflags=all=-dwarf=false
 bin=$("$CP_HERE/build.sh" | tail -n 1)
 log() { echo "[control-plane build] $*" >&2; }
 

@@ -8,7 +8,9 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.env"
-export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0
+# The binaries are linked without DWARF (-ldflags "-s -w"), so the compiler is not asked to make it
+# (GOFLAGS; the same in every script that builds Go tools here, so they share the standard library).
+export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0 GOFLAGS=-gcflags=all=-dwarf=false
 
 # The Kubernetes binaries are keyed by what goes into them; helm by its version alone.
 key=$(cat "$here/go.mod" "$here/go.sum" "$here"/cmd/*/main.go | sha256sum | cut -c1-12)

@@ -113,6 +113,11 @@ OUR_IMAGE_TAG=dev
 # demo): the same packages each time, so the same features and nothing compiled twice; the kubectl
 # plugin comes with it.
 OUR_SERVICES_BUILD=(cargo build --locked --bin projection-controller --bin projection-webhook --bin kubectl-projection)
+# Our crates with line tables only in the scripts' debug builds (the demo's, the test command's,
+# CI's), as the dependencies always are (Cargo.toml): backtraces keep file and line, and the
+# compile and the links of the big binaries are shorter; a build by hand keeps the full debug info.
+export CARGO_PROFILE_DEV_DEBUG=${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}
+export CARGO_PROFILE_TEST_DEBUG=${CARGO_PROFILE_TEST_DEBUG:-line-tables-only}
 CACHE_ROOT=${PROJECTION_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/projection-testenv}
 
 # node_owner: the test environment whose node holds this machine (named on the pod bridge), if any;

@@ -813,7 +813,12 @@ async fn sharding_by_one_value_splits_the_crs_between_the_pods(
     for (i, uid) in uids.iter().enumerate() {
         let name = format!("shard-{i}");
         let now = last.owner_of(uid).expect("an owner");
-        if now != owners[i] {
+        if now != owners[i] && !reconciling.contains(&now.to_owned()) {
+            // Moved to the replacement. When it joined before the others had settled on the ring
+            // without the deleted pod, that ring was the first it saw, and it cannot know who had
+            // the CR: it tells no move (docs/scale-out.md), so no event is required here.
+            moved += 1;
+        } else if now != owners[i] {
             moved += 1;
             let told = format!("reconciled by replica {now} now, taken over from ");
             wait_for(
