@@ -143,11 +143,14 @@ YAML
 say "Why is the copy what it is? kubectl projection, the plugin (built from plugin/)"
 # Built at the start with the services: nothing to compile.
 "${OUR_SERVICES_BUILD[@]}" --quiet
-export PATH="$PWD/target/debug:$PATH"
+# Where cargo put it: target/ unless CARGO_TARGET_DIR (or a cargo config) says otherwise.
+target_dir=$(cargo metadata --locked --no-deps --format-version 1 |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+export PATH="$target_dir/debug:$PATH"
 kubectl projection why configmap/platform-settings -n team-a
 
 say "Done"
 echo "The cluster, its node and projection keep running. Use them with:"
-echo "  export KUBECONFIG=$KUBECONFIG PATH=$TESTENV_DIR/bin:$PWD/target/debug:\$PATH"
+echo "  export KUBECONFIG=$KUBECONFIG PATH=$TESTENV_DIR/bin:$target_dir/debug:\$PATH"
 echo "  kubectl projection status -A    # every Projection and ClusterProjection, one line each"
 echo "Stop everything and clean up with: tests/control-plane/down.sh"
