@@ -20,8 +20,8 @@ use kube::{
 use shared::{
     api::reason::Reason,
     shard::{
-        membership::{ACKNOWLEDGED_ANNOTATION, MEMBER_LABEL, MemberLease, View},
-        ring::{HashRange, gained},
+        membership::{MEMBER_LABEL, MemberLease, View},
+        ring::{HashRange, Ring, gained},
         selector::{ShardFilter, shard_selector},
     },
 };
@@ -560,6 +560,7 @@ impl Shard {
     /// is a ring version to acknowledge (checked every second and whenever the members change).
     async fn renew(&self, api: &Api<Lease>, stop: &CancellationToken) {
         let mut published: Option<String> = None;
+        let mut published_settled: Option<String> = None;
         let mut renewed: Option<Instant> = None;
         let mut changed = self.subscribe();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -570,21 +571,25 @@ impl Shard {
                 _ = changed.changed() => {}
                 () = stop.cancelled() => return,
             }
-            let acknowledgeable = {
+            let (acknowledgeable, settled) = {
                 let running = self.running.lock().expect("running passes");
-                self.view
-                    .read()
-                    .expect("view")
-                    .acknowledgeable(&self.me, running.keys().map(String::as_str))
+                let view = self.view.read().expect("view");
+                (
+                    view.acknowledgeable(&self.me, running.keys().map(String::as_str)),
+                    view.settled().cloned(),
+                )
             };
             let due = renewed.is_none_or(|at| at.elapsed() >= self.duration / 3);
             let acknowledging = acknowledgeable.is_some() && acknowledgeable != published;
-            if !(due || acknowledging) {
+            // A settlement is said at once: a replica joining meanwhile reads in it who had the CRs
+            // it takes (until then, the others' Leases name a ring that may be past).
+            let settling = settled.as_ref().map(Ring::version) != published_settled;
+            if !(due || acknowledging || settling) {
                 continue;
             }
             let acknowledged = acknowledgeable.or_else(|| published.clone());
             let sent = Instant::now();
-            let lease = self.lease(acknowledged.as_deref());
+            let lease = self.lease(acknowledged.as_deref(), settled.as_ref());
             // A renewal that hangs is given up in time for the next one (on a new request) to still
             // keep the fence: one stuck on a silent connection would otherwise hold the loop.
             let patched = tokio::time::timeout(
@@ -606,6 +611,7 @@ impl Shard {
                     *self.valid_until.lock().expect("lease validity") = Some(sent + self.duration * 2 / 3);
                     renewed = Some(sent);
                     published = acknowledged;
+                    published_settled = settled.as_ref().map(Ring::version);
                     if !was_valid {
                         self.changed.send_replace(());
                     }
@@ -653,15 +659,13 @@ impl Shard {
         }
     }
 
-    fn lease(&self, acknowledged: Option<&str>) -> Lease {
+    fn lease(&self, acknowledged: Option<&str>, settled: Option<&Ring>) -> Lease {
         Lease {
             metadata: ObjectMeta {
                 name: Some(self.lease_name.clone()),
                 namespace: Some(self.namespace.clone()),
                 labels: Some(BTreeMap::from([(MEMBER_LABEL.to_owned(), "true".to_owned())])),
-                annotations: acknowledged.map(|version| {
-                    BTreeMap::from([(ACKNOWLEDGED_ANNOTATION.to_owned(), version.to_owned())])
-                }),
+                annotations: MemberLease::annotations(acknowledged, settled),
                 ..ObjectMeta::default()
             },
             spec: Some(LeaseSpec {
@@ -746,11 +750,13 @@ mod tests {
         let metrics =
             crate::metrics::Metrics::register(&mut prometheus_client::registry::Registry::default());
         let shard = Shard::new("replica-1", "ns", Duration::from_secs(15), &metrics);
-        let lease = shard.lease(Some("ring-0123456789ab"));
+        let settled = Ring::new(["replica-2", "replica-1"]);
+        let lease = shard.lease(Some("ring-0123456789ab"), Some(&settled));
         let member = MemberLease::of(&lease).expect("a member");
         assert_eq!(member.identity, "replica-1");
         assert_eq!(member.duration, Duration::from_secs(15));
         assert_eq!(member.acknowledged.as_deref(), Some("ring-0123456789ab"));
+        assert_eq!(member.settled_members.as_deref(), Some(settled.members()));
         assert!(member.is_live(SystemTime::now()));
         assert!(
             !shard.may_reconcile("any"),

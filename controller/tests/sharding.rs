@@ -465,6 +465,104 @@ async fn a_joining_replica_takes_its_share_and_a_cr_deleted_during_the_handover_
     env.finish().await;
 }
 
+/// A replica replacing one that stopped, joining before the others acknowledged the ring without
+/// it (here: the survivor frozen meanwhile), reads in the survivor's Lease the ring it last saw
+/// settled, so its `OwnerChanged` events name who had each CR it takes: the replica that stopped,
+/// or the survivor.
+#[tokio::test]
+async fn a_replacement_joining_before_the_others_settled_names_whom_it_took_each_cr_from() {
+    const LEASE: u64 = 15;
+    let _cores = projection_tests::cores_timed().await;
+    let env = env("shards-replace").await;
+    let (src, dst) = env.names();
+    let pid = std::process::id();
+    let names = [format!("repl-a-{pid}"), format!("repl-b-{pid}")];
+    let (mut a, mut b) = (
+        replica_with_lease(&names[0], &src, LEASE),
+        replica_with_lease(&names[1], &src, LEASE),
+    );
+    a.wait_ready().await;
+    b.wait_ready().await;
+    let two = Ring::new(names.clone());
+    wait_settled(&env, &src, &two).await;
+    source_configmap(&env.api::<ConfigMap>(&src), "cfg", json!({"k": "v1"})).await;
+    let uids = projections(&env, &src, CRS).await;
+    // A newcomer's name that takes some of b's CRs and some of a's (the ring decides which).
+    let (newcomer, after) = (0..100)
+        .map(|k| {
+            let name = format!("repl-n{k}-{pid}");
+            let after = Ring::new([names[0].clone(), name.clone()]);
+            (name, after)
+        })
+        .find(|(name, after)| {
+            names.iter().all(|had| {
+                uids.iter()
+                    .any(|uid| two.owner_of(uid) == Some(had.as_str()) && after.owner_of(uid) == Some(name))
+            })
+        })
+        .expect("a name that takes CRs of both");
+
+    // a says in its Lease that it saw the ring of a and b settle.
+    let leases = env.api::<Lease>(&src);
+    let said = serde_json::to_string(two.members()).expect("names");
+    let lease_of_a = format!("projection-member-{}", names[0]);
+    wait_for("a says the ring it saw settle", TIMEOUT, || {
+        let (leases, lease_of_a, said) = (leases.clone(), lease_of_a.clone(), said.clone());
+        async move {
+            let lease = leases.get(&lease_of_a).await.map_err(|e| e.to_string())?;
+            let annotations = lease.metadata.annotations.unwrap_or_default();
+            (annotations.get("projection.sh/ring-settled-members") == Some(&said))
+                .then_some(())
+                .ok_or(format!("{annotations:?}"))
+        }
+    })
+    .await;
+    // a frozen (its Lease stays valid for up to 15 s), b stopped cleanly (its Lease deleted), the
+    // newcomer started: the first ring it sees is a's alone, which a never acknowledged.
+    a.pause();
+    stop_cleanly(&mut b);
+    let mut n = replica_with_lease(&newcomer, &src, LEASE);
+    let lease_of_n = format!("projection-member-{newcomer}");
+    // Polled rather than waited for with a panic: a must run again whatever happens.
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let joined = loop {
+        match leases.get_opt(&lease_of_n).await {
+            Ok(Some(_)) => break true,
+            _ if Instant::now() > deadline => break false,
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    a.resume();
+    assert!(
+        joined,
+        "the newcomer's Lease did not appear within 8 s (log {})",
+        n.log.display()
+    );
+    n.wait_ready().await;
+    wait_settled(&env, &src, &after).await;
+
+    for (i, uid) in uids.iter().enumerate() {
+        if after.owner_of(uid) != Some(newcomer.as_str()) {
+            continue;
+        }
+        let had = two.owner_of(uid).expect("an owner");
+        let note = wait_for_event(&env.client, &dst, &format!("p{i}"), "OwnerChanged").await;
+        let told = format!(
+            "reconciled by replica {newcomer} now, taken over from {had} (ring {},",
+            after.version()
+        );
+        assert!(note.starts_with(&told), "p{i}: {note}");
+    }
+    // Nothing was lost meanwhile: an edit reaches every copy.
+    merge(&env.api::<ConfigMap>(&src), "cfg", json!({"data": {"k": "v2"}})).await;
+    wait_copies(&env, &dst, &(0..CRS).collect::<Vec<_>>(), "v2").await;
+    for process in [&mut a, &mut n] {
+        stop_cleanly(process);
+    }
+    let _cleanup = controller(&[]).await;
+    env.finish().await;
+}
+
 /// How many of `replica`'s log lines say `message` about the kind PodTemplate (which only the test
 /// below reads in this suite).
 fn about_pod_templates(replica: &ServiceProcess, message: &str) -> usize {

@@ -814,10 +814,21 @@ async fn sharding_by_one_value_splits_the_crs_between_the_pods(
         let name = format!("shard-{i}");
         let now = last.owner_of(uid).expect("an owner");
         if now != owners[i] && !reconciling.contains(&now.to_owned()) {
-            // Moved to the replacement. When it joined before the others had settled on the ring
-            // without the deleted pod, that ring was the first it saw, and it cannot know who had
-            // the CR: it tells no move (docs/scale-out.md), so no event is required here.
+            // Moved to the replacement. It names whom it took the CR from when the others' Leases
+            // said so as it joined (docs/scale-out.md); in the second or two after a survivor
+            // acknowledged the ring without the deleted pod, they cannot, and it names no move.
+            // So no event is required here, but any it tells names a pod that had the CR.
             moved += 1;
+            let told = format!("reconciled by replica {now} now, taken over from ");
+            for note in owner_changed_notes(client, team, &name).await {
+                if let Some(rest) = note.strip_prefix(&told) {
+                    assert!(
+                        rest.starts_with(&format!("{victim} "))
+                            || reconciling.iter().any(|pod| rest.starts_with(&format!("{pod} "))),
+                        "{name}: {note}; it was {victim}'s"
+                    );
+                }
+            }
         } else if now != owners[i] {
             moved += 1;
             let told = format!("reconciled by replica {now} now, taken over from ");

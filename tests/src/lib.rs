@@ -656,6 +656,27 @@ impl ServiceProcess {
         let _ = self.child.wait();
     }
 
+    /// Freezes the process (SIGSTOP), as a node too busy to schedule it would, until
+    /// [`ServiceProcess::resume`].
+    pub fn pause(&mut self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a paused process run again (SIGCONT).
+    pub fn resume(&mut self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let sent = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status();
+        assert!(
+            sent.as_ref().is_ok_and(|s| s.success()),
+            "kill {signal}: {sent:?}"
+        );
+    }
+
     /// Whether it still runs.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

@@ -14,6 +14,10 @@ use std::time::{Duration, SystemTime};
 pub const MEMBER_LABEL: &str = "projection.sh/controller-member";
 /// The annotation in which a member says the ring version it has applied and drained.
 pub const ACKNOWLEDGED_ANNOTATION: &str = "projection.sh/ring-version";
+/// The annotation in which a member lists, as a JSON array, the members of the last ring it saw
+/// every live member acknowledge: what tells a replica that joins while the others have not yet
+/// settled (a pod replacing one just deleted) who had the CRs it takes.
+pub const SETTLED_MEMBERS_ANNOTATION: &str = "projection.sh/ring-settled-members";
 
 /// What a replica reads in one member's Lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,22 +29,40 @@ pub struct MemberLease {
     pub duration: Duration,
     /// The ring version it has applied and drained, if it said one.
     pub acknowledged: Option<String>,
+    /// The members of the last ring it saw settled, if it said them (and they parse).
+    pub settled_members: Option<Vec<String>>,
 }
 
 impl MemberLease {
     /// What the ring needs of a member Lease; `None` for one without a holder or a renewal.
     pub fn of(lease: &Lease) -> Option<Self> {
         let spec = lease.spec.as_ref()?;
+        let annotation = |key: &str| lease.metadata.annotations.as_ref()?.get(key);
         Some(Self {
             identity: spec.holder_identity.clone()?,
             renewed: SystemTime::from(spec.renew_time.as_ref()?.0),
             duration: Duration::from_secs(u64::try_from(spec.lease_duration_seconds?).ok()?),
-            acknowledged: lease
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|annotations| annotations.get(ACKNOWLEDGED_ANNOTATION).cloned()),
+            acknowledged: annotation(ACKNOWLEDGED_ANNOTATION).cloned(),
+            settled_members: annotation(SETTLED_MEMBERS_ANNOTATION)
+                .and_then(|members| serde_json::from_str(members).ok()),
         })
+    }
+
+    /// The annotations a member writes in its Lease: the ring version it acknowledges and the
+    /// members of the ring it saw settled last.
+    pub fn annotations(
+        acknowledged: Option<&str>,
+        settled: Option<&Ring>,
+    ) -> Option<std::collections::BTreeMap<String, String>> {
+        let mut annotations = std::collections::BTreeMap::new();
+        if let Some(version) = acknowledged {
+            annotations.insert(ACKNOWLEDGED_ANNOTATION.to_owned(), version.to_owned());
+        }
+        if let Some(ring) = settled {
+            let members = serde_json::to_string(ring.members()).expect("strings serialize");
+            annotations.insert(SETTLED_MEMBERS_ANNOTATION.to_owned(), members);
+        }
+        (!annotations.is_empty()).then_some(annotations)
     }
 
     pub fn is_live(&self, now: SystemTime) -> bool {
@@ -71,6 +93,9 @@ impl View {
                 .iter()
                 .all(|lease| lease.acknowledged.as_deref() == Some(version.as_str()));
         let before = self.clone();
+        if self.settlements == 0 && self.settled.is_none() && self.previous.is_none() {
+            self.previous = Self::settled_by_all(&live);
+        }
         if everyone_acknowledged && self.settled.as_ref() != Some(&current) {
             // After a lapse there is no settled ring: the one before it stays the previous.
             let before = self.settled.replace(current.clone());
@@ -79,6 +104,37 @@ impl View {
         }
         self.current = Some(current);
         *self != before
+    }
+
+    /// The ring the live members say they last saw settled, when that tells who had each CR: every
+    /// member that says one names the same ring and still acknowledges it, so none has moved on to
+    /// a later ring that may have settled since. This is for a replica that has seen no settlement
+    /// of its own: one that joined while the others had not yet settled without a member that left
+    /// (a pod replaced right after its deletion), whose ring it cannot rebuild from the live
+    /// members. Otherwise (a member has acknowledged a later ring, or they disagree) nobody can
+    /// tell which of two rings had a moved CR, and the move is not named.
+    fn settled_by_all(live: &[&MemberLease]) -> Option<Ring> {
+        let saying: Vec<&MemberLease> = live
+            .iter()
+            .copied()
+            .filter(|lease| lease.settled_members.is_some())
+            .collect();
+        let members = saying.first()?.settled_members.as_ref()?;
+        let ring = Ring::new(members.iter().cloned());
+        let version = ring.version();
+        saying
+            .iter()
+            .all(|lease| {
+                lease.settled_members.as_ref() == Some(members)
+                    && lease.acknowledged.as_deref() == Some(version.as_str())
+            })
+            .then_some(ring)
+    }
+
+    /// The last ring every live member had acknowledged, as this replica saw it: what it publishes
+    /// for a replica that joins later.
+    pub fn settled(&self) -> Option<&Ring> {
+        self.settled.as_ref()
     }
 
     /// This replica's own Lease lapsed (it could not renew it in time): the others may have seen it
@@ -166,6 +222,7 @@ mod tests {
             renewed: at(renewed),
             duration: LEASE,
             acknowledged: acknowledged.map(Into::into),
+            settled_members: None,
         }
     }
 
@@ -347,5 +404,122 @@ mod tests {
         view.observe(&[lease("a", 1, Some(&alone))], at(2));
         assert!(view.may_reconcile("a", "uid-1"));
         assert_eq!(view.taken_over_from("a", "uid-1"), None);
+    }
+
+    /// A member Lease that acknowledged `acknowledged` and saw `settled` settle last.
+    fn saying(identity: &str, renewed: u64, acknowledged: &Ring, settled: &Ring) -> MemberLease {
+        MemberLease {
+            settled_members: Some(settled.members().to_vec()),
+            ..lease(identity, renewed, Some(&acknowledged.version()))
+        }
+    }
+
+    #[test]
+    fn a_replacement_joining_before_the_others_settled_names_the_member_it_replaces() {
+        let before = Ring::new(["a", "b", "d"]);
+        let after = Ring::new(["a", "b", "n"]);
+        let taken = moved_uid(&before, &after, "d", "n");
+        // d was deleted; a and b still acknowledge the ring with d when its replacement n looks.
+        let others = |t| [saying("a", t, &before, &before), saying("b", t, &before, &before)];
+        let mut view = View::default();
+        view.observe(&others(10), at(10));
+        assert_eq!(view.settled_version(), None, "the ring of a and b is not settled");
+        let mut joined = others(11).to_vec();
+        joined.push(lease("n", 11, None));
+        view.observe(&joined, at(11));
+        assert_eq!(view.taken_over_from("n", &taken), None, "not settled yet");
+        let settled: Vec<MemberLease> = ["a", "b", "n"]
+            .iter()
+            .map(|m| saying(m, 12, &after, &before))
+            .collect();
+        view.observe(&settled, at(12));
+        assert_eq!(view.settled_version(), Some(after.version()));
+        assert_eq!(view.taken_over_from("n", &taken), Some("d"));
+        // What the members now say they saw settle does not rewrite a move already known.
+        let later: Vec<MemberLease> = ["a", "b", "n"]
+            .iter()
+            .map(|m| saying(m, 13, &after, &after))
+            .collect();
+        view.observe(&later, at(13));
+        assert_eq!(view.taken_over_from("n", &taken), Some("d"));
+    }
+
+    #[test]
+    fn a_replica_names_no_move_when_the_others_disagree_on_the_settled_ring_or_say_none() {
+        let before = Ring::new(["a", "b", "d"]);
+        let between = Ring::new(["a", "b"]);
+        let after = Ring::new(["a", "b", "n"]);
+        let taken = moved_uid(&before, &after, "d", "n");
+        let settle = |view: &mut View, first: Vec<MemberLease>| {
+            view.observe(&first, at(10));
+            let all: Vec<MemberLease> = ["a", "b", "n"]
+                .iter()
+                .map(|m| lease(m, 11, Some(&after.version())))
+                .collect();
+            view.observe(&all, at(11));
+            assert_eq!(view.settled_version(), Some(after.version()));
+        };
+        // a acknowledges the ring without d, b not yet: the ring with d may be the last they all
+        // had, or the one without it, if b acknowledges it before a has said it settled.
+        let mut view = View::default();
+        settle(
+            &mut view,
+            vec![
+                saying("a", 10, &between, &before),
+                saying("b", 10, &before, &before),
+            ],
+        );
+        assert_eq!(view.taken_over_from("n", &taken), None);
+        // Both acknowledge the ring without d: it is settled, whatever they said before, and the
+        // CR was its owner's there.
+        let mut view = View::default();
+        settle(
+            &mut view,
+            vec![
+                saying("a", 10, &between, &before),
+                saying("b", 10, &between, &before),
+            ],
+        );
+        assert_eq!(view.taken_over_from("n", &taken), between.owner_of(&taken));
+        // Replicas starting together: none has seen a settlement, so none moved anything.
+        let mut view = View::default();
+        settle(&mut view, vec![lease("a", 10, None), lease("b", 10, None)]);
+        assert_eq!(view.taken_over_from("n", &taken), None);
+    }
+
+    #[test]
+    fn a_lease_says_its_acknowledgement_and_settled_members_and_reads_them_back() {
+        use k8s_openapi::api::coordination::v1::LeaseSpec;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+        let ring = Ring::new(["pod-b", "pod-a"]);
+        let annotations = MemberLease::annotations(Some("ring-1"), Some(&ring));
+        let written = Lease {
+            metadata: ObjectMeta {
+                annotations: annotations.clone(),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some("pod-a".into()),
+                lease_duration_seconds: Some(15),
+                renew_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
+                ..LeaseSpec::default()
+            }),
+        };
+        let read = MemberLease::of(&written).expect("a member Lease");
+        assert_eq!(read.acknowledged.as_deref(), Some("ring-1"));
+        assert_eq!(read.settled_members, Some(vec!["pod-a".into(), "pod-b".into()]));
+        assert_eq!(
+            annotations.expect("two")[SETTLED_MEMBERS_ANNOTATION],
+            r#"["pod-a","pod-b"]"#
+        );
+        assert_eq!(MemberLease::annotations(None, None), None);
+        // A value that is not a JSON list of names is ignored, not an error.
+        let mut garbled = written;
+        garbled.metadata.annotations =
+            Some([(SETTLED_MEMBERS_ANNOTATION.to_owned(), "a,b".to_owned())].into());
+        assert_eq!(
+            MemberLease::of(&garbled).expect("a member Lease").settled_members,
+            None
+        );
     }
 }
