@@ -162,6 +162,23 @@ async fn wait_copies(env: &Env, namespace: &str, indexes: &[usize], value: &str)
     .await;
 }
 
+/// Waits until `replicas` (named `names`) are ready and every one acknowledges their ring, then
+/// makes `CRS` Projections of the source `cfg` (`k` = `v1`): that ring and the CRs' uids.
+async fn settled_with_crs(
+    env: &Env,
+    src: &str,
+    names: &[String],
+    replicas: [&mut ServiceProcess; 2],
+) -> (Ring, Vec<String>) {
+    for replica in replicas {
+        replica.wait_ready().await;
+    }
+    let ring = Ring::new(names.to_vec());
+    wait_settled(env, src, &ring).await;
+    source_configmap(&env.api::<ConfigMap>(src), "cfg", json!({"k": "v1"})).await;
+    (ring, projections(env, src, CRS).await)
+}
+
 #[tokio::test]
 async fn replicas_split_the_crs_by_the_ring_and_take_over_a_killed_ones() {
     let _cores = projection_tests::cores_timed().await;
@@ -481,12 +498,7 @@ async fn a_replacement_joining_before_the_others_settled_names_whom_it_took_each
         replica_with_lease(&names[0], &src, LEASE),
         replica_with_lease(&names[1], &src, LEASE),
     );
-    a.wait_ready().await;
-    b.wait_ready().await;
-    let two = Ring::new(names.clone());
-    wait_settled(&env, &src, &two).await;
-    source_configmap(&env.api::<ConfigMap>(&src), "cfg", json!({"k": "v1"})).await;
-    let uids = projections(&env, &src, CRS).await;
+    let (two, uids) = settled_with_crs(&env, &src, &names, [&mut a, &mut b]).await;
     // A newcomer's name that takes some of b's CRs and some of a's (the ring decides which).
     let (newcomer, after) = (0..100)
         .map(|k| {
@@ -1032,12 +1044,7 @@ async fn a_replica_cut_off_from_its_apiserver_loses_its_crs_and_takes_them_back_
     let kubeconfig = projection_tests::kubeconfig_through(path.addr(), "shards-cut");
     let mut a = replica(&names[0], &src);
     let mut b = replica_through(&names[1], &src, LEASE_SECONDS, &kubeconfig);
-    a.wait_ready().await;
-    b.wait_ready().await;
-    let two = Ring::new(names.clone());
-    wait_settled(&env, &src, &two).await;
-    source_configmap(&env.api::<ConfigMap>(&src), "cfg", json!({"k": "v1"})).await;
-    let uids = projections(&env, &src, CRS).await;
+    let (two, uids) = settled_with_crs(&env, &src, &names, [&mut a, &mut b]).await;
     let hers: Vec<usize> = (0..CRS)
         .filter(|&i| two.owner_of(&uids[i]) == Some(names[1].as_str()))
         .collect();
