@@ -313,7 +313,14 @@ def main():
             results.append(took)
             print(f"run {n}: edit reached the copy {took:.2f}s after the kill; counting the requests", flush=True)
             # The survivors' requests for what they took over, once their reconciles have stopped
-            # (not their requests: each renews its Lease every third of its duration).
+            # (not their requests: each renews its Lease every third of its duration). With shards,
+            # first until they counted every CR taken over: a survivor reconciles none of the others
+            # while it lists the ranges it gained, which took longer than `quiet`'s stillness at
+            # 50,000 CRs moved.
+            counting_until = time.time() + max(180.0, total / 100)
+            while args.shards and time.time() < counting_until and sum(
+                    c.metric("projection_shard_takeover_seconds_count") for c in survivors) - takeovers_before < moving:
+                time.sleep(0.5)
             quiet(survivors, "controller_runtime_reconcile_total", limit=max(180.0, total / 100))
             requests = sum(c.metric("rest_client_requests_total") for c in survivors) - requests_before
             moved = moving if args.shards else total
