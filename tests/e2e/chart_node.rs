@@ -820,7 +820,9 @@ async fn sharding_by_one_value_splits_the_crs_between_the_pods(
             // So no event is required here, but any it tells names a pod that had the CR.
             moved += 1;
             let told = format!("reconciled by replica {now} now, taken over from ");
-            for note in owner_changed_notes(client, team, &name).await {
+            let notes = owner_changed_notes(client, team, &name).await;
+            eprintln!("{name} moved from {} to the replacement {now}: {notes:?}", owners[i]);
+            for note in notes {
                 if let Some(rest) = note.strip_prefix(&told) {
                     assert!(
                         rest.starts_with(&format!("{victim} "))
