@@ -821,7 +821,10 @@ async fn sharding_by_one_value_splits_the_crs_between_the_pods(
             moved += 1;
             let told = format!("reconciled by replica {now} now, taken over from ");
             let notes = owner_changed_notes(client, team, &name).await;
-            eprintln!("{name} moved from {} to the replacement {now}: {notes:?}", owners[i]);
+            eprintln!(
+                "{name} moved from {} to the replacement {now}: {notes:?}",
+                owners[i]
+            );
             for note in notes {
                 if let Some(rest) = note.strip_prefix(&told) {
                     assert!(
