@@ -560,7 +560,7 @@ impl Shard {
     /// is a ring version to acknowledge (checked every second and whenever the members change).
     async fn renew(&self, api: &Api<Lease>, stop: &CancellationToken) {
         let mut published: Option<String> = None;
-        let mut published_settled: Option<String> = None;
+        let mut published_settled: Option<Ring> = None;
         let mut renewed: Option<Instant> = None;
         let mut changed = self.subscribe();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -583,7 +583,7 @@ impl Shard {
             let acknowledging = acknowledgeable.is_some() && acknowledgeable != published;
             // A settlement is said at once: a replica joining meanwhile reads in it who had the CRs
             // it takes (until then, the others' Leases name a ring that may be past).
-            let settling = settled.as_ref().map(Ring::version) != published_settled;
+            let settling = settled != published_settled;
             if !(due || acknowledging || settling) {
                 continue;
             }
@@ -611,7 +611,7 @@ impl Shard {
                     *self.valid_until.lock().expect("lease validity") = Some(sent + self.duration * 2 / 3);
                     renewed = Some(sent);
                     published = acknowledged;
-                    published_settled = settled.as_ref().map(Ring::version);
+                    published_settled = settled;
                     if !was_valid {
                         self.changed.send_replace(());
                     }

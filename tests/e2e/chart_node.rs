@@ -815,8 +815,8 @@ async fn sharding_by_one_value_splits_the_crs_between_the_pods(
         let now = last.owner_of(uid).expect("an owner");
         if now != owners[i] && !reconciling.contains(&now.to_owned()) {
             // Moved to the replacement. It names whom it took the CR from when the others' Leases
-            // said so as it joined (docs/scale-out.md); in the second or two after a survivor
-            // acknowledged the ring without the deleted pod, they cannot, and it names no move.
+            // said so as it joined (docs/scale-out.md); between one survivor acknowledging the
+            // ring without the deleted pod and the last one doing so, they cannot: no move named.
             // So no event is required here, but any it tells names a pod that had the CR.
             moved += 1;
             let told = format!("reconciled by replica {now} now, taken over from ");

@@ -659,22 +659,20 @@ impl ServiceProcess {
     /// Freezes the process (SIGSTOP), as a node too busy to schedule it would, until
     /// [`ServiceProcess::resume`].
     pub fn pause(&mut self) {
-        self.signal("-STOP");
+        assert!(self.signal("-STOP"), "kill -STOP {}", self.child.id());
     }
 
     /// Lets a paused process run again (SIGCONT).
     pub fn resume(&mut self) {
-        self.signal("-CONT");
+        assert!(self.signal("-CONT"), "kill -CONT {}", self.child.id());
     }
 
-    fn signal(&self, signal: &str) {
-        let sent = Command::new("kill")
+    /// Sends `signal` (`kill`'s form, e.g. `-TERM`); whether it was delivered.
+    fn signal(&self, signal: &str) -> bool {
+        Command::new("kill")
             .args([signal, &self.child.id().to_string()])
-            .status();
-        assert!(
-            sent.as_ref().is_ok_and(|s| s.success()),
-            "kill {signal}: {sent:?}"
-        );
+            .status()
+            .is_ok_and(|status| status.success())
     }
 
     /// Whether it still runs.
@@ -687,9 +685,8 @@ impl ServiceProcess {
         if let Ok(Some(status)) = self.child.try_wait() {
             return Some(status);
         }
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        // Failing only when the process is gone already, which the wait below sees.
+        let _ = self.signal("-TERM");
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
